@@ -1,0 +1,299 @@
+"""The ``miqps`` command: learn maps and canonicalize URLs (workers: streams extra)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from miqps.canonical import Canonicalizer, StaticLayers
+from miqps.fetch import FetchConfig, Fetcher
+from miqps.learner import DomainReport, LearnConfig, Learner, learn_all
+from miqps.maps import DomainMap, anomaly_gate, merge_update, read_maps, write_maps
+from miqps.prober import PageProber
+from miqps.urls import InvalidURL, NormalizedURL, parse
+
+MAX_INVALID_MESSAGES = 20
+DEFAULT_MAX_FLIP_SHARE = 0.5
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="miqps",
+        description="Learn which URL query parameters change a page, and canonicalize URLs.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    learn = commands.add_parser("learn", help="probe sites and write one MIQPS map per domain")
+    learn.add_argument("--urls", required=True, type=Path, help="file with one URL per line")
+    learn.add_argument("--out", required=True, type=Path, help="maps, one JSON per line; "
+                       "an existing file is the previous version (anomaly gate)")
+    learn.add_argument("--proxy", default=os.environ.get("MIQPS_PROXY"),
+                       help="send every probe through this HTTP proxy (or MIQPS_PROXY)")
+    learn.add_argument("--allow-private", action="store_true",
+                       default=_truthy(os.environ.get("MIQPS_ALLOW_PRIVATE")),
+                       help="allow loopback, private and link-local targets")
+    defaults = LearnConfig()
+    fetch_defaults = FetchConfig()
+    learn.add_argument("--samples", type=int, default=defaults.samples,
+                       help="S: distinct-value samples per parameter at most")
+    learn.add_argument("--threshold", type=float, default=defaults.threshold,
+                       help="T: keep if the page changed in at least this share of samples")
+    learn.add_argument("--min-conclusive", type=int, default=defaults.min_conclusive,
+                       help="N: fewer conclusive samples than this keeps the parameter")
+    learn.add_argument("--verify-samples", type=int, default=defaults.verify_samples,
+                       help="samples per pattern to verify the final canonical form")
+    learn.add_argument("--max-flip-share", type=float, default=DEFAULT_MAX_FLIP_SHARE,
+                       help="A: reject an update dropping more than this share of kept params")
+    learn.add_argument("--concurrency", type=int, default=fetch_defaults.per_host_concurrency,
+                       help="requests in flight per host")
+    learn.add_argument("--rate", type=float, default=fetch_defaults.per_host_rate,
+                       help="requests per second per host")
+    learn.add_argument("--timeout", type=float, default=fetch_defaults.timeout,
+                       help="seconds per request, all included")
+    learn.add_argument("--max-bytes", type=int, default=fetch_defaults.max_bytes,
+                       help="largest body read, in bytes")
+    learn.add_argument("--seed", type=int, default=defaults.seed)
+    learn.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    canon = commands.add_parser("canonicalize", help="print the canonical URL of each input")
+    canon.add_argument("--maps", type=Path, help="maps written by 'miqps learn'")
+    canon.add_argument("--json", action="store_true", help="print the decision details")
+    canon.add_argument("--no-prior", action="store_true",
+                       help="do not drop utm_*/gclid/fbclid/msclkid in unlearned patterns")
+    canon.add_argument("urls", nargs="*", help="URLs; read from stdin when none are given")
+
+    worker = commands.add_parser("worker", help="run the Faust stream worker (streams extra)")
+    worker.add_argument("args", nargs=argparse.REMAINDER)
+    maps_cmd = commands.add_parser("maps", help="print current maps from the compacted topic")
+    maps_cmd.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "learn":
+            return run_learn(args)
+        if args.command == "canonicalize":
+            return run_canonicalize(args)
+        return run_streams_command(args.command, args.args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def run_streams_command(command: str, args: list[str]) -> int:
+    try:
+        streams_cli = importlib.import_module("streams.cli")
+    except ImportError as error:
+        print(f"miqps {command}: the stream processor is not installed ({error}); "
+              "install the 'streams' extra", file=sys.stderr)
+        return 2
+    return int(streams_cli.main(command, args))
+
+
+def _read_urls(lines: Iterable[str], label: str) -> tuple[list[NormalizedURL], int, int]:
+    urls: list[NormalizedURL] = []
+    blank = invalid = 0
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text:
+            blank += 1
+            continue
+        try:
+            urls.append(parse(text))
+        except InvalidURL as error:
+            invalid += 1
+            if invalid <= MAX_INVALID_MESSAGES:
+                print(f"{label}:{number}: skipped: {error.reason}", file=sys.stderr)
+    if invalid > MAX_INVALID_MESSAGES:
+        print(f"{label}: {invalid - MAX_INVALID_MESSAGES} more invalid lines skipped",
+              file=sys.stderr)
+    return urls, blank, invalid
+
+
+def run_learn(args: argparse.Namespace) -> int:
+    try:
+        config = LearnConfig(
+            samples=args.samples,
+            threshold=args.threshold,
+            min_conclusive=args.min_conclusive,
+            verify_samples=args.verify_samples,
+            seed=args.seed,
+        )
+    except ValueError as error:
+        print(f"miqps learn: {error}", file=sys.stderr)
+        return 2
+    fetch_config = FetchConfig(
+        timeout=args.timeout,
+        max_bytes=args.max_bytes,
+        per_host_concurrency=max(1, args.concurrency),
+        per_host_rate=args.rate,
+        proxy=args.proxy or None,
+        allow_private=args.allow_private,
+    )
+    try:
+        with args.urls.open(encoding="utf-8", errors="replace") as handle:
+            urls, blank, invalid = _read_urls(handle, str(args.urls))
+    except OSError as error:
+        print(f"miqps learn: cannot read {args.urls}: {error.strerror}", file=sys.stderr)
+        return 2
+    previous: dict[str, DomainMap] = {}
+    if args.out.exists():
+        try:
+            previous = read_maps(args.out)
+        except (OSError, ValueError) as error:
+            print(f"miqps learn: cannot read previous maps: {error}", file=sys.stderr)
+            return 2
+    started = time.monotonic()
+    learned, reports, fetch_stats = asyncio.run(
+        _learn(urls, config, fetch_config, show_progress=not args.no_progress)
+    )
+    final = dict(previous)
+    rejected: list[str] = []
+    for domain, domain_map in learned.items():
+        old = previous.get(domain)
+        candidate = merge_update(old, domain_map)
+        verdict = anomaly_gate(old, candidate, args.max_flip_share)
+        if verdict.accepted:
+            final[domain] = candidate
+        else:
+            rejected.append(domain)
+            print(f"miqps learn: {domain}: update rejected, old map kept: {verdict.reason}",
+                  file=sys.stderr)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write_maps(args.out, final.values())
+    _print_summary(sys.stdout, urls, blank, invalid, reports, fetch_stats, rejected,
+                   time.monotonic() - started, args.out)
+    return 0
+
+
+async def _learn(
+    urls: list[NormalizedURL], config: LearnConfig, fetch_config: FetchConfig,
+    *, show_progress: bool,
+) -> tuple[dict[str, DomainMap], list[DomainReport], dict[str, int]]:
+    domains = len({url.host for url in urls if url.pairs})
+    progress = _progress(domains, show_progress)
+    async with Fetcher(fetch_config) as fetcher:
+        learner = Learner(PageProber(fetcher), config)
+
+        def done(report: DomainReport) -> None:
+            if progress is not None:
+                progress.set_postfix_str(f"{fetcher.stats.requests} fetches")
+                progress.update(1)
+
+        maps, reports = await learn_all(learner, urls, done)
+        if progress is not None:
+            progress.close()
+        return maps, reports, fetcher.stats.to_json()
+
+
+def _progress(total: int, wanted: bool) -> Any:
+    if not wanted or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="domain", desc="learning", file=sys.stderr)
+
+
+def _print_summary(
+    out: TextIO,
+    urls: list[NormalizedURL],
+    blank: int,
+    invalid: int,
+    reports: list[DomainReport],
+    fetch_stats: dict[str, int],
+    rejected: list[str],
+    seconds: float,
+    path: Path,
+) -> None:
+    distinct = len({url.url for url in urls})
+    lines = [
+        f"URLs read: {len(urls)} valid ({distinct} distinct), {blank} blank, {invalid} invalid",
+        f"domains: {len(reports)} learned, {len(rejected)} updates rejected by the anomaly gate",
+        f"patterns: {sum(r.patterns for r in reports)}",
+        f"parameters (per pattern): {sum(r.kept for r in reports)} kept, "
+        f"{sum(r.dropped for r in reports)} dropped",
+        f"fetches: {fetch_stats['requests']} ({fetch_stats['requests'] / max(distinct, 1):.3f} "
+        f"per distinct URL), {fetch_stats['retries']} retries, "
+        f"{fetch_stats['failed']} failed, {fetch_stats['refused']} refused",
+        f"inconclusive samples: {sum(r.inconclusive for r in reports)}",
+        f"time: {seconds:.1f}s",
+        f"maps written to {path}",
+    ]
+    out.write("\n".join(lines) + "\n")
+
+
+def run_canonicalize(args: argparse.Namespace) -> int:
+    canonicalizer = Canonicalizer(StaticLayers.default(), use_prior=not args.no_prior)
+    if args.maps is not None:
+        try:
+            canonicalizer.load(read_maps(args.maps))
+        except (OSError, ValueError) as error:
+            print(f"miqps canonicalize: cannot read maps: {error}", file=sys.stderr)
+            return 2
+    lines: Iterable[str] = args.urls if args.urls else _stdin_lines()
+    write = sys.stdout.write
+    if args.json:
+        for output in _decisions(canonicalizer, lines):
+            write(output)
+    else:
+        buffer: list[str] = []
+        for output in _canonical_lines(canonicalizer, lines):
+            buffer.append(output)
+            if len(buffer) >= 4096:
+                write("".join(buffer))
+                buffer.clear()
+        write("".join(buffer))
+    sys.stdout.flush()
+    return 0
+
+
+def _stdin_lines() -> Iterator[str]:
+    stdin = open(sys.stdin.fileno(), encoding="utf-8", errors="surrogateescape",  # noqa: SIM115
+                 closefd=False, buffering=1 << 16)
+    yield from stdin
+
+
+def _canonical_lines(canonicalizer: Canonicalizer, lines: Iterable[str]) -> Iterator[str]:
+    canonical_url = canonicalizer.canonical_url
+    for number, line in enumerate(lines, 1):
+        text = line.rstrip("\r\n")
+        try:
+            yield canonical_url(parse(text)) + "\n"
+        except InvalidURL as error:
+            _report_invalid(number, error)
+            yield "\n"
+
+
+def _decisions(canonicalizer: Canonicalizer, lines: Iterable[str]) -> Iterator[str]:
+    for number, line in enumerate(lines, 1):
+        text = line.rstrip("\r\n")
+        try:
+            decision = canonicalizer.decide(parse(text), original=text)
+        except InvalidURL as error:
+            _report_invalid(number, error)
+            yield json.dumps({"url": text, "error": error.reason}) + "\n"
+            continue
+        yield json.dumps(decision.to_json(), ensure_ascii=False) + "\n"
+
+
+def _report_invalid(number: int, error: InvalidURL) -> None:
+    print(f"line {number}: invalid URL: {error.reason}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

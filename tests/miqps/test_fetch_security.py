@@ -1,0 +1,168 @@
+"""The prober must never touch internal addresses unless allowed: a real listener proves it."""
+
+import ipaddress
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from miqps.fetch import AddressGuard, AddressRefused, FetchConfig, Fetcher, refusal_reason
+
+
+class CountingListener:
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.accepted += 1
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.sock.close()
+
+
+@pytest.fixture
+def listener() -> Iterator[CountingListener]:
+    server = CountingListener()
+    yield server
+    server.close()
+
+
+def loopback_spellings(port: int) -> list[str]:
+    return [
+        f"http://127.0.0.1:{port}/",
+        f"http://127.1:{port}/",
+        f"http://2130706433:{port}/",
+        f"http://0x7f000001:{port}/",
+        f"http://0177.0.0.1:{port}/",
+        f"http://[::1]:{port}/",
+        f"http://[::ffff:127.0.0.1]:{port}/",
+        f"http://localhost:{port}/",
+        f"http://LOCALHOST.:{port}/",
+        f"http://api.localhost:{port}/",
+    ]
+
+
+async def test_loopback_in_every_spelling_is_refused_and_never_connected(
+    listener: CountingListener,
+) -> None:
+    async with Fetcher(FetchConfig(max_attempts=1)) as fetcher:
+        for url in loopback_spellings(listener.port):
+            with pytest.raises(AddressRefused):
+                await fetcher.fetch(url)
+        assert fetcher.stats.refused == len(loopback_spellings(listener.port))
+        assert fetcher.stats.requests == 0
+    assert listener.accepted == 0
+
+
+async def test_through_a_proxy_ip_literals_and_localhost_are_still_refused(
+    listener: CountingListener,
+) -> None:
+    proxy = f"http://127.0.0.1:{listener.port}"
+    async with Fetcher(FetchConfig(proxy=proxy, max_attempts=1)) as fetcher:
+        for url in [*loopback_spellings(80), "http://10.0.0.1/", "http://169.254.169.254/"]:
+            with pytest.raises(AddressRefused):
+                await fetcher.fetch(url)
+    assert listener.accepted == 0
+
+
+async def test_allow_private_lifts_the_refusal(listener: CountingListener) -> None:
+    async with Fetcher(FetchConfig(allow_private=True, max_attempts=1)) as fetcher:
+        result = await fetcher.fetch(f"http://127.1:{listener.port}/")
+    assert result.status == 200 and result.body == b"ok"
+    assert listener.accepted == 1
+
+
+async def test_a_redirect_to_an_internal_address_is_refused(listener: CountingListener) -> None:
+    redirector = socket.socket()
+    redirector.bind(("127.0.0.1", 0))
+    redirector.listen(1)
+    port = redirector.getsockname()[1]
+
+    def answer() -> None:
+        conn, _ = redirector.accept()
+        conn.recv(4096)
+        location = f"http://127.0.0.1:{listener.port}/secret"
+        conn.sendall(f"HTTP/1.1 302 Found\r\nLocation: {location}\r\n"
+                     "Content-Length: 0\r\nConnection: close\r\n\r\n".encode())
+        conn.close()
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    guard_allows_first_hop_only = _FirstHopGuard()
+    async with Fetcher(FetchConfig(max_attempts=1)) as fetcher:
+        fetcher.guard = guard_allows_first_hop_only
+        with pytest.raises(AddressRefused):
+            await fetcher.fetch(f"http://127.0.0.1:{port}/start")
+    thread.join(timeout=2)
+    redirector.close()
+    assert listener.accepted == 0
+
+
+class _FirstHopGuard(AddressGuard):
+    """Lets the test's own redirecting server through once, then applies the real rules."""
+
+    def __init__(self) -> None:
+        super().__init__(allow_private=False, via_proxy=False)
+        self.first = True
+
+    async def check(self, url: str) -> None:
+        if self.first:
+            self.first = False
+            return
+        await super().check(url)
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "224.0.0.1",
+     "0.0.0.0", "fd00:ec2::254", "fe80::1", "::ffff:10.0.0.1", "2002:7f00:1::", "ff02::1"],
+)
+def test_internal_addresses_have_a_refusal_reason(address: str) -> None:
+    assert refusal_reason(ipaddress.ip_address(address)) is not None
+
+
+@pytest.mark.parametrize("address", ["93.184.216.34", "2606:4700::1111"])
+def test_public_addresses_are_allowed(address: str) -> None:
+    assert refusal_reason(ipaddress.ip_address(address)) is None
+
+
+async def test_names_resolving_to_private_addresses_are_refused() -> None:
+    async def resolver(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+        return [ipaddress.ip_address("93.184.216.34"), ipaddress.ip_address("10.0.0.7")]
+
+    guard = AddressGuard(allow_private=False, via_proxy=False, resolver=resolver)
+    with pytest.raises(AddressRefused, match=r"10\.0\.0\.7"):
+        await guard.check("http://rebind.example/")
+
+
+async def test_the_real_resolver_is_consulted_for_names() -> None:
+    name = socket.gethostname()
+    addresses = {info[4][0] for info in socket.getaddrinfo(name, None)}
+    guard = AddressGuard(allow_private=False, via_proxy=False)
+    internal = any(refusal_reason(ipaddress.ip_address(a.split("%")[0])) for a in addresses)
+    if internal:
+        with pytest.raises(AddressRefused):
+            await guard.check(f"http://{name}/")
+    else:
+        await guard.check(f"http://{name}/")

@@ -1,0 +1,123 @@
+import json
+from pathlib import Path
+
+import can_ada
+import pytest
+
+from miqps.urls import (
+    InvalidURL,
+    normalize_percent_encoding,
+    parse,
+    path_shape,
+    pattern_key,
+    split_pattern,
+)
+
+WPT = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "wpt-urltestdata.json"
+
+
+def test_static_normalization_lowercases_drops_default_port_and_fragment() -> None:
+    url = parse("HTTP://Shop.EXAMPLE.com:80/Path/Case?b=2&a=1#frag")
+    assert url.url == "http://shop.example.com/Path/Case?a=1&b=2"
+    assert url.host == "shop.example.com"
+
+
+def test_hashbang_routes_are_kept() -> None:
+    assert parse("https://a.example/app?x=1#!/item/7").url == "https://a.example/app?x=1#!/item/7"
+
+
+def test_idna_hosts_are_converted() -> None:
+    assert parse("http://Bücher.example/x").host == "xn--bcher-kva.example"
+
+
+def test_non_default_port_is_kept() -> None:
+    assert parse("https://a.example:8443/").url == "https://a.example:8443/"
+
+
+@pytest.mark.parametrize("encoded", ["%2F", "%3F", "%23", "%26", "%3D", "%2B"])
+def test_reserved_percent_escapes_are_never_decoded(encoded: str) -> None:
+    url = parse(f"http://a.example/x{encoded.lower()}y?q=a{encoded.lower()}b")
+    assert url.url == f"http://a.example/x{encoded}y?q=a{encoded}b"
+
+
+def test_unreserved_escapes_are_decoded_so_spellings_of_one_name_agree() -> None:
+    assert parse("http://a.example/%7euser?%75tm_source=x").url == (
+        "http://a.example/~user?utm_source=x"
+    )
+    assert normalize_percent_encoding("%41%2f%e2%82%ac") == "A%2F%E2%82%AC"
+
+
+def test_repeated_parameters_and_blank_values_are_kept_in_stable_order() -> None:
+    url = parse("http://a.example/?b=&a=2&c&a=1")
+    assert url.url == "http://a.example/?a=2&a=1&b=&c"
+    assert url.value_of("a") == "a=2&a=1"
+
+
+def test_pattern_is_path_shape_and_sorted_case_sensitive_names() -> None:
+    url = parse("http://a.example/p/123?b=1&B=2&a=3")
+    assert url.pattern == "/p/*?B&a&b"
+    assert split_pattern(url.pattern) == ("/p/*", ("B", "a", "b"))
+    assert pattern_key("/", []) == "/?"
+
+
+@pytest.mark.parametrize(
+    ("path", "shape"),
+    [("/", "/"), ("/search", "/search"), ("/p/123", "/p/*"), ("/123", "/*"),
+     ("/en/shoes/sale", "/en/*/*"), ("/item-42", "/*")],
+)
+def test_path_shape(path: str, shape: str) -> None:
+    assert path_shape(path) == shape
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("ftp://a.example/", "scheme"),
+        ("javascript:alert(1)", "scheme"),
+        ("not a url", "parsable"),
+        ("", "empty"),
+        ("http://a.example/\x00", "control"),
+        ("http://a.example/\n", "control"),
+        ("http://a.example/?" + "a" * 9000, "longer"),
+        ("http://a.example/\udcff", "UTF-8"),
+        ("http://[::1/", "parsable"),
+    ],
+)
+def test_invalid_input_gets_a_typed_error_with_reason(text: str, reason: str) -> None:
+    with pytest.raises(InvalidURL) as caught:
+        parse(text)
+    assert reason in caught.value.reason
+
+
+def _wpt_cases() -> list[dict[str, str]]:
+    data = json.loads(WPT.read_text(encoding="utf-8"))
+    return [case for case in data if isinstance(case, dict)]
+
+
+def test_wpt_corpus_never_crashes_never_breaks_and_is_idempotent() -> None:
+    checked = 0
+    for case in _wpt_cases():
+        for text in (case["input"], case.get("href")):
+            if not text:
+                continue
+            try:
+                url = parse(text)
+            except InvalidURL:
+                continue
+            canonical = url.url
+            again = parse(canonical)
+            assert again.url == canonical, text
+            assert can_ada.can_parse(canonical), text
+            reference = can_ada.parse(text)
+            result = can_ada.parse(canonical)
+            assert result.hostname == reference.hostname, text
+            assert result.port == reference.port, text
+            assert result.username == reference.username, text
+            assert result.pathname == normalize_percent_encoding(reference.pathname), text
+            expected_pairs = sorted(
+                p for p in normalize_percent_encoding(reference.search[1:]).split("&") if p
+            )
+            got_pairs = sorted(p for p in result.search[1:].split("&") if p)
+            assert got_pairs == expected_pairs, text
+            checked += 1
+    assert checked > 250
