@@ -12,6 +12,7 @@ HTTP status and every non-volatile block.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -130,13 +131,26 @@ class VolatilityModel:
     """
 
     volatile: dict[str, set[str]] = field(default_factory=dict)
+    stable: dict[str, Counter[str]] = field(default_factory=dict)
     max_noisy_share: float = 0.5
+    stable_after: int = 2
 
     def paths(self, template: str) -> set[str]:
         return self.volatile.setdefault(template, set())
 
     def learn(self, template: str, first: Snapshot, second: Snapshot) -> None:
-        self.paths(template).update(differing_paths(first, second))
+        changing = differing_paths(first, second)
+        self.paths(template).update(changing)
+        self.stable.setdefault(template, Counter()).update(first.blocks.keys() - changing)
+
+    def known_stable(self, template: str, paths: Iterable[str]) -> bool:
+        """True if one of ``paths`` was seen unchanged across refetches ``stable_after``
+        times and never changing: a difference there is content, not noise."""
+        counts = self.stable.get(template)
+        if not counts:
+            return False
+        noise = self.paths(template)
+        return any(counts[p] >= self.stable_after and p not in noise for p in paths)
 
     def too_noisy(self, template: str, snapshot: Snapshot) -> bool:
         """When most of a page changes by itself there is nothing stable to compare."""

@@ -24,7 +24,7 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from miqps.canonical import StaticLayers
 from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification, utc_now
@@ -40,6 +40,7 @@ class LearnConfig:
     threshold: float = 0.2
     min_conclusive: int = 3
     verify_samples: int = 2
+    default_confirmations: int = 2
     parallel_samples: int = 2
     seed: int = 0
 
@@ -53,7 +54,8 @@ class LearnConfig:
 
     def verdict(self, changed: int, conclusive: int) -> tuple[str, Layer]:
         if conclusive < self.min_conclusive:
-            return "keep", Layer.INSUFFICIENT
+            certain = changed >= self.threshold * self.samples
+            return "keep", Layer.LEARNED if certain else Layer.INSUFFICIENT
         if changed >= self.threshold * conclusive:
             return "keep", Layer.LEARNED
         return "drop", Layer.LEARNED
@@ -80,15 +82,23 @@ class DomainReport:
     dropped: int = 0
     inconclusive: int = 0
     fetches: int = 0
+    verification_fetches: int = 0
     seconds: float = 0.0
 
 
 @dataclass(slots=True)
 class _ShapePool:
+    """Evidence pooled over every pattern of one path shape of a domain."""
+
     shape: str
     template: str
     urls: list[NormalizedURL]
     evidence: dict[str, ParamEvidence] = field(default_factory=dict)
+    value_outcomes: dict[str, dict[str, Outcome]] = field(default_factory=dict)
+    defaults: dict[str, list[str]] = field(default_factory=dict)
+    unchanged_removals: dict[str, set[frozenset[str]]] = field(default_factory=dict)
+    covered_patterns: set[str] = field(default_factory=set)
+    restored: set[str] = field(default_factory=set)
 
 
 class Learner:
@@ -106,32 +116,31 @@ class Learner:
         self, domain: str, urls: Iterable[NormalizedURL]
     ) -> tuple[DomainMap, DomainReport]:
         started = time.monotonic()
-        fetches_before = self.prober.fetcher.stats.by_host[domain]
+        stats = self.prober.fetcher.stats
+        fetches_before = stats.by_host[domain]
         distinct = {url.url: url for url in urls if url.host == domain and url.pairs}
-        by_pattern: dict[str, list[NormalizedURL]] = defaultdict(list)
         by_shape: dict[str, list[NormalizedURL]] = defaultdict(list)
         for url in distinct.values():
-            by_pattern[url.pattern].append(url)
             by_shape[path_shape(url.path)].append(url)
         pools = [
             _ShapePool(shape, f"{domain}{shape}", shape_urls)
             for shape, shape_urls in sorted(by_shape.items())
         ]
         await asyncio.gather(*(self._probe_pool(pool) for pool in pools))
-        pooled = {pool.shape: pool.evidence for pool in pools}
-        keys = sorted(by_pattern)
-        decisions = await asyncio.gather(
-            *(self._decide_pattern(domain, key, by_pattern[key], pooled) for key in keys)
-        )
-        domain_map = DomainMap(domain, 0, utc_now(), dict(zip(keys, decisions, strict=True)))
+        fetches_pooled = stats.by_host[domain]
+        results = await asyncio.gather(*(self._decide_patterns(pool) for pool in pools))
+        patterns = {key: decision for result in results for key, decision in result.items()}
+        decisions = list(patterns.values())
+        domain_map = DomainMap(domain, 0, utc_now(), dict(sorted(patterns.items())))
         report = DomainReport(
             domain=domain,
-            patterns=len(keys),
+            patterns=len(decisions),
             kept=sum(len(d.kept) for d in decisions),
             dropped=sum(len(d.dropped) for d in decisions),
             inconclusive=sum(e.inconclusive for pool in pools for e in pool.evidence.values())
             + sum(d.verification.inconclusive for d in decisions),
-            fetches=self.prober.fetcher.stats.by_host[domain] - fetches_before,
+            fetches=stats.by_host[domain] - fetches_before,
+            verification_fetches=stats.by_host[domain] - fetches_pooled,
             seconds=time.monotonic() - started,
         )
         return domain_map, report
@@ -141,6 +150,7 @@ class Learner:
         names = sorted({name for url in pool.urls for name in url.names})
         for name in names:
             pool.evidence[name] = ParamEvidence()
+            pool.value_outcomes[name] = {}
         open_names = {name for name in names if name not in self.layers.allowlist}
         seen: dict[str, set[str]] = {name: set() for name in names}
         candidates = list(pool.urls)
@@ -148,26 +158,29 @@ class Learner:
         while open_names:
             batch: list[tuple[NormalizedURL, list[str]]] = []
             for _ in range(config.parallel_samples):
-                pick = self._pick_sample(candidates, open_names, seen, pool.evidence)
+                pick = self._pick_sample(pool, candidates, open_names, seen)
                 if pick is None:
                     break
                 url, group = pick
                 for name in group:
                     seen[name].add(url.value_of(name))
                     pool.evidence[name].samples += 1
+                pool.covered_patterns.add(url.pattern)
                 batch.append(pick)
             if not batch:
                 break
             results = await asyncio.gather(
                 *(self._group_test(pool, url, group) for url, group in batch)
             )
-            for outcomes in results:
+            for (url, _), outcomes in zip(batch, results, strict=True):
                 for name, outcome in outcomes.items():
                     _count(pool.evidence[name], outcome)
+                    pool.value_outcomes[name][url.value_of(name)] = outcome
             open_names = {
-                name for name in open_names if not config.settled(pool.evidence[name])
+                name
+                for name in open_names
+                if not config.settled(pool.evidence[name]) and _has_unseen(candidates, name, seen)
             }
-            open_names &= {name for name in open_names if _has_unseen(candidates, name, seen)}
         for name, evidence in pool.evidence.items():
             if name in self.layers.allowlist:
                 evidence.decision, evidence.layer = "keep", Layer.ALLOWLIST
@@ -175,18 +188,21 @@ class Learner:
                 evidence.decision, evidence.layer = config.verdict(
                     evidence.changed, evidence.conclusive
                 )
+        await self._confirm_defaults(pool)
 
     def _pick_sample(
         self,
+        pool: _ShapePool,
         candidates: Sequence[NormalizedURL],
         open_names: set[str],
         seen: dict[str, set[str]],
-        evidence: dict[str, ParamEvidence],
     ) -> tuple[NormalizedURL, list[str]] | None:
-        """The URL that brings a new value for the least-sampled open parameter, and
-        for as many other open parameters as possible."""
+        """The URL that brings a new value for the least-sampled open parameter and for as
+        many other open parameters as possible, preferring patterns not sampled yet (their
+        fetch then serves verification too)."""
+        evidence = pool.evidence
         for target in sorted(open_names, key=lambda n: (evidence[n].samples, n)):
-            best: tuple[int, NormalizedURL, list[str]] | None = None
+            best: tuple[tuple[int, bool], NormalizedURL, list[str]] | None = None
             looked = 0
             for url in candidates:
                 if target not in url.names or url.value_of(target) in seen[target]:
@@ -196,8 +212,9 @@ class Learner:
                     for name in sorted(url.names & open_names)
                     if url.value_of(name) not in seen[name]
                 ]
-                if best is None or len(group) > best[0]:
-                    best = (len(group), url, group)
+                score = (len(group), url.pattern not in pool.covered_patterns)
+                if best is None or score > best[0]:
+                    best = (score, url, group)
                 looked += 1
                 if looked >= 32:
                     break
@@ -211,6 +228,8 @@ class Learner:
         self, pool: _ShapePool, url: NormalizedURL, group: list[str]
     ) -> dict[str, Outcome]:
         outcome = await self.prober.compare(pool.template, url.url, url.without(group))
+        if outcome is Outcome.UNCHANGED:
+            pool.unchanged_removals.setdefault(url.url, set()).add(frozenset(group))
         if outcome is not Outcome.CHANGED or len(group) == 1:
             return dict.fromkeys(group, outcome)
         half = len(group) // 2
@@ -219,43 +238,103 @@ class Learner:
         )
         return first | second
 
+    async def _confirm_defaults(self, pool: _ShapePool) -> None:
+        """A kept parameter whose value once made no difference may carry a default value
+        (``sort=relevance``, ``page=1``). Such a value is elided only after it also made no
+        difference on ``default_confirmations`` other pages: a default that depends on the
+        page (a product's default colour) fails this and stays."""
+        tasks = []
+        for name, evidence in pool.evidence.items():
+            if evidence.decision != "keep" or evidence.layer is not Layer.LEARNED:
+                continue
+            values = [v for v, o in pool.value_outcomes[name].items() if o is Outcome.UNCHANGED]
+            for value in values[:3]:
+                tasks.append(self._confirm_default(pool, name, value))
+        await asyncio.gather(*tasks)
+
+    async def _confirm_default(self, pool: _ShapePool, name: str, value: str) -> None:
+        needed = self.config.default_confirmations
+        carriers = [u for u in pool.urls if name in u.names and u.value_of(name) == value]
+        others = sorted(carriers, key=lambda u: u.url)
+        random.Random(f"{self.config.seed}:{pool.template}:{value}").shuffle(others)
+        confirmed = 0
+        contexts: set[str] = set()
+        for url in others:
+            if confirmed >= needed:
+                break
+            context = url.without([name])
+            if context in contexts:
+                continue
+            contexts.add(context)
+            outcome = await self.prober.compare(pool.template, url.url, context)
+            if outcome is Outcome.CHANGED:
+                return
+            if outcome is Outcome.UNCHANGED:
+                confirmed += 1
+        if confirmed >= needed:
+            pool.defaults.setdefault(name, []).append(value)
+
+    async def _decide_patterns(self, pool: _ShapePool) -> dict[str, PatternDecision]:
+        """Verify every pattern of the shape, largest first, a few at a time, so that a
+        parameter restored on one pattern is kept from the start on its siblings."""
+        by_pattern: dict[str, list[NormalizedURL]] = defaultdict(list)
+        for url in pool.urls:
+            by_pattern[url.pattern].append(url)
+        order = sorted(by_pattern, key=lambda key: (-len(by_pattern[key]), key))
+        decisions: dict[str, PatternDecision] = {}
+        step = max(1, self.config.parallel_samples)
+        for start in range(0, len(order), step):
+            keys = order[start : start + step]
+            wave = await asyncio.gather(
+                *(self._decide_pattern(pool, key, by_pattern[key]) for key in keys)
+            )
+            decisions.update(zip(keys, wave, strict=True))
+        return decisions
+
     async def _decide_pattern(
-        self,
-        domain: str,
-        key: str,
-        urls: list[NormalizedURL],
-        pooled: dict[str, dict[str, ParamEvidence]],
+        self, pool: _ShapePool, key: str, urls: list[NormalizedURL]
     ) -> PatternDecision:
-        shape = path_shape(urls[0].path)
-        template = f"{domain}{shape}"
         names = sorted(urls[0].names)
-        evidence = {name: _copy(pooled[shape][name]) for name in names}
+        evidence = {name: _copy(pool.evidence[name]) for name in names}
         kept = {name for name in names if evidence[name].decision == "keep"}
+        for name in pool.restored & set(names) - kept:
+            kept.add(name)
+            evidence[name].decision, evidence[name].layer = "keep", Layer.VERIFICATION
+        defaults = {name: list(pool.defaults[name]) for name in kept if name in pool.defaults}
         verification = Verification()
         samples = sorted(urls, key=lambda u: u.url)
         random.Random(f"{self.config.seed}:{key}").shuffle(samples)
         samples.sort(key=lambda u: not self.prober.has_snapshot(u.url))
         for url in samples[: self.config.verify_samples]:
-            dropped = [name for name in names if name not in kept]
-            if not dropped:
+            removed = _removed(url, kept, defaults)
+            if not removed:
                 break
-            outcome = await self.prober.compare(template, url.url, url.with_only(kept))
+            if removed in pool.unchanged_removals.get(url.url, ()):
+                verification.samples += 1
+                continue
+            reduced = url.without(removed)
+            outcome = await self.prober.compare(pool.template, url.url, reduced)
             if outcome is Outcome.INCONCLUSIVE:
                 verification.inconclusive += 1
                 continue
             verification.samples += 1
             if outcome is Outcome.CHANGED:
                 verification.changed += 1
-                restored = await self._repair(template, url, kept, dropped, evidence)
-                kept.update(restored)
+                restored = await self._repair(pool, url, sorted(removed), kept, evidence)
                 verification.restored.extend(restored)
                 for name in restored:
+                    kept.add(name)
+                    defaults.pop(name, None)
                     evidence[name].decision, evidence[name].layer = "keep", Layer.VERIFICATION
+                pool.restored.update(restored)
         if verification.samples == 0:
+            defaults.clear()
             for name in names:
                 if name not in kept:
                     evidence[name].decision, evidence[name].layer = "keep", Layer.INSUFFICIENT
                     kept.add(name)
+        for name, values in defaults.items():
+            evidence[name].default_values = sorted(values)
         return PatternDecision(
             kept=frozenset(kept),
             dropped=frozenset(names) - kept,
@@ -267,21 +346,32 @@ class Learner:
 
     async def _repair(
         self,
-        template: str,
+        pool: _ShapePool,
         url: NormalizedURL,
+        removed: list[str],
         kept: set[str],
-        dropped: list[str],
         evidence: dict[str, ParamEvidence],
     ) -> list[str]:
-        """Add dropped parameters back one at a time until the page no longer changes."""
-        order = sorted(dropped, key=lambda n: (-_change_ratio(evidence[n]), n))
+        """Add removed parameters back one at a time until the page no longer changes;
+        if no single one is enough, keep them all."""
+        order = sorted(removed, key=lambda n: (-_change_ratio(evidence[n]), n))
         for name in order:
-            outcome = await self.prober.compare(template, url.url, url.with_only(kept | {name}))
+            restore = frozenset(removed) - {name}
+            outcome = await self.prober.compare(pool.template, url.url, url.without(restore))
             if outcome is Outcome.UNCHANGED:
                 return [name]
             if outcome is Outcome.INCONCLUSIVE:
                 break
         return order
+
+
+def _removed(url: NormalizedURL, kept: set[str], defaults: dict[str, list[str]]) -> frozenset[str]:
+    """What the canonical form removes from ``url``: dropped names and default values."""
+    return frozenset(
+        name
+        for name in url.names
+        if name not in kept or url.value_of(name) in defaults.get(name, ())
+    )
 
 
 def _count(evidence: ParamEvidence, outcome: Outcome) -> None:
@@ -302,14 +392,7 @@ def _has_unseen(candidates: Sequence[NormalizedURL], name: str, seen: dict[str, 
 
 
 def _copy(evidence: ParamEvidence) -> ParamEvidence:
-    return ParamEvidence(
-        evidence.decision,
-        evidence.layer,
-        evidence.samples,
-        evidence.changed,
-        evidence.unchanged,
-        evidence.inconclusive,
-    )
+    return replace(evidence, default_values=[])
 
 
 def group_by_domain(urls: Iterable[NormalizedURL]) -> dict[str, list[NormalizedURL]]:

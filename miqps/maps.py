@@ -42,13 +42,14 @@ class ParamEvidence:
     changed: int = 0
     unchanged: int = 0
     inconclusive: int = 0
+    default_values: list[str] = field(default_factory=list)
 
     @property
     def conclusive(self) -> int:
         return self.changed + self.unchanged
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "decision": self.decision,
             "layer": str(self.layer),
             "samples": self.samples,
@@ -56,6 +57,9 @@ class ParamEvidence:
             "unchanged": self.unchanged,
             "inconclusive": self.inconclusive,
         }
+        if self.default_values:
+            document["default_values"] = self.default_values
+        return document
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ParamEvidence:
@@ -66,6 +70,7 @@ class ParamEvidence:
             changed=int(data["changed"]),
             unchanged=int(data["unchanged"]),
             inconclusive=int(data["inconclusive"]),
+            default_values=[str(v) for v in data.get("default_values", ())],
         )
 
 

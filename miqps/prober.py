@@ -75,8 +75,11 @@ class PageProber:
         if first.status != other.status:
             return Outcome.CHANGED
         noise = self.volatility.paths(template)
-        if not differing_paths(first, other) - noise:
+        difference = differing_paths(first, other) - noise
+        if not difference:
             return self._unless_noisy(template, first, Outcome.UNCHANGED)
+        if self.volatility.known_stable(template, difference):
+            return self._unless_noisy(template, first, Outcome.CHANGED)
         second = await self._second_snapshot(original)
         if second is None or second.status != first.status:
             return Outcome.INCONCLUSIVE

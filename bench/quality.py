@@ -1,0 +1,238 @@
+"""Quality benchmark: how well each canonicalizer dedups the simulated web, against ground truth.
+
+    .venv/bin/python -m bench.quality [--family holdout] [--sites 12] [--urls-per-site 3000]
+
+Learns maps on the chosen family of simulated sites (the learner's defaults were tuned on the
+``tuning`` family only; ``holdout`` is the judged one), then canonicalizes the same corpus
+with every method and prints one table. Every figure is over the set of distinct raw URLs:
+
+- collapsed: share of the distinct-URL set removed (1 - canonical URLs / raw URLs); ideal is
+  what a perfect canonicalizer reaches (1 - distinct pages / raw URLs);
+- redundant removed: share of redundant URLs (raw URLs minus distinct pages) merged away;
+- false merges: URLs whose canonical URL also stands for another page (the minority of
+  each canonical group), as a share of distinct URLs — these lose items;
+- missed: redundant URLs still kept apart, as a share of distinct URLs;
+- fetches/URL: probe fetches spent per distinct URL (learning cost);
+- seconds: wall time of learning plus canonicalizing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from miqps.canonical import Canonicalizer
+from miqps.fetch import FetchConfig, Fetcher
+from miqps.learner import LearnConfig, Learner, learn_all
+from miqps.maps import DomainMap, merge_update
+from miqps.prober import PageProber
+from miqps.urls import InvalidURL, parse
+from simweb.corpus import CorpusURL, generate_corpus
+from simweb.server import SimWeb
+from simweb.sites import build_sites
+
+
+@dataclass(frozen=True, slots=True)
+class Quality:
+    method: str
+    collapsed: float
+    ideal: float
+    redundant_removed: float
+    false_merges: int
+    false_merge_share: float
+    missed: int
+    missed_share: float
+    fetches_per_url: float | None
+    seconds: float
+
+
+def score(
+    method: str,
+    corpus: Sequence[CorpusURL],
+    canonical: Callable[[str], str],
+    *,
+    fetches: int | None = None,
+    extra_seconds: float = 0.0,
+) -> Quality:
+    truth = {entry.url: entry.content_key for entry in corpus}
+    started = time.perf_counter()
+    canon = {url: canonical(url) for url in truth}
+    seconds = time.perf_counter() - started + extra_seconds
+    distinct = len(truth)
+    pages = len(set(truth.values()))
+    groups: dict[str, list[str]] = defaultdict(list)
+    for url, canonical_url in canon.items():
+        groups[canonical_url].append(truth[url])
+    false_merges = 0
+    for keys in groups.values():
+        if len(keys) > 1:
+            false_merges += len(keys) - Counter(keys).most_common(1)[0][1]
+    canonicals_per_page: dict[str, set[str]] = defaultdict(set)
+    for url, canonical_url in canon.items():
+        canonicals_per_page[truth[url]].add(canonical_url)
+    missed = sum(len(c) - 1 for c in canonicals_per_page.values())
+    redundant = distinct - pages
+    return Quality(
+        method=method,
+        collapsed=1 - len(groups) / distinct,
+        ideal=1 - pages / distinct,
+        redundant_removed=1 - missed / redundant if redundant else 1.0,
+        false_merges=false_merges,
+        false_merge_share=false_merges / distinct,
+        missed=missed,
+        missed_share=missed / distinct,
+        fetches_per_url=None if fetches is None else fetches / distinct,
+        seconds=seconds,
+    )
+
+
+def _safe(function: Callable[[str], str]) -> Callable[[str], str]:
+    def wrapped(url: str) -> str:
+        try:
+            return function(url)
+        except Exception:
+            return url
+
+    return wrapped
+
+
+async def learn_maps(
+    corpus: Sequence[CorpusURL], proxy: str, config: LearnConfig, fetch_config: FetchConfig
+) -> tuple[dict[str, DomainMap], int, float]:
+    urls = []
+    for entry in corpus:
+        try:
+            urls.append(parse(entry.url))
+        except InvalidURL:
+            continue
+    started = time.perf_counter()
+    async with Fetcher(fetch_config) as fetcher:
+        learner = Learner(PageProber(fetcher), config)
+        maps, _ = await learn_all(learner, urls)
+        fetches = fetcher.stats.requests
+    return (
+        {domain: merge_update(None, m) for domain, m in maps.items()},
+        fetches,
+        time.perf_counter() - started,
+    )
+
+
+def baselines() -> list[tuple[str, Callable[[str], str]]]:
+    from courlan import clean_url
+    from w3lib.url import canonicalize_url
+
+    return [
+        ("raw URLs", lambda url: url),
+        ("w3lib.canonicalize_url", _safe(canonicalize_url)),
+        ("courlan.clean_url", _safe(lambda url: clean_url(url) or url)),
+    ]
+
+
+def format_table(rows: Sequence[Quality]) -> str:
+    header = (
+        "| method | collapsed (ideal) | redundant removed | false merges | missed duplicates "
+        "| fetches / distinct URL | seconds |"
+    )
+    lines = [header, "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        fetches = "—" if row.fetches_per_url is None else f"{row.fetches_per_url:.3f}"
+        lines.append(
+            f"| {row.method} | {row.collapsed:.1%} ({row.ideal:.1%}) "
+            f"| {row.redundant_removed:.1%} "
+            f"| {row.false_merges} ({row.false_merge_share:.3%}) "
+            f"| {row.missed} ({row.missed_share:.2%}) | {fetches} | {row.seconds:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def score_run(corpus_path: Path, canonical_path: Path | None, fetches: int) -> int:
+    """The table for a run of `miqps learn` + `miqps canonicalize` made outside this process."""
+    if canonical_path is None:
+        print("--score needs --canonical", file=sys.stderr)
+        return 2
+    corpus = [
+        CorpusURL(*line.rstrip("\n").split("\t", 1))
+        for line in corpus_path.read_text(encoding="utf-8").splitlines()
+        if "\t" in line
+    ]
+    canonical_lines = canonical_path.read_text(encoding="utf-8").splitlines()
+    if len(canonical_lines) != len(corpus):
+        print(f"{canonical_path} has {len(canonical_lines)} lines for {len(corpus)} URLs",
+              file=sys.stderr)
+        return 1
+    answers = {entry.url: line or entry.url for entry, line in zip(corpus, canonical_lines,
+                                                                     strict=True)}
+    rows = [score(name, corpus, function) for name, function in baselines()]
+    rows.append(score("miqps learn + canonicalize", corpus, answers.__getitem__,
+                      fetches=fetches))
+    print(format_table(rows))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--family", default="holdout", choices=["holdout", "tuning"])
+    parser.add_argument("--sites", type=int, default=12)
+    parser.add_argument("--urls-per-site", type=int, default=3000)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--samples", type=int, default=LearnConfig().samples)
+    parser.add_argument("--threshold", type=float, default=LearnConfig().threshold)
+    parser.add_argument("--min-conclusive", type=int, default=LearnConfig().min_conclusive)
+    parser.add_argument("--verify-samples", type=int, default=LearnConfig().verify_samples)
+    parser.add_argument("--rate", type=float, default=40.0,
+                        help="probe requests per second per simulated host")
+    parser.add_argument("--score", type=Path, metavar="CORPUS_TSV",
+                        help="score an existing run: url<TAB>content_key lines ...")
+    parser.add_argument("--canonical", type=Path, help="... and the canonical URL per line")
+    parser.add_argument("--fetches", type=int, default=0, help="... and the fetches it spent")
+    args = parser.parse_args(argv)
+    if args.score is not None:
+        return score_run(args.score, args.canonical, args.fetches)
+
+    sites = build_sites(args.family, args.sites, seed=args.seed)
+    corpus = generate_corpus(sites, args.urls_per_site, seed=args.seed)
+    config = LearnConfig(
+        samples=args.samples,
+        threshold=args.threshold,
+        min_conclusive=args.min_conclusive,
+        verify_samples=args.verify_samples,
+    )
+    with SimWeb(sites, seed=args.seed, rate_limit_per_second=args.rate * 1.5) as web:
+        fetch_config = FetchConfig(proxy=web.proxy_url, per_host_rate=args.rate, timeout=2.0)
+        maps, fetches, learn_seconds = asyncio.run(
+            learn_maps(corpus, web.proxy_url, config, fetch_config)
+        )
+    learned = Canonicalizer()
+    learned.load(maps)
+    cold = Canonicalizer()
+
+    def with_maps(url: str) -> str:
+        return learned.canonical_url(parse(url))
+
+    def prior_only(url: str) -> str:
+        return cold.canonical_url(parse(url))
+
+    rows = [score(name, corpus, function) for name, function in baselines()]
+    rows.append(score("miqps, cold-start prior only", corpus, _safe(prior_only)))
+    rows.append(
+        score("miqps, learned maps", corpus, _safe(with_maps), fetches=fetches,
+              extra_seconds=learn_seconds)
+    )
+    distinct = len({entry.url for entry in corpus})
+    print(
+        f"family={args.family} sites={args.sites} urls={len(corpus)} distinct={distinct} "
+        f"pages={len({e.content_key for e in corpus})} fetches={fetches} "
+        f"learn_seconds={learn_seconds:.1f}"
+    )
+    print(format_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
