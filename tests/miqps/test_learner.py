@@ -1,0 +1,287 @@
+"""The learner against the simulated web: every trap of every archetype, with ground truth."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from miqps.fetch import FetchConfig, Fetcher
+from miqps.learner import LearnConfig, Learner
+from miqps.maps import Layer, anomaly_gate, merge_update
+from miqps.prober import Outcome, PageProber
+from miqps.urls import parse
+from simweb.corpus import generate_corpus
+from simweb.resolve import match_route
+from simweb.server import SimWeb
+from simweb.sites import Role, build_sites
+from tests.miqps.conftest import LearnedRun, learn_on
+
+CONTENT_ROLES = {Role.IDENTITY, Role.VARIANT, Role.FILTER, Role.PAGINATION, Role.SORT,
+                 Role.DEFAULTED}
+
+
+def test_no_two_pages_are_ever_merged(tuning_run: LearnedRun) -> None:
+    pages_by_canonical: dict[str, set[str]] = defaultdict(set)
+    for entry in tuning_run.corpus:
+        canonical = tuning_run.canonicalizer.canonical_url(parse(entry.url))
+        pages_by_canonical[canonical].add(entry.content_key)
+    merged = {c: keys for c, keys in pages_by_canonical.items() if len(keys) > 1}
+    assert not merged, list(merged.items())[:5]
+
+
+def test_learning_removes_most_redundant_urls(tuning_run: LearnedRun) -> None:
+    distinct = {entry.url: entry.content_key for entry in tuning_run.corpus}
+    canonicals = {tuning_run.canonicalizer.canonical_url(parse(url)) for url in distinct}
+    redundant = len(distinct) - len(set(distinct.values()))
+    removed = len(distinct) - len(canonicals)
+    assert removed / redundant > 0.6
+
+
+def test_every_fetch_is_counted(tuning_run: LearnedRun) -> None:
+    assert tuning_run.stats.requests == tuning_run.server_requests
+    assert sum(r.fetches for r in tuning_run.reports) == tuning_run.stats.requests
+
+
+def test_content_parameters_are_never_dropped(tuning_run: LearnedRun) -> None:
+    wrong = []
+    for domain, domain_map in tuning_run.maps.items():
+        for key, decision in domain_map.patterns.items():
+            example = next(e for e in tuning_run.corpus
+                           if parse(e.url).host == domain and parse(e.url).pattern == key)
+            url = parse(example.url)
+            for name in decision.dropped:
+                role = tuning_run.role(url, name)
+                if role in CONTENT_ROLES:
+                    wrong.append((domain, key, name, role))
+    assert not wrong, wrong[:10]
+
+
+def test_alias_pairs_keep_one_and_never_drop_both(tuning_run: LearnedRun) -> None:
+    checked = 0
+    for domain, domain_map in tuning_run.maps.items():
+        for key, decision in domain_map.patterns.items():
+            for entry in tuning_run.corpus:
+                url = parse(entry.url)
+                if url.host == domain and url.pattern == key:
+                    break
+            aliases = [n for n in url.names if tuning_run.role(url, n) is Role.ALIAS]
+            if len(aliases) == 2:
+                checked += 1
+                assert set(aliases) & decision.kept, (domain, key)
+                if decision.verification.restored:
+                    assert decision.params[decision.verification.restored[0]].layer in (
+                        Layer.VERIFICATION, Layer.LEARNED)
+    assert checked >= 2, "the alias trap was not exercised"
+
+
+def test_tracking_session_and_cache_busters_are_dropped_in_large_patterns(
+    tuning_run: LearnedRun,
+) -> None:
+    neutral_seen = 0
+    kept_neutral = []
+    for domain, domain_map in tuning_run.maps.items():
+        for key, decision in domain_map.patterns.items():
+            if decision.urls_seen < 15:
+                continue
+            url = next(parse(e.url) for e in tuning_run.corpus
+                       if parse(e.url).host == domain and parse(e.url).pattern == key)
+            for name in url.names:
+                role = tuning_run.role(url, name)
+                if role is not None and role.neutral:
+                    neutral_seen += 1
+                    if name in decision.kept:
+                        kept_neutral.append((domain, key, name, decision.params[name].layer))
+    assert neutral_seen > 10
+    assert not kept_neutral, kept_neutral
+
+
+def test_one_name_is_content_on_one_site_and_noise_on_another(tuning_run: LearnedRun) -> None:
+    docs, shop = tuning_run.host_of("docs"), tuning_run.host_of("shop")
+    docs_v = [d for k, d in tuning_run.maps[docs].patterns.items() if "v" in d.params]
+    shop_v = [d for k, d in tuning_run.maps[shop].patterns.items()
+              if "v" in d.params and d.urls_seen >= 3]
+    assert docs_v and shop_v
+    assert all("v" in d.kept for d in docs_v)
+    assert any("v" in d.dropped for d in shop_v)
+    assert all(d.params["v"].decision == "drop" for d in shop_v)
+
+
+def test_one_parameter_set_means_different_things_under_different_paths(
+    tuning_run: LearnedRun,
+) -> None:
+    by_role: dict[tuple[str, str], dict[bool, list[tuple[str, bool, str]]]] = defaultdict(
+        lambda: {True: [], False: []}
+    )
+    for entry in tuning_run.corpus:
+        url = parse(entry.url)
+        if not url.pairs:
+            continue
+        decision = tuning_run.maps[url.host].patterns[url.pattern]
+        for name in url.names:
+            role = tuning_run.role(url, name)
+            if role is None or role is Role.ALIAS:
+                continue
+            by_role[(url.host, name)][role.neutral].append(
+                (url.pattern, name in decision.kept, decision.params[name].decision)
+            )
+    mixed = {k: v for k, v in by_role.items() if v[True] and v[False]}
+    assert mixed, "no site uses one name for content under one path and noise under another"
+    for (host, name), sides in mixed.items():
+        assert all(kept for _, kept, _ in sides[False]), (host, name)
+        assert any(pooled == "drop" for _, _, pooled in sides[True]), (host, name, sides[True])
+
+
+def test_default_values_are_elided_and_other_values_kept(tuning_run: LearnedRun) -> None:
+    elided = Counter()
+    for entry in tuning_run.corpus:
+        url = parse(entry.url)
+        for name in url.names:
+            if tuning_run.role(url, name) is not Role.DEFAULTED:
+                continue
+            site = tuning_run.site(url.host)
+            route, _ = match_route(site, url.path) or (None, None)
+            assert route is not None
+            param = route.param(name)
+            assert param is not None
+            canonical = tuning_run.canonicalizer.canonical_url(url)
+            present = name + "=" in canonical
+            if url.value_of(name) == f"{name}={param.default}":
+                elided[present] += 1
+            else:
+                assert present, (entry.url, canonical)
+    assert elided[False] > elided[True], elided
+
+
+def test_rare_patterns_keep_what_they_cannot_prove(tuning_run: LearnedRun) -> None:
+    config = LearnConfig()
+    insufficient = 0
+    for domain_map in tuning_run.maps.values():
+        for decision in domain_map.patterns.values():
+            for name, evidence in decision.params.items():
+                if evidence.layer is Layer.INSUFFICIENT:
+                    insufficient += 1
+                    assert name in decision.kept
+                if name in decision.dropped:
+                    assert evidence.conclusive >= config.min_conclusive
+                    assert decision.verification.samples >= 1
+    assert insufficient > 0, "no rare pattern exercised the conservative default"
+
+
+def test_hanging_pages_are_inconclusive_and_their_parameters_kept(tuning_run: LearnedRun) -> None:
+    forum = tuning_run.host_of("forum")
+    timeouts = [url for url, reason in tuning_run.failures.items()
+                if "/attachments" in url and "timed out" in reason]
+    assert timeouts
+    attachments = [d for k, d in tuning_run.maps[forum].patterns.items()
+                   if k.startswith("/attachments?")]
+    assert attachments
+    for decision in attachments:
+        assert not decision.dropped, decision.to_json()
+
+
+def test_lying_canonical_does_not_merge_products(tuning_run: LearnedRun) -> None:
+    store = tuning_run.host_of("store")
+    items = {e.url: e.content_key for e in tuning_run.corpus if f"//{store}/item?" in e.url}
+    canonicals = {tuning_run.canonicalizer.canonical_url(parse(u)) for u in items}
+    assert len(canonicals) >= len(set(items.values()))
+
+
+def test_rate_limits_are_honoured_with_retry_after() -> None:
+    sites = build_sites("tuning", 1, seed=5)
+    corpus = generate_corpus(sites, 30, seed=5)
+    urls = sorted({e.url for e in corpus})[:12]
+    with SimWeb(sites, rate_limit_per_second=4, flaky_rate=0) as web:
+
+        async def fetch_all() -> tuple[int, int]:
+            config = FetchConfig(proxy=web.proxy_url, per_host_rate=50, max_attempts=4)
+            async with Fetcher(config) as fetcher:
+                results = await asyncio.gather(*(fetcher.fetch(u) for u in urls))
+                return sum(r.status == 200 for r in results), fetcher.stats.retries
+
+        ok, retries = asyncio.run(fetch_all())
+    assert retries > 0, "the server's 429s were not seen"
+    assert ok == len(urls)
+
+
+def test_failures_after_retries_are_inconclusive_never_unchanged() -> None:
+    sites = build_sites("tuning", 1, seed=5)
+    corpus = generate_corpus(sites, 60, seed=5)
+    with SimWeb(sites, flaky_rate=1.0, rate_limit_per_second=0) as web:
+        config = FetchConfig(proxy=web.proxy_url, max_attempts=2, backoff_base=0.01)
+        maps, _, stats, _ = learn_on(web, corpus, LearnConfig(), config)
+    assert stats.failed > 0
+    for domain_map in maps.values():
+        for decision in domain_map.patterns.values():
+            assert not decision.dropped
+            assert all(e.layer in (Layer.INSUFFICIENT, Layer.ALLOWLIST)
+                       for e in decision.params.values())
+
+
+class _SamePageForEverything(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"<html><body><h1>Access denied</h1><p>Please try later.</p></body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+@pytest.fixture
+def broken_site_proxy() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _SamePageForEverything)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_anomaly_gate_rejects_a_site_that_starts_serving_one_page(
+    tuning_run: LearnedRun, broken_site_proxy: str
+) -> None:
+    shop = tuning_run.host_of("shop")
+    old = merge_update(None, tuning_run.maps[shop])
+    urls = [parse(e.url) for e in tuning_run.corpus if parse(e.url).host == shop]
+
+    async def relearn() -> None:
+        async with Fetcher(FetchConfig(proxy=broken_site_proxy)) as fetcher:
+            learner = Learner(PageProber(fetcher))
+            broken, _ = await learner.learn_domain(shop, urls)
+            verdict = anomaly_gate(old, merge_update(old, broken), 0.5)
+            assert not verdict.accepted, verdict
+            assert len(verdict.flipped) > verdict.kept_before / 2
+
+    asyncio.run(relearn())
+
+
+def test_a_parameter_that_changes_nothing_is_unchanged_despite_page_noise() -> None:
+    sites = build_sites("tuning", 1, seed=5)
+    url = next(e.url for e in generate_corpus(sites, 200, seed=5)
+               if "utm_source=" in e.url and "/product" in e.url)
+    parsed = parse(url)
+    with SimWeb(sites, flaky_rate=0, rate_limit_per_second=0) as web:
+
+        async def compare() -> tuple[Outcome, Outcome]:
+            async with Fetcher(FetchConfig(proxy=web.proxy_url)) as fetcher:
+                prober = PageProber(fetcher)
+                template = parsed.host + "/product"
+                tracking = await prober.compare(
+                    template, parsed.url, parsed.without(["utm_source"])
+                )
+                identity = await prober.compare(
+                    template, parsed.url, parsed.without(["id", "pid"])
+                )
+                return tracking, identity
+
+        tracking, identity = asyncio.run(compare())
+    assert tracking is Outcome.UNCHANGED
+    assert identity is Outcome.CHANGED
