@@ -34,8 +34,9 @@ from miqps.maps import DomainMap, merge_update
 from miqps.prober import PageProber
 from miqps.urls import InvalidURL, parse
 from simweb.corpus import CorpusURL, generate_corpus
+from simweb.resolve import match_route
 from simweb.server import SimWeb
-from simweb.sites import build_sites
+from simweb.sites import Site, build_sites, param_roles
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +124,39 @@ async def learn_maps(
     )
 
 
+def parameter_oracle(sites: Sequence[Site]) -> Callable[[str], str]:
+    """The best any per-parameter canonicalizer can do, from the simulated web's ground truth:
+    drop every neutral parameter and every default value, and one of two aliases present
+    together. What it still misses (a page reached through either alias alone) is out of
+    reach for any canonicalizer that only keeps or drops parameters."""
+    by_host = {site.host: site for site in sites}
+
+    def canonical(text: str) -> str:
+        url = parse(text)
+        site = by_host.get(url.host)
+        matched = match_route(site, url.path) if site else None
+        if site is None or matched is None:
+            return url.url
+        route, _ = matched
+        roles = param_roles(site)
+        keep = set()
+        for name in url.names:
+            role = roles.get((route.hint, name))
+            param = route.param(name)
+            if role is None or role.neutral:
+                continue
+            if param is not None and param.default and url.value_of(name) == (
+                f"{name}={param.default}"
+            ):
+                continue
+            keep.add(name)
+        aliases = [name for name in route.key if name in keep]
+        keep -= set(aliases[1:])
+        return url.with_only(keep)
+
+    return canonical
+
+
 def baselines() -> list[tuple[str, Callable[[str], str]]]:
     from courlan import clean_url
     from w3lib.url import canonicalize_url
@@ -151,7 +185,9 @@ def format_table(rows: Sequence[Quality]) -> str:
     return "\n".join(lines)
 
 
-def score_run(corpus_path: Path, canonical_path: Path | None, fetches: int) -> int:
+def score_run(
+    corpus_path: Path, canonical_path: Path | None, fetches: int, sites: Sequence[Site]
+) -> int:
     """The table for a run of `miqps learn` + `miqps canonicalize` made outside this process."""
     if canonical_path is None:
         print("--score needs --canonical", file=sys.stderr)
@@ -169,6 +205,7 @@ def score_run(corpus_path: Path, canonical_path: Path | None, fetches: int) -> i
     answers = {entry.url: line or entry.url for entry, line in zip(corpus, canonical_lines,
                                                                      strict=True)}
     rows = [score(name, corpus, function) for name, function in baselines()]
+    rows.append(score("ceiling: per-parameter oracle", corpus, parameter_oracle(sites)))
     rows.append(score("miqps learn + canonicalize", corpus, answers.__getitem__,
                       fetches=fetches))
     print(format_table(rows))
@@ -192,10 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--canonical", type=Path, help="... and the canonical URL per line")
     parser.add_argument("--fetches", type=int, default=0, help="... and the fetches it spent")
     args = parser.parse_args(argv)
-    if args.score is not None:
-        return score_run(args.score, args.canonical, args.fetches)
-
     sites = build_sites(args.family, args.sites, seed=args.seed)
+    if args.score is not None:
+        return score_run(args.score, args.canonical, args.fetches, sites)
+
     corpus = generate_corpus(sites, args.urls_per_site, seed=args.seed)
     config = LearnConfig(
         samples=args.samples,
@@ -219,6 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cold.canonical_url(parse(url))
 
     rows = [score(name, corpus, function) for name, function in baselines()]
+    rows.append(score("ceiling: per-parameter oracle", corpus, parameter_oracle(sites)))
     rows.append(score("miqps, cold-start prior only", corpus, _safe(prior_only)))
     rows.append(
         score("miqps, learned maps", corpus, _safe(with_maps), fetches=fetches,
