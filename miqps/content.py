@@ -11,7 +11,6 @@ HTTP status and every non-volatile block.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -19,10 +18,7 @@ from dataclasses import dataclass, field
 import xxhash
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-_SKIPPED_TAGS = frozenset(
-    ("script", "style", "noscript", "template", "svg", "iframe", "head", "-comment")
-)
-_WHITESPACE = re.compile(r"\s+")
+_SKIPPED_SELECTOR = "script, style, noscript, template, svg, iframe, [hidden]"
 _BODY_BLOCK = "#body"
 _TITLE_BLOCK = "title"
 
@@ -54,12 +50,14 @@ def snapshot_html(status: int, final_url: str, body: bytes, redirects: int = 0) 
     texts: dict[str, list[str]] = {}
     title = tree.css_first("title")
     if title is not None:
-        texts[_TITLE_BLOCK] = [_WHITESPACE.sub(" ", title.text(deep=True)).strip()]
+        texts[_TITLE_BLOCK] = [" ".join(title.text(deep=True).split())]
     canonical = tree.css_first('link[rel="canonical"]')
     hint = canonical.attributes.get("href") if canonical is not None else None
     root = tree.body
     if root is not None:
-        _collect(root, "body", texts)
+        for node in root.css(_SKIPPED_SELECTOR):
+            node.decompose()
+        _collect(root, texts)
     blocks = {path: _text_digest("\x1f".join(parts)) for path, parts in texts.items()}
     return Snapshot(status, final_url, blocks, hint, redirects)
 
@@ -68,32 +66,22 @@ def _text_digest(text: str) -> int:
     return xxhash.xxh3_64_intdigest(text.encode("utf-8", "replace"))
 
 
-def _collect(root: LexborNode, root_path: str, texts: dict[str, list[str]]) -> None:
-    stack: list[tuple[LexborNode, str]] = [(root, root_path)]
-    while stack:
-        node, path = stack.pop()
-        child = node.last_child
-        children: list[tuple[LexborNode, str]] = []
-        while child is not None:
-            tag = child.tag
-            if tag == "-text":
-                text = child.text_content
-                if text and not text.isspace():
-                    children.append((child, ""))
-            elif tag not in _SKIPPED_TAGS and not _is_hidden(child):
-                children.append((child, path + ">" + _node_label(child)))
-            child = child.prev
-        for node_child, child_path in children:
-            if child_path:
-                stack.append((node_child, child_path))
-            else:
-                text = _WHITESPACE.sub(" ", node_child.text_content or "").strip()
-                texts.setdefault(path, []).append(text)
-
-
-def _is_hidden(node: LexborNode) -> bool:
-    attributes = node.attributes
-    return "hidden" in attributes or (node.tag == "input" and attributes.get("type") == "hidden")
+def _collect(root: LexborNode, texts: dict[str, list[str]]) -> None:
+    """Visible text grouped by the DOM path of its element, in document order."""
+    paths = {root.mem_id: "body"}
+    for node in root.traverse(include_text=True):
+        parent = node.parent
+        if parent is None:
+            continue
+        parent_path = paths.get(parent.mem_id)
+        if parent_path is None:
+            continue
+        if node.tag == "-text":
+            text = node.text_content
+            if text and not text.isspace():
+                texts.setdefault(parent_path, []).append(" ".join(text.split()))
+        else:
+            paths[node.mem_id] = parent_path + ">" + _node_label(node)
 
 
 def snapshot_bytes(status: int, final_url: str, body: bytes, redirects: int = 0) -> Snapshot:
