@@ -22,8 +22,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from miqps.canonical import StaticLayers
@@ -95,6 +95,8 @@ class _ShapePool:
     urls: list[NormalizedURL]
     evidence: dict[str, ParamEvidence] = field(default_factory=dict)
     value_outcomes: dict[str, dict[str, Outcome]] = field(default_factory=dict)
+    pattern_outcomes: dict[tuple[str, str], list[Outcome]] = field(default_factory=dict)
+    carriers: Counter[str] = field(default_factory=Counter)
     defaults: dict[str, list[str]] = field(default_factory=dict)
     unchanged_removals: dict[str, set[frozenset[str]]] = field(default_factory=dict)
     covered_patterns: set[str] = field(default_factory=set)
@@ -147,7 +149,9 @@ class Learner:
 
     async def _probe_pool(self, pool: _ShapePool) -> None:
         config = self.config
-        names = sorted({name for url in pool.urls for name in url.names})
+        for url in pool.urls:
+            pool.carriers.update(url.names)
+        names = sorted(pool.carriers)
         for name in names:
             pool.evidence[name] = ParamEvidence()
             pool.value_outcomes[name] = {}
@@ -176,6 +180,7 @@ class Learner:
                 for name, outcome in outcomes.items():
                     _count(pool.evidence[name], outcome)
                     pool.value_outcomes[name][url.value_of(name)] = outcome
+                    pool.pattern_outcomes.setdefault((url.pattern, name), []).append(outcome)
             open_names = {
                 name
                 for name in open_names
@@ -239,27 +244,36 @@ class Learner:
         return first | second
 
     async def _confirm_defaults(self, pool: _ShapePool) -> None:
-        """A kept parameter whose value once made no difference may carry a default value
-        (``sort=relevance``, ``page=1``). Such a value is elided only after it also made no
-        difference on ``default_confirmations`` other pages: a default that depends on the
-        page (a product's default colour) fails this and stays."""
-        tasks = []
+        """A kept parameter may carry a default value (``sort=relevance``, ``page=1``):
+        one that shows the same page as leaving the parameter out. Candidates are the
+        values that once made no difference and the values most URLs carry. A value is
+        elided only after it made no difference on ``1 + default_confirmations`` pages
+        and a difference on none: a default that depends on the page (a product's
+        default colour) fails this and stays."""
+        tasks: list[Awaitable[None]] = []
         for name, evidence in pool.evidence.items():
             if evidence.decision != "keep" or evidence.layer is not Layer.LEARNED:
                 continue
-            values = [v for v, o in pool.value_outcomes[name].items() if o is Outcome.UNCHANGED]
-            for value in values[:3]:
-                tasks.append(self._confirm_default(pool, name, value))
+            outcomes = pool.value_outcomes[name]
+            candidates = [v for v, o in outcomes.items() if o is Outcome.UNCHANGED][:2]
+            counts = Counter(u.value_of(name) for u in pool.urls if name in u.names)
+            for value, count in counts.most_common(2):
+                if count >= 0.1 * pool.carriers[name] and value not in outcomes:
+                    candidates.append(value)
+            tasks.extend(self._confirm_default(pool, name, value) for value in candidates)
         await asyncio.gather(*tasks)
 
     async def _confirm_default(self, pool: _ShapePool, name: str, value: str) -> None:
-        needed = self.config.default_confirmations
-        carriers = [u for u in pool.urls if name in u.names and u.value_of(name) == value]
-        others = sorted(carriers, key=lambda u: u.url)
-        random.Random(f"{self.config.seed}:{pool.template}:{value}").shuffle(others)
+        seen_once = pool.value_outcomes[name].get(value) is Outcome.UNCHANGED
+        needed = self.config.default_confirmations + (0 if seen_once else 1)
+        carriers = sorted(
+            (u for u in pool.urls if name in u.names and u.value_of(name) == value),
+            key=lambda u: u.url,
+        )
+        random.Random(f"{self.config.seed}:{pool.template}:{value}").shuffle(carriers)
         confirmed = 0
         contexts: set[str] = set()
-        for url in others:
+        for url in carriers:
             if confirmed >= needed:
                 break
             context = url.without([name])
@@ -276,7 +290,7 @@ class Learner:
 
     async def _decide_patterns(self, pool: _ShapePool) -> dict[str, PatternDecision]:
         """Verify every pattern of the shape, largest first, a few at a time, so that a
-        parameter restored on one pattern is kept from the start on its siblings."""
+        repair on a sibling pattern first tries what the larger patterns needed."""
         by_pattern: dict[str, list[NormalizedURL]] = defaultdict(list)
         for url in pool.urls:
             by_pattern[url.pattern].append(url)
@@ -297,37 +311,41 @@ class Learner:
         names = sorted(urls[0].names)
         evidence = {name: _copy(pool.evidence[name]) for name in names}
         kept = {name for name in names if evidence[name].decision == "keep"}
-        for name in pool.restored & set(names) - kept:
-            kept.add(name)
-            evidence[name].decision, evidence[name].layer = "keep", Layer.VERIFICATION
+        kept -= self._neutral_here(pool, key, kept, evidence)
         defaults = {name: list(pool.defaults[name]) for name in kept if name in pool.defaults}
         verification = Verification()
         samples = sorted(urls, key=lambda u: u.url)
         random.Random(f"{self.config.seed}:{key}").shuffle(samples)
         samples.sort(key=lambda u: not self.prober.has_snapshot(u.url))
-        for url in samples[: self.config.verify_samples]:
+        budget = self.config.verify_samples
+        checked = 0
+        forms: set[frozenset[str]] = set()
+        for url in samples:
             removed = _removed(url, kept, defaults)
-            if not removed:
+            if not removed or (checked >= budget and removed in forms):
+                continue
+            if checked >= budget + 1:
                 break
+            forms.add(removed)
+            checked += 1
             if removed in pool.unchanged_removals.get(url.url, ()):
                 verification.samples += 1
                 continue
-            reduced = url.without(removed)
-            outcome = await self.prober.compare(pool.template, url.url, reduced)
+            outcome = await self.prober.compare(pool.template, url.url, url.without(removed))
             if outcome is Outcome.INCONCLUSIVE:
                 verification.inconclusive += 1
                 continue
             verification.samples += 1
             if outcome is Outcome.CHANGED:
                 verification.changed += 1
-                restored = await self._repair(pool, url, sorted(removed), kept, evidence)
+                restored = await self._repair(pool, url, sorted(removed), evidence)
                 verification.restored.extend(restored)
                 for name in restored:
                     kept.add(name)
                     defaults.pop(name, None)
                     evidence[name].decision, evidence[name].layer = "keep", Layer.VERIFICATION
                 pool.restored.update(restored)
-        if verification.samples == 0:
+        if checked and verification.samples == 0:
             defaults.clear()
             for name in names:
                 if name not in kept:
@@ -344,17 +362,36 @@ class Learner:
             urls_seen=len(urls),
         )
 
+    def _neutral_here(
+        self, pool: _ShapePool, key: str, kept: set[str], evidence: dict[str, ParamEvidence]
+    ) -> set[str]:
+        """Kept parameters that changed the page elsewhere but never in this pattern, on at
+        least two distinct values, such as one of two aliases present together. They are
+        dropped only if this pattern's verification then shows the page unchanged."""
+        neutral = set()
+        for name in kept:
+            pooled = evidence[name]
+            if pooled.layer is not Layer.LEARNED or not pooled.unchanged:
+                continue
+            local = pool.pattern_outcomes.get((key, name), [])
+            if len(local) >= 2 and all(outcome is Outcome.UNCHANGED for outcome in local):
+                neutral.add(name)
+                pooled.decision, pooled.layer = "drop", Layer.VERIFICATION
+        return neutral
+
     async def _repair(
         self,
         pool: _ShapePool,
         url: NormalizedURL,
         removed: list[str],
-        kept: set[str],
         evidence: dict[str, ParamEvidence],
     ) -> list[str]:
         """Add removed parameters back one at a time until the page no longer changes;
         if no single one is enough, keep them all."""
-        order = sorted(removed, key=lambda n: (-_change_ratio(evidence[n]), n))
+        order = sorted(
+            removed,
+            key=lambda n: (n not in pool.restored, evidence[n].changed == 0, -pool.carriers[n], n),
+        )
         for name in order:
             restore = frozenset(removed) - {name}
             outcome = await self.prober.compare(pool.template, url.url, url.without(restore))
