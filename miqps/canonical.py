@@ -9,13 +9,27 @@ parameter that the domain's learned evidence keeps.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
+from itertools import pairwise
+from operator import itemgetter
 from typing import Any
 
+import can_ada
+
 from miqps.maps import DomainMap, Layer
-from miqps.urls import NormalizedURL, path_shape, pattern_key
+from miqps.urls import (
+    MAX_URL_BYTES,
+    InvalidURL,
+    NormalizedURL,
+    components,
+    normalize_percent_encoding,
+    param_name,
+    path_shape,
+    pattern_key,
+    split_pairs,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +79,39 @@ class Decision:
         }
 
 
-class _CompiledDomain:
-    """One domain's map reduced to what the per-URL path needs."""
+_CACHE_SIZE = 1 << 16
+_MAX_STARS = 16
+_STARS = tuple("/*" * depth for depth in range(_MAX_STARS))
 
-    __slots__ = ("learned_keep", "map", "patterns", "version")
+# A plan says which of a URL's pairs to keep, the pairs being sorted as plain strings: an
+# ``operator.itemgetter`` of their indexes (one index gives the kept pair, several a tuple
+# of them), or one of the markers below, told apart by identity. Plain string order is
+# name order but for a name that repeats (the pairs must then keep their relative order)
+# or one that is a prefix of another followed by a character below "=" (``a=1`` sorts
+# after ``a.b=2``): for those the plan is _IRREGULAR and the URL takes the general path.
+_Plan = Callable[[Sequence[str]], Any]
+_IRREGULAR: _Plan = itemgetter(slice(0, 0))
+_KEEP_ALL: _Plan = itemgetter(slice(None))
+_KEEP_NONE: _Plan = itemgetter(slice(0, 0))
+
+
+def _plan_for(kept: Sequence[int], count: int) -> _Plan:
+    if not kept:
+        return _KEEP_NONE
+    if len(kept) == count:
+        return _KEEP_ALL
+    return itemgetter(*kept)
+
+
+class _CompiledDomain:
+    """One domain's map reduced to what the per-URL path needs.
+
+    ``plans`` maps ``shape?names`` (the names of the pairs in string order) to the indexes
+    of the pairs to keep in that order: for a learned pattern it is filled from the map up
+    front, other keys are added as they are seen, and all of it is rebuilt on every update.
+    """
+
+    __slots__ = ("default_pairs", "learned_keep", "map", "patterns", "plans", "version")
 
     def __init__(self, domain_map: DomainMap, allowlist: frozenset[str]) -> None:
         self.map = domain_map
@@ -83,43 +126,306 @@ class _CompiledDomain:
             for name, evidence in decision.params.items()
             if evidence.decision == "keep" and evidence.layer == Layer.LEARNED
         )
+        self.default_pairs: dict[str, frozenset[str]] = {}
+        for key, decision in domain_map.patterns.items():
+            values = frozenset(
+                value
+                for name, evidence in decision.params.items()
+                if name in self.patterns[key]
+                for value in evidence.default_values
+            )
+            if values:
+                self.default_pairs[key] = values
+        self.plans: dict[str, _Plan] = {}
+        self.reset_plans()
+
+    def reset_plans(self) -> None:
+        plans: dict[str, _Plan] = {}
+        for key, keep in self.patterns.items():
+            # What a URL's key would hold: "/p?" means one empty name, as in "/p?=1".
+            names = key.partition("?")[2].split("&")
+            if _strictly_increasing(names):  # else no URL looks the key up
+                kept = [i for i, name in enumerate(names) if name in keep]
+                plans[key] = _plan_for(kept, len(names))
+        self.plans = plans
+
+
+def _strictly_increasing(names: Sequence[str]) -> bool:
+    return all(a < b for a, b in pairwise(names))
 
 
 class Canonicalizer:
     """Turns normalized URLs into canonical ones, given the current maps.
 
-    Maps can be replaced at any time with :meth:`update`; the per-URL path reads one dict.
+    Maps can be replaced at any time with :meth:`update`. The per-URL path sorts the pairs
+    as plain strings, which almost always sorts them by name, and looks up a *plan* (which
+    of them to keep) by path shape and the names in that order: filled from the maps for
+    learned patterns, computed once and remembered for the others.
+    :meth:`canonical_texts` goes from text to canonical text in batches without building
+    objects; it is what the CLI and the stream workers should call.
     """
 
     def __init__(self, layers: StaticLayers | None = None, *, use_prior: bool = True) -> None:
-        self.layers = layers or StaticLayers.default()
-        self.use_prior = use_prior
+        self._layers = layers or StaticLayers.default()
+        self._use_prior = use_prior
         self._domains: dict[str, _CompiledDomain] = {}
+        # Maps under a key no URL's hostname can equal (a port, userinfo): kept for map_for.
+        self._unreachable: dict[str, _CompiledDomain] = {}
+        # Plans for domains without a map: they depend on the parameter names alone.
+        self._unmapped_plans: dict[str, _Plan] = {}
+        self._heads: dict[str, str] = {}
+
+    @property
+    def layers(self) -> StaticLayers:
+        return self._layers
+
+    @layers.setter
+    def layers(self, layers: StaticLayers) -> None:
+        self._layers = layers
+        self._forget_plans()
+
+    @property
+    def use_prior(self) -> bool:
+        return self._use_prior
+
+    @use_prior.setter
+    def use_prior(self, use_prior: bool) -> None:
+        self._use_prior = use_prior
+        self._forget_plans()
+
+    def _forget_plans(self) -> None:
+        self._unmapped_plans = {}
+        for compiled in self._domains.values():
+            compiled.reset_plans()
 
     def update(self, domain_map: DomainMap) -> None:
-        self._domains[domain_map.domain] = _CompiledDomain(domain_map, self.layers.allowlist)
+        domain = domain_map.domain
+        compiled = _CompiledDomain(domain_map, self.layers.allowlist)
+        # The per-URL path looks hosts up as they appear in the URL, port and userinfo
+        # included, so it must never find a key holding either.
+        if "@" in domain or (":" in domain and not domain.endswith("]")):
+            self._unreachable[domain] = compiled
+        else:
+            self._domains[domain] = compiled
 
     def load(self, maps: Mapping[str, DomainMap]) -> None:
         for domain_map in maps.values():
             self.update(domain_map)
 
     def map_for(self, domain: str) -> DomainMap | None:
-        compiled = self._domains.get(domain)
+        compiled = self._domains.get(domain) or self._unreachable.get(domain)
         return compiled.map if compiled else None
 
     def canonical_url(self, url: NormalizedURL) -> str:
-        if not url.pairs:
-            return url.url
-        compiled = self._domains.get(url.host)
-        if compiled is not None:
-            kept = compiled.patterns.get(url.pattern)
-            if kept is not None:
-                return url.with_only(kept)
-        return url.with_only(self._unlearned_keep(url, compiled))
+        pairs = url.pairs
+        if not pairs:
+            return url.origin + url.path + url.route
+        return url.origin + url.path + self._query(url.host, url.path, pairs) + url.route
 
-    def _unlearned_keep(self, url: NormalizedURL, compiled: _CompiledDomain | None) -> set[str]:
-        names = url.names
-        if not self.use_prior:
+    def canonical_text(self, text: str) -> str:
+        """``canonical_url(parse(text))`` without building the URL object.
+
+        Raises :class:`InvalidURL` exactly as :func:`~miqps.urls.parse` does.
+        """
+        origin, host, path, query, route = components(text)
+        if not query:
+            return origin + path + route
+        pairs = split_pairs(query)
+        if not pairs:
+            return origin + path + route
+        return origin + path + self._query(host, path, pairs) + route
+
+    def canonical_texts(
+        self,
+        texts: Iterable[str],
+        errors: list[tuple[int, InvalidURL]] | None = None,
+        *,
+        control_free: bool = False,
+    ) -> list[str]:
+        """:meth:`canonical_text` of each text, in order: the fast path for streams of URLs.
+
+        An invalid text gives ``""`` and, when ``errors`` is given, ``(index, error)`` is
+        appended to it. ``control_free=True`` is the caller's word that no text holds a C0
+        control character or DEL (the CLI checks whole blocks of input at once), which
+        skips that check per text. Anything out of the common case (userinfo, a port, IPv6,
+        non-ASCII, repeated names, bad input) goes through :meth:`canonical_text`, and
+        tests hold the two paths to the same output.
+        """
+        out: list[str] = []
+        append = out.append
+        ada_parse = can_ada.parse
+        domain_of = self._domains.get
+        unmapped = self._unmapped_plans
+        heads = self._heads
+        normalize = normalize_percent_encoding
+        for text in texts:
+            if not (
+                text.isascii()
+                and (control_free or text.isprintable())
+                and 0 < len(text) <= MAX_URL_BYTES
+            ):
+                self._append_slow(text, out, errors)
+                continue
+            try:
+                href: str = ada_parse(text).href
+            except Exception:
+                self._append_slow(text, out, errors)
+                continue
+            if href.startswith("https://"):
+                start = 8
+            elif href.startswith("http://"):
+                start = 7
+            else:
+                self._append_slow(text, out, errors)
+                continue
+            route = ""
+            if "#" in href:  # the first "#" starts the fragment
+                href, _, fragment = href.partition("#")
+                if fragment.startswith("!"):
+                    route = normalize("#" + fragment)
+            base, _, query = href.partition("?")  # the first "?" starts the query
+            slash = base.find("/", start)
+            host = base[start:slash]
+            compiled = domain_of(host)
+            # A mapped host is a plain hostname; anything else may hide userinfo or a port.
+            if compiled is None and (slash <= start or "@" in host or ":" in host):
+                self._append_slow(text, out, errors)
+                continue
+            if "%" in base:  # only in the path: no userinfo here, and hosts hold no "%"
+                base = normalize(base)
+            if not query:
+                append(base + route)
+                continue
+            if "%" in query:
+                query = normalize(query)
+            pairs = query.split("&")
+            if "" in pairs:
+                pairs = [pair for pair in pairs if pair]
+                if not pairs:
+                    append(base + route)
+                    continue
+            pairs.sort()
+            names = [pair.partition("=")[0] for pair in pairs]
+            if compiled is None:
+                plans = unmapped
+                key = "&".join(names)
+            else:
+                plans = compiled.plans
+                head_end = base.find("/", slash + 1)
+                if head_end < 0:
+                    first = base[slash + 1 :]
+                    stars = ""
+                else:
+                    first = base[slash + 1 : head_end]
+                    depth = base.count("/", head_end)
+                    stars = _STARS[depth] if depth < _MAX_STARS else "/*" * depth
+                head = heads.get(first)
+                if head is None:
+                    head = self._head(first)
+                key = f"{head}{stars}?{'&'.join(names)}"
+            plan = plans.get(key)
+            if plan is None:
+                plan = self._plan(plans, key, compiled, names)
+            if plan is _KEEP_ALL:
+                append(f"{base}?{'&'.join(pairs)}{route}")
+            elif plan is _KEEP_NONE:
+                append(base + route)
+            elif plan is _IRREGULAR:
+                self._append_slow(text, out, errors)
+            else:
+                kept = plan(pairs)
+                if kept.__class__ is str:
+                    append(f"{base}?{kept}{route}")
+                else:
+                    append(f"{base}?{'&'.join(kept)}{route}")
+        return out
+
+    def _append_slow(
+        self, text: str, out: list[str], errors: list[tuple[int, InvalidURL]] | None
+    ) -> None:
+        try:
+            out.append(self.canonical_text(text))
+        except InvalidURL as error:
+            if errors is not None:
+                errors.append((len(out), error))
+            out.append("")
+
+    def _head(self, segment: str) -> str:
+        """The first element of a path shape, for a path's first segment (remembered)."""
+        head = path_shape("/" + segment)
+        if len(self._heads) >= _CACHE_SIZE:
+            self._heads.clear()
+        self._heads[segment] = head
+        return head
+
+    def _query(self, host: str, path: str, pairs: Sequence[str]) -> str:
+        """``?`` and the kept pairs in stable name order, or ``""`` when none is kept."""
+        ordered = sorted(pairs)
+        names = [pair.partition("=")[0] for pair in ordered]
+        compiled = self._domains.get(host)
+        if compiled is None:
+            plans = self._unmapped_plans
+            key = "&".join(names)
+        else:
+            plans = compiled.plans
+            key = path_shape(path) + "?" + "&".join(names)
+        plan = plans.get(key)
+        if plan is None:
+            plan = self._plan(plans, key, compiled, names)
+        if plan is _IRREGULAR:
+            names = [pair.partition("=")[0] for pair in pairs]
+            keep = self._keep(compiled, key.partition("?")[0], frozenset(names))
+            kept = [pair for pair, name in zip(pairs, names, strict=True) if name in keep]
+            kept.sort(key=param_name)  # stable: repeated names keep their order
+            query = "&".join(kept)
+        elif plan is _KEEP_NONE:
+            query = ""
+        else:
+            got: str | Sequence[str] = plan(ordered)
+            query = got if isinstance(got, str) else "&".join(got)
+            if compiled is not None and compiled.default_pairs and query:
+                defaults = compiled.default_pairs.get(key)
+                if defaults:
+                    query = "&".join(pair for pair in query.split("&") if pair not in defaults)
+        return "?" + query if query else ""
+
+    def _plan(
+        self,
+        plans: dict[str, _Plan],
+        key: str,
+        compiled: _CompiledDomain | None,
+        names: list[str],
+    ) -> _Plan:
+        """Which pairs to keep, by index in string order; remembered under ``key``.
+
+        ``names`` are those of the pairs sorted as strings. Unless that is not their name
+        order (:data:`_IRREGULAR`), the kept pairs in that order are the canonical order.
+        """
+        if _strictly_increasing(names):
+            shape = key.partition("?")[0] if compiled is not None else ""
+            keep = self._keep(compiled, shape, frozenset(names))
+            plan = _plan_for([i for i, name in enumerate(names) if name in keep], len(names))
+        else:
+            plan = _IRREGULAR
+        if len(plans) >= _CACHE_SIZE:
+            plans.clear()
+        plans[key] = plan
+        return plan
+
+    def _keep(
+        self, compiled: _CompiledDomain | None, shape: str, names: frozenset[str]
+    ) -> frozenset[str] | set[str]:
+        """The parameters to keep among ``names``: the learned pattern's, or the default."""
+        if compiled is not None:
+            keep = compiled.patterns.get(pattern_key(shape, names))
+            if keep is not None:
+                return keep
+        return self._keep_unlearned(names, compiled)
+
+    def _keep_unlearned(
+        self, names: frozenset[str], compiled: _CompiledDomain | None
+    ) -> set[str]:
+        if not self._use_prior:
             return set(names)
         learned_keep = compiled.learned_keep if compiled else frozenset()
         return {
@@ -130,6 +436,9 @@ class Canonicalizer:
             or name in self.layers.allowlist
         }
 
+    def _unlearned_keep(self, url: NormalizedURL, compiled: _CompiledDomain | None) -> set[str]:
+        return self._keep_unlearned(url.names, compiled)
+
     def decide(self, url: NormalizedURL, original: str | None = None) -> Decision:
         """The canonical URL with the layer that decided each parameter."""
         names = sorted(url.names)
@@ -138,7 +447,8 @@ class Canonicalizer:
         decision = compiled.map.patterns.get(pattern) if compiled else None
         layers: dict[str, str] = {}
         if compiled is not None and decision is not None:
-            kept = set(compiled.patterns[pattern])
+            defaults = compiled.default_pairs.get(pattern, frozenset())
+            kept = {n for n in compiled.patterns[pattern] if url.value_of(n) not in defaults}
             for name in names:
                 if name in self.layers.allowlist:
                     layers[name] = Layer.ALLOWLIST

@@ -238,45 +238,90 @@ def _print_summary(
 
 
 def run_canonicalize(args: argparse.Namespace) -> int:
+    import gc
+
     canonicalizer = Canonicalizer(StaticLayers.default(), use_prior=not args.no_prior)
     if args.maps is not None:
+        gc.disable()  # loading makes many objects that all live on: collecting is wasted
         try:
             canonicalizer.load(read_maps(args.maps))
         except (OSError, ValueError) as error:
             print(f"miqps canonicalize: cannot read maps: {error}", file=sys.stderr)
             return 2
-    lines: Iterable[str] = args.urls if args.urls else _stdin_lines()
+        finally:
+            gc.enable()
+        gc.freeze()
+    batches: Iterable[tuple[list[str], bool]] = (
+        [([url.rstrip("\r\n") for url in args.urls], False)] if args.urls else _stdin_lines()
+    )
     write = sys.stdout.write
     if args.json:
+        lines = (line for batch, _ in batches for line in batch)
         for output in _decisions(canonicalizer, lines):
             write(output)
     else:
-        buffer: list[str] = []
-        for output in _canonical_lines(canonicalizer, lines):
-            buffer.append(output)
-            if len(buffer) >= 4096:
-                write("".join(buffer))
-                buffer.clear()
-        write("".join(buffer))
+        for output in _canonical_lines(canonicalizer, batches):
+            write(output)
     sys.stdout.flush()
     return 0
 
 
-def _stdin_lines() -> Iterator[str]:
-    stdin = open(sys.stdin.fileno(), encoding="utf-8", errors="surrogateescape",  # noqa: SIM115
-                 closefd=False, buffering=1 << 16)
-    yield from stdin
+_BLOCK_BYTES = 1 << 20
+# The bytes of a block of lines free of C0 control characters (but "\n") and DEL.
+_CONTROL_FREE = bytes(range(0x20, 0x7F)) + bytes(range(0x80, 0x100)) + b"\n"
 
 
-def _canonical_lines(canonicalizer: Canonicalizer, lines: Iterable[str]) -> Iterator[str]:
-    canonical_url = canonicalizer.canonical_url
-    for number, line in enumerate(lines, 1):
-        text = line.rstrip("\r\n")
-        try:
-            yield canonical_url(parse(text)) + "\n"
-        except InvalidURL as error:
-            _report_invalid(number, error)
-            yield "\n"
+def _stdin_lines() -> Iterator[tuple[list[str], bool]]:
+    """Stdin in blocks of lines, without line ends, each with ``True`` if free of controls.
+
+    Lines are what a UTF-8 text stream with universal newlines and ``surrogateescape``
+    gives (``\\n``, ``\\r\\n`` and ``\\r`` end a line). Checking a whole block for control
+    characters is one C call, instead of one check per line.
+    """
+    stdin = open(sys.stdin.fileno(), "rb", closefd=False)  # noqa: SIM115
+    carry = b""
+    while True:
+        chunk = stdin.read1(_BLOCK_BYTES)
+        if not chunk:
+            break
+        data = carry + chunk if carry else chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            carry = data
+            continue
+        block, carry = data[:cut], data[cut + 1 :]
+        if not block.translate(None, _CONTROL_FREE):  # so no "\r" either
+            yield block.decode("utf-8", "surrogateescape").split("\n"), True
+        else:
+            yield _decode_lines(data[: cut + 1]), False
+    if carry:
+        yield _decode_lines(carry), False
+
+
+def _decode_lines(data: bytes) -> list[str]:
+    text = data.decode("utf-8", "surrogateescape")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    return lines
+
+
+def _canonical_lines(
+    canonicalizer: Canonicalizer, batches: Iterable[tuple[list[str], bool]]
+) -> Iterator[str]:
+    """The output for each batch of lines: one line per input line, empty when invalid."""
+    number = 0
+    for lines, control_free in batches:
+        if not lines:
+            continue
+        errors: list[tuple[int, InvalidURL]] = []
+        outputs = canonicalizer.canonical_texts(lines, errors, control_free=control_free)
+        for index, error in errors:
+            _report_invalid(number + index + 1, error)
+        number += len(lines)
+        yield "\n".join(outputs) + "\n"
 
 
 def _decisions(canonicalizer: Canonicalizer, lines: Iterable[str]) -> Iterator[str]:

@@ -5,22 +5,45 @@ drops default ports and normalizes IPv4 spellings such as ``127.1`` or ``0x7f000
 On top of it we only normalize percent-encoding (decode unreserved characters, uppercase
 hex digits), split the query into ordered pairs and drop the fragment unless it is a
 ``#!`` route.
+
+This is the per-URL hot path of the canonicalizer, so it reads one attribute of the parsed
+URL (``href``) and slices the WHATWG serialization itself instead of asking the C++ object
+for every component: ``scheme "//" [userinfo "@"] host [":" port] path ["?" query]
+["#" fragment]``, where a special URL's path always starts with ``/`` and no component
+before the fragment can contain ``#`` (nor ``?`` before the query, nor ``/`` before the path).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import Any
 
 import can_ada
 
 MAX_URL_BYTES = 8 * 1024
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
-_PERCENT_TRIPLET = re.compile(r"%([0-9A-Fa-f]{2})")
+_PERCENT_TRIPLET = re.compile(r"%[0-9A-Fa-f]{2}")
+# A triplet that normalization changes: lowercase hex, or an unreserved character
+# (- . 0-9 A-Z _ a-z ~ are %2D %2E %30-%39 %41-%5A %5F %61-%7A %7E).
+_UNNORMAL_TRIPLET = re.compile(
+    r"%(?:[a-f][0-9A-Fa-f]|[0-9A-F][a-f]|2[DE]|3[0-9]|4[1-9A-F]|5[0-9AF]|6[1-9A-F]|7[0-9AE])"
+)
+_ASCII_DIGIT = re.compile(r"[0-9]")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
-_SCHEMES = frozenset(("http:", "https:"))
+_HEX = "0123456789abcdefABCDEF"
+# Every spelling of every triplet, mapped to its normal form: the character itself when it
+# is unreserved, the triplet with uppercase hex digits otherwise.
+_TRIPLETS = {
+    "%" + hi + lo: (
+        chr(int(hi + lo, 16)) if chr(int(hi + lo, 16)) in _UNRESERVED
+        else "%" + (hi + lo).upper()
+    )
+    for hi in _HEX
+    for lo in _HEX
+}
+_ada_parse = can_ada.parse
 
 
 class InvalidURL(ValueError):
@@ -33,8 +56,7 @@ class InvalidURL(ValueError):
 
 
 def _normalize_triplet(match: re.Match[str]) -> str:
-    char = chr(int(match.group(1), 16))
-    return char if char in _UNRESERVED else "%" + match.group(1).upper()
+    return _TRIPLETS[match.group()]
 
 
 def normalize_percent_encoding(text: str) -> str:
@@ -43,7 +65,7 @@ def normalize_percent_encoding(text: str) -> str:
     Reserved characters such as ``%2F %3F %23 %26 %3D %2B`` stay encoded, so meaning never
     changes.
     """
-    if "%" not in text:
+    if "%" not in text or _UNNORMAL_TRIPLET.search(text) is None:
         return text
     return _PERCENT_TRIPLET.sub(_normalize_triplet, text)
 
@@ -54,17 +76,23 @@ def path_shape(path: str) -> str:
     ``/p/123`` and ``/p/456`` share the shape ``/p/*``; ``/search`` and ``/compare`` do not,
     because one parameter set can mean different things under different paths of a site.
     """
-    segments = path.split("/")
-    if len(segments) <= 2:
-        first = segments[-1]
+    slashes = path.count("/")
+    start = path.find("/") + 1
+    if slashes < 2:
+        first = path[start:]
         return "/" + first if _is_word(first) else "/*"
-    first = segments[1]
-    head = first if _is_word(first) else "*"
-    return "/" + head + "/*" * (len(segments) - 2)
+    first = path[start : path.find("/", start)]
+    return ("/" + first if _is_word(first) else "/*") + "/*" * (slashes - 1)
 
 
 def _is_word(segment: str) -> bool:
-    return len(segment) <= 32 and not any(ch.isdigit() for ch in segment)
+    if len(segment) > 32:
+        return False
+    if segment.isalpha():  # letters are never digits
+        return True
+    if segment.isascii():
+        return _ASCII_DIGIT.search(segment) is None
+    return not any(ch.isdigit() for ch in segment)
 
 
 def param_name(pair: str) -> str:
@@ -72,9 +100,22 @@ def param_name(pair: str) -> str:
     return name
 
 
-@dataclass(frozen=True, slots=True)
+def split_pairs(query: str) -> list[str]:
+    """The non-empty ``name=value`` pairs of a query (without its ``?``), in order."""
+    pairs = query.split("&")
+    if "" in pairs:
+        return [pair for pair in pairs if pair]
+    return pairs
+
+
 class NormalizedURL:
-    """A statically normalized http(s) URL with its query kept as ordered ``name=value`` pairs."""
+    """A statically normalized http(s) URL with its query kept as ordered ``name=value`` pairs.
+
+    An immutable value: ``origin`` is scheme, userinfo, host and port; ``host`` the hostname
+    alone (IDNA, lowercase; brackets for IPv6); ``route`` a ``#!`` fragment or ``""``.
+    """
+
+    __slots__ = ("host", "origin", "pairs", "path", "route")
 
     origin: str
     host: str
@@ -82,9 +123,38 @@ class NormalizedURL:
     pairs: tuple[str, ...]
     route: str
 
+    def __init__(
+        self, origin: str, host: str, path: str, pairs: tuple[str, ...], route: str
+    ) -> None:
+        self.origin = origin
+        self.host = host
+        self.path = path
+        self.pairs = pairs
+        self.route = route
+
+    def _fields(self) -> tuple[str, str, str, tuple[str, ...], str]:
+        return (self.origin, self.host, self.path, self.pairs, self.route)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NormalizedURL):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"NormalizedURL(origin={self.origin!r}, host={self.host!r}, path={self.path!r}, "
+            f"pairs={self.pairs!r}, route={self.route!r})"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (NormalizedURL, self._fields())
+
     @property
     def names(self) -> frozenset[str]:
-        return frozenset(param_name(pair) for pair in self.pairs)
+        return frozenset([pair.partition("=")[0] for pair in self.pairs])
 
     @property
     def pattern(self) -> str:
@@ -92,22 +162,24 @@ class NormalizedURL:
 
     def value_of(self, name: str) -> str:
         """All values of ``name``, joined, so repeated parameters count as one value."""
-        return "&".join(pair for pair in self.pairs if param_name(pair) == name)
+        return "&".join([pair for pair in self.pairs if pair.partition("=")[0] == name])
 
     def with_only(self, keep: Iterable[str] | frozenset[str]) -> str:
         """The URL with only the ``keep`` parameters, in stable name order."""
         keep_set = keep if isinstance(keep, frozenset | set) else frozenset(keep)
-        kept = [pair for pair in self.pairs if param_name(pair) in keep_set]
+        kept = [pair for pair in self.pairs if pair.partition("=")[0] in keep_set]
         return self._build(kept)
 
     def without(self, drop: Iterable[str]) -> str:
         drop_set = frozenset(drop)
-        return self._build([pair for pair in self.pairs if param_name(pair) not in drop_set])
+        return self._build([pair for pair in self.pairs if pair.partition("=")[0] not in drop_set])
 
     def _build(self, pairs: list[str]) -> str:
-        pairs.sort(key=param_name)
-        query = "?" + "&".join(pairs) if pairs else ""
-        return self.origin + self.path + query + self.route
+        if not pairs:
+            return self.origin + self.path + self.route
+        if len(pairs) > 1:
+            pairs.sort(key=param_name)
+        return self.origin + self.path + "?" + "&".join(pairs) + self.route
 
     @property
     def url(self) -> str:
@@ -125,8 +197,12 @@ def split_pattern(pattern: str) -> tuple[str, tuple[str, ...]]:
     return shape, tuple(names.split("&")) if names else ()
 
 
-def parse(text: str) -> NormalizedURL:
-    """Normalize ``text`` or raise :class:`InvalidURL` with the reason. Nothing else escapes."""
+def check_text(text: str) -> None:
+    """Raise :class:`InvalidURL` for input no URL parser should see.
+
+    In this order: invalid UTF-8 (lone surrogates), longer than :data:`MAX_URL_BYTES`,
+    control characters, empty.
+    """
     if not text.isascii():
         try:
             size = len(text.encode("utf-8"))
@@ -141,36 +217,63 @@ def parse(text: str) -> NormalizedURL:
         raise InvalidURL("contains control characters", text[:200])
     if not text:
         raise InvalidURL("empty", text)
+
+
+def components(text: str) -> tuple[str, str, str, str, str]:
+    """``(origin, host, path, query, route)`` of ``text``, all normalized, or :class:`InvalidURL`.
+
+    ``query`` is without its ``?`` and still holds empty pairs; ``route`` is a ``#!``
+    fragment or ``""``. This is :func:`parse` without building an object.
+    """
+    # Printable ASCII within the size limit cannot fail any check; the rest is checked fully.
+    if not (text.isascii() and text.isprintable()) or len(text) > MAX_URL_BYTES or not text:
+        check_text(text)
     try:
-        parsed = can_ada.parse(text)
+        href: str = _ada_parse(text).href
     except ValueError:
         raise InvalidURL("not a parsable URL", text[:200]) from None
     except Exception as error:  # a parser bug must become bad input, never a crash
         raise InvalidURL(f"parser error: {type(error).__name__}", text[:200]) from None
-    return _from_parsed(parsed, text)
-
-
-def _from_parsed(parsed: can_ada.URL, text: str) -> NormalizedURL:
-    protocol = parsed.protocol
-    if protocol not in _SCHEMES:
-        raise InvalidURL(f"scheme {protocol[:-1]!r} is not http or https", text[:200])
-    host = parsed.host
-    if not host:
+    if href.startswith("https://"):
+        start = 8
+    elif href.startswith("http://"):
+        start = 7
+    else:
+        scheme = href.partition(":")[0]
+        raise InvalidURL(f"scheme {scheme!r} is not http or https", text[:200])
+    slash = href.find("/", start)
+    if slash <= start:
         raise InvalidURL("no host", text[:200])
-    search = parsed.search
-    pairs: tuple[str, ...] = ()
-    if search:
-        query = normalize_percent_encoding(search[1:])
-        pairs = tuple(pair for pair in query.split("&") if pair)
-    fragment = parsed.hash
-    route = normalize_percent_encoding(fragment) if fragment.startswith("#!") else ""
-    userinfo = ""
-    if "@" in text and (parsed.username or parsed.password):
-        userinfo = parsed.username + (":" + parsed.password if parsed.password else "") + "@"
-    return NormalizedURL(
-        origin=protocol + "//" + userinfo + host,
-        host=parsed.hostname,
-        path=normalize_percent_encoding(parsed.pathname),
-        pairs=pairs,
-        route=route,
-    )
+    end = href.find("#", slash)
+    route = ""
+    if end < 0:
+        end = len(href)
+    elif href.startswith("#!", end):
+        route = href[end:]
+        if "%" in route:
+            route = normalize_percent_encoding(route)
+    mark = href.find("?", slash, end)
+    if mark < 0:
+        path = href[slash:end]
+        query = ""
+    else:
+        path = href[slash:mark]
+        query = href[mark + 1 : end]
+        if "%" in query:
+            query = normalize_percent_encoding(query)
+    if "%" in path:
+        path = normalize_percent_encoding(path)
+    origin = href[:slash]
+    host = origin[start:]
+    if "@" in host:  # userinfo; "@" inside it is always percent-encoded
+        host = host[host.rfind("@") + 1 :]
+    if ":" in host and not host.endswith("]"):  # a port; IPv6 literals end with "]"
+        host = host[: host.rfind(":")]
+    return origin, host, path, query, route
+
+
+def parse(text: str) -> NormalizedURL:
+    """Normalize ``text`` or raise :class:`InvalidURL` with the reason. Nothing else escapes."""
+    origin, host, path, query, route = components(text)
+    pairs: tuple[str, ...] = tuple(split_pairs(query)) if query else ()
+    return NormalizedURL(origin, host, path, pairs, route)

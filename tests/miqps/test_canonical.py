@@ -1,6 +1,22 @@
+import io
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
 from miqps.canonical import Canonicalizer, StaticLayers
-from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification
-from miqps.urls import parse
+from miqps.maps import (
+    DomainMap,
+    Layer,
+    ParamEvidence,
+    PatternDecision,
+    Verification,
+    write_maps,
+)
+from miqps.urls import InvalidURL, NormalizedURL, parse
 
 
 def learned_map() -> DomainMap:
@@ -63,3 +79,230 @@ def test_decide_reports_layers_and_map_version() -> None:
         "id": "learned", "sid": "learned", "utm_source": "learned", "variant": "allowlist",
     }
     assert decision.dropped == ("sid",)
+
+
+# --- The fast paths against the plain definition ----------------------------------------
+
+NAMES = ["a", "a.b", "a-b", "a2", "ab", "id", "page", "page2", "sid", "variant", "utm_source",
+         "utm_source.x", "gclid", "B", "", "x%3Dy"]
+
+
+def _reference(canon: Canonicalizer, maps: dict[str, DomainMap], url: NormalizedURL) -> str:
+    """canonical_url spelled out: the learned pattern's kept set, or the unlearned default."""
+    if not url.pairs:
+        return url.url
+    layers = canon.layers
+    domain_map = maps.get(url.host)
+    decision = domain_map.patterns.get(url.pattern) if domain_map else None
+    if decision is not None:
+        keep = decision.kept | (layers.allowlist & (decision.kept | decision.dropped))
+        return url.with_only(keep)
+    learned = {
+        name
+        for d in (domain_map.patterns.values() if domain_map else ())
+        for name, evidence in d.params.items()
+        if evidence.decision == "keep" and evidence.layer == Layer.LEARNED
+    }
+    if not canon.use_prior:
+        return url.with_only(url.names)
+    return url.with_only(
+        {n for n in url.names if not layers.prior_drops(n) or n in learned or n in layers.allowlist}
+    )
+
+
+def _corpus(seed: int, size: int) -> list[str]:
+    rng = random.Random(seed)
+    texts = []
+    for _ in range(size):
+        pairs = []
+        for name in rng.choices(NAMES, k=rng.randint(1, 5)):
+            value = rng.choice(["1", "2", "", "=z"])
+            pairs.append(name if rng.random() < 0.15 else f"{name}={value}")
+        host = rng.choice(["m.example", "M.Example", "u.example", "m.example:8080",
+                           "user@m.example", "[::1]", "b\u00fccher.example"])
+        path = rng.choice(["p/1", "s", "x/y/z", "%7euser/", "item-4", ""])
+        query = "&".join(pairs) + rng.choice(["", "", "&", "&&x"])
+        fragment = rng.choice(["", "", "#!r%7e", "#x?y"])
+        texts.append(f"{rng.choice(['http', 'https', 'HTTP'])}://{host}/{path}?{query}{fragment}")
+    texts += ["", "ftp://m.example/?a=1", "http://m.example/\x00?a=1", "not a url",
+              "http://m.example/?" + "a" * 9000, "http://m.example/\udcff?a=1", "http://m.example",
+              "http://m.example/p?=1", "http://m.example/p?=1&=2", "http://m.example/p?&&"]
+    return texts
+
+
+def _learned_maps(texts: list[str], seed: int) -> dict[str, DomainMap]:
+    rng = random.Random(seed)
+    patterns: dict[str, PatternDecision] = {}
+    for text in texts:
+        try:
+            url = parse(text)
+        except InvalidURL:
+            continue
+        if url.host != "m.example" or not url.pairs or rng.random() < 0.2:
+            continue
+        names = sorted(url.names)
+        kept = frozenset(name for name in names if rng.random() < 0.5)
+        params = {
+            name: ParamEvidence("keep" if name in kept else "drop",
+                                Layer.LEARNED if rng.random() < 0.8 else Layer.INSUFFICIENT,
+                                3, 3, 0, 0)
+            for name in names
+        }
+        patterns.setdefault(url.pattern, PatternDecision(
+            kept, frozenset(names) - kept, params, Verification(), "2026-12-02T00:00:00Z", 1))
+    return {"m.example": DomainMap("m.example", 3, "2026-12-02T00:00:00Z", patterns)}
+
+
+@pytest.mark.parametrize("use_prior", [True, False])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_every_path_gives_the_plain_definition(use_prior: bool, seed: int) -> None:
+    texts = _corpus(seed, 4000)
+    maps = _learned_maps(texts, seed)
+    canon = Canonicalizer(use_prior=use_prior)
+    canon.load(maps)
+    expected: list[str] = []
+    reasons: dict[int, str] = {}
+    for index, text in enumerate(texts):
+        try:
+            url = parse(text)
+        except InvalidURL as error:
+            expected.append("")
+            reasons[index] = error.reason
+            continue
+        expected.append(_reference(canon, maps, url))
+        assert canon.canonical_url(url) == expected[-1], text
+        assert canon.canonical_text(text) == expected[-1], text
+    for _ in range(2):  # cold, then with every plan remembered
+        errors: list[tuple[int, InvalidURL]] = []
+        assert canon.canonical_texts(texts, errors) == expected
+        assert {index: error.reason for index, error in errors} == reasons
+    control_free = [i for i, text in enumerate(texts) if not re.search("[\x00-\x1f\x7f]", text)]
+    got = canon.canonical_texts([texts[i] for i in control_free], control_free=True)
+    assert got == [expected[i] for i in control_free]
+
+
+def test_canonical_text_raises_like_parse() -> None:
+    canon = Canonicalizer()
+    for text, reason in [("ftp://a.example/", "scheme"), ("", "empty"), ("x", "parsable")]:
+        with pytest.raises(InvalidURL, match=reason):
+            canon.canonical_text(text)
+
+
+def test_string_order_that_is_not_name_order_still_sorts_by_name() -> None:
+    texts = ["http://a.example/?a.b=2&a=1", "http://a.example/?a=2&a=1&a"]
+    assert Canonicalizer().canonical_texts(texts) == [
+        "http://a.example/?a=1&a.b=2", "http://a.example/?a=2&a=1&a",
+    ]
+
+
+def test_a_learned_pattern_of_one_empty_name_is_not_the_empty_pattern() -> None:
+    decision = PatternDecision(frozenset({""}), frozenset(), {}, Verification(), "t", 1)
+    canon = Canonicalizer()
+    canon.update(DomainMap("a.example", 1, "t", {"/p?": decision}))
+    assert canon.canonical_texts(["http://a.example/p?=1"]) == ["http://a.example/p?=1"]
+
+
+def test_a_map_under_a_key_with_a_port_matches_no_url() -> None:
+    decision = PatternDecision(frozenset(), frozenset({"a"}), {}, Verification(), "t", 1)
+    canon = Canonicalizer()
+    for domain in ("a.example:8080", "u@a.example"):
+        canon.update(DomainMap(domain, 1, "t", {"/p?a": decision}))
+        assert canon.map_for(domain) is not None
+    texts = ["http://a.example:8080/p?a=1", "http://u@a.example/p?a=1"]
+    assert canon.canonical_texts(texts) == texts
+    assert [canon.canonical_url(parse(text)) for text in texts] == texts
+
+
+def test_switching_the_prior_or_the_map_forgets_remembered_plans() -> None:
+    canon = Canonicalizer()
+    text = "http://shop.example/p?sid=9&utm_source=a&id=4&color=red"
+    assert canon.canonical_texts([text]) == ["http://shop.example/p?color=red&id=4&sid=9"]
+    canon.use_prior = False
+    assert canon.canonical_texts([text]) == [
+        "http://shop.example/p?color=red&id=4&sid=9&utm_source=a"
+    ]
+    canon.use_prior = True
+    canon.update(learned_map())
+    assert canon.canonical_texts([text]) == [
+        "http://shop.example/p?color=red&id=4&sid=9&utm_source=a"
+    ], "the domain learned that utm_source changes pages"
+
+
+# --- The command ------------------------------------------------------------------------
+
+
+def _run_cli(stdin: bytes, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "miqps.cli", "canonicalize", *args],
+        input=stdin, capture_output=True, check=True, timeout=120,
+    )
+
+
+def _expected_lines(data: bytes, canon: Canonicalizer) -> tuple[list[str], list[str]]:
+    """What a line-by-line reader of a UTF-8 text stream with universal newlines prints."""
+    stream = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
+    out: list[str] = []
+    messages: list[str] = []
+    for number, line in enumerate(stream, 1):
+        try:
+            out.append(canon.canonical_url(parse(line.rstrip("\r\n"))))
+        except InvalidURL as error:
+            out.append("")
+            messages.append(f"line {number}: invalid URL: {error.reason}")
+    return out, messages
+
+
+@pytest.mark.parametrize("junk", [False, True])
+def test_cli_prints_one_line_per_input_line_across_blocks(tmp_path: Path, junk: bool) -> None:
+    texts = [text for text in _corpus(3, 30000) if "\x00" not in text and "\udcff" not in text]
+    maps = _learned_maps(texts, 3)
+    write_maps(tmp_path / "maps.jsonl", maps.values())
+    lines = [text.encode("utf-8") for text in texts]
+    if junk:  # control characters, CR line ends, invalid UTF-8
+        lines[10] += b"\r"
+        lines[20] = b"http://m.example/?a=\x01"
+        lines[30] += b"\rhttp://m.example/?b=1&a=2"
+        lines[-5] = b"http://m.example/?\xff=1"
+    data = b"\n".join(lines)  # > 1 MiB, and no final line end
+    assert len(data) > 1 << 20
+    canon = Canonicalizer()
+    canon.load(maps)
+    out, messages = _expected_lines(data, canon)
+    result = _run_cli(data, "--maps", str(tmp_path / "maps.jsonl"))
+    assert result.stdout.decode().split("\n") == [*out, ""]
+    assert result.stderr.decode().splitlines() == messages
+
+
+def test_cli_takes_urls_as_arguments() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "miqps.cli", "canonicalize", "--no-prior",
+         "HTTP://A.example/p?utm_source=1&id=2", "ftp://x/"],
+        capture_output=True, check=True, timeout=60,
+    )
+    assert result.stdout.decode() == "http://a.example/p?id=2&utm_source=1\n\n"
+    assert result.stderr.decode() == "line 2: invalid URL: scheme 'ftp' is not http or https\n"
+
+
+def test_confirmed_default_values_are_elided_and_other_values_kept() -> None:
+    from miqps.maps import DomainMap as Map
+    from miqps.maps import Layer as L
+    from miqps.maps import ParamEvidence as Evidence
+    from miqps.maps import PatternDecision as Pattern
+    from miqps.maps import Verification as Check
+
+    params = {
+        "id": Evidence("keep", L.LEARNED, 1, 1, 0, 0),
+        "lang": Evidence("keep", L.LEARNED, 3, 2, 1, 0, ["lang=en"]),
+    }
+    decision = Pattern(frozenset({"id", "lang"}), frozenset(), params, Check(1, 0, 0, []),
+                       "2026-12-02T00:00:00Z", 5)
+    canon = Canonicalizer()
+    canon.update(Map("a.example", 1, "2026-12-02T00:00:00Z", {"/p?id&lang": decision}))
+    for text, expected in [
+        ("http://a.example/p?lang=en&id=4", "http://a.example/p?id=4"),
+        ("http://a.example/p?lang=de&id=4", "http://a.example/p?id=4&lang=de"),
+    ]:
+        assert canon.canonical_url(parse(text)) == expected
+        assert canon.canonical_text(text) == expected
+        assert canon.decide(parse(text)).canonical_url == expected
+    assert canon.decide(parse("http://a.example/p?lang=en&id=4")).dropped == ("lang",)

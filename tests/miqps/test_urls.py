@@ -121,3 +121,86 @@ def test_wpt_corpus_never_crashes_never_breaks_and_is_idempotent() -> None:
             assert got_pairs == expected_pairs, text
             checked += 1
     assert checked > 250
+
+
+def _reference_parse(text: str) -> tuple[str, ...]:
+    """The URL read through can_ada's getters, one by one: what ``parse`` must agree with."""
+    try:
+        parse_result = parse(text)
+    except InvalidURL as error:
+        return ("invalid", error.reason)
+    parsed = can_ada.parse(text)
+    userinfo = ""
+    if parsed.username or parsed.password:
+        userinfo = parsed.username + (":" + parsed.password if parsed.password else "") + "@"
+    query = normalize_percent_encoding(parsed.search[1:])
+    expected = (
+        parsed.protocol + "//" + userinfo + parsed.host,
+        parsed.hostname,
+        normalize_percent_encoding(parsed.pathname),
+        tuple(pair for pair in query.split("&") if pair),
+        normalize_percent_encoding(parsed.hash) if parsed.hash.startswith("#!") else "",
+    )
+    got = (
+        parse_result.origin,
+        parse_result.host,
+        parse_result.path,
+        parse_result.pairs,
+        parse_result.route,
+    )
+    assert got == expected, text
+    return ("valid",)
+
+
+def test_slicing_the_href_agrees_with_the_parsers_getters_on_the_wpt_corpus() -> None:
+    valid = 0
+    for case in _wpt_cases():
+        for text in (case["input"], case.get("href")):
+            if text:
+                valid += _reference_parse(text) == ("valid",)
+    extra = [
+        "http://u:p@Shop.example:8080/p/%7e?b=%41&a=1#!%7e/x?y",
+        "http://:pw@a.example/", "http://user@a.example:81/", "http://[::1]:8080/x?y#z",
+        "http://[::1]/", "https://a.example?x#!y", "http://a.example/p?#!r", "http://1.2.3/",
+    ]
+    for text in extra:
+        assert _reference_parse(text) == ("valid",), text
+    assert valid > 250
+
+
+def test_every_percent_triplet_spelling_normalizes_like_its_decoded_character() -> None:
+    unreserved = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+    digits = "0123456789abcdefABCDEF"
+    for high in digits:
+        for low in digits:
+            triplet = "%" + high + low
+            char = chr(int(high + low, 16))
+            expected = char if char in unreserved else triplet.upper()
+            assert normalize_percent_encoding("x" + triplet + "y") == "x" + expected + "y"
+
+
+def test_path_shape_counts_any_digit_and_only_short_segments_as_words() -> None:
+    assert path_shape("/caf\u00e9/x") == "/caf\u00e9/*"
+    assert path_shape("/a\u00b2/x") == "/*/*", "str.isdigit() counts superscripts"
+    assert path_shape("/" + "a" * 33) == "/*"
+    assert path_shape("/shoes-sale/") == "/shoes-sale/*"
+    assert path_shape("") == "/"
+
+
+def test_normalized_urls_are_values() -> None:
+    first = parse("http://a.example/p?b=1&a=2")
+    second = parse("HTTP://A.example:80/p?b=1&a=2#x")
+    assert first == second
+    assert hash(first) == hash(second)
+    assert {first, second} == {first}
+    assert first != parse("http://a.example/p?a=2&b=1"), "pairs keep their order"
+    assert "origin='http://a.example'" in repr(first)
+    assert first.names == frozenset({"a", "b"})
+    assert first.without(["a"]) == "http://a.example/p?b=1"
+    assert first.with_only({"a"}) == "http://a.example/p?a=2"
+
+
+def test_empty_pairs_are_dropped() -> None:
+    url = parse("http://a.example/p?&&a=1&&b&")
+    assert url.pairs == ("a=1", "b")
+    assert parse("http://a.example/p?&&").url == "http://a.example/p"
