@@ -323,6 +323,9 @@ class Canonicalizer:
                 if head is None:
                     head = self._head(first)
                 key = f"{head}{stars}?{'&'.join(names)}"
+                if key in compiled.default_pairs:
+                    self._append_slow(text, out, errors)
+                    continue
             plan = plans.get(key)
             if plan is None:
                 plan = self._plan(plans, key, compiled, names)

@@ -304,5 +304,6 @@ def test_confirmed_default_values_are_elided_and_other_values_kept() -> None:
     ]:
         assert canon.canonical_url(parse(text)) == expected
         assert canon.canonical_text(text) == expected
+        assert canon.canonical_texts([text]) == [expected]
         assert canon.decide(parse(text)).canonical_url == expected
     assert canon.decide(parse("http://a.example/p?lang=en&id=4")).dropped == ("lang",)
