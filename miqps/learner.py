@@ -39,7 +39,7 @@ class LearnConfig:
     samples: int = 6
     threshold: float = 0.2
     min_conclusive: int = 3
-    verify_samples: int = 2
+    verify_samples: int = 1
     default_confirmations: int = 2
     parallel_samples: int = 2
     seed: int = 0
