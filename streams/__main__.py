@@ -1,0 +1,13 @@
+"""``python -m streams worker|maps ...``: the same as ``miqps worker|maps ...``."""
+
+from __future__ import annotations
+
+import sys
+
+from streams.cli import main
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        print("usage: python -m streams {worker,maps} [options]", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(main(sys.argv[1], sys.argv[2:]))

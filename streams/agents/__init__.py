@@ -1,0 +1,1 @@
+"""Faust agents: pattern statistics (canonicalize role) and probing (probe role)."""

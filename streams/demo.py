@@ -1,0 +1,256 @@
+"""The whole pipeline in one command, against the simulated web.
+
+``python -m streams.demo`` expects a Kafka broker (``scripts/kafka-local start``). It starts
+the simulated web in-process, creates topics of its own (a fresh prefix), starts one
+``miqps worker`` process with both agents, streams a realistic URL corpus into
+``urls.raw`` in several passes (the same URL population keeps coming, as in a crawl),
+prints progress while it runs, and ends with a summary: URLs in and out, learned vs
+provisional, how far canonical URLs collapse the raw ones (and whether any two different
+pages were merged, using the simulated web's ground truth), maps learned, fetches spent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from simweb.corpus import CorpusURL, generate_corpus
+from simweb.server import SimWeb
+from simweb.sites import FAMILIES, build_sites
+from streams.kafka import ensure_topics
+from streams.settings import LearningPolicy, Settings
+from streams.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
+
+BAD_INPUTS: tuple[bytes, ...] = (
+    b"\xff\xfe not UTF-8",
+    b"this is not a URL",
+    b"ftp://files.example/pub?x=1",
+    b'{"link": "http://t01-shop.sim/?a=1"}',
+    b"http://" + b"a" * (3 * 1024 * 1024),
+)
+
+
+@dataclass
+class Progress:
+    produced: int = 0
+    produced_valid: int = 0
+    passes_done: int = 0
+    producing: bool = True
+    pass_started: list[float] = field(default_factory=list)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m streams.demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--family", choices=FAMILIES, default="tuning")
+    parser.add_argument("--sites", type=int, default=6)
+    parser.add_argument("--urls-per-site", type=int, default=1000)
+    parser.add_argument("--passes", type=int, default=5,
+                        help="how many times the URL population is streamed")
+    parser.add_argument("--rate", type=float, default=250.0, help="URLs per second produced")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rare-after", type=float, default=20.0,
+                        help="seconds before a rare pattern is probed with what it has")
+    parser.add_argument("--state-dir", type=Path, help="worker state (default: a temp dir)")
+    parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--keep-topics", action="store_true",
+                        help="leave the demo's topics on the broker for inspection")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    base = Settings.from_env()
+    try:
+        from confluent_kafka.admin import AdminClient
+
+        AdminClient({"bootstrap.servers": base.bootstrap_servers}).list_topics(timeout=10)
+    except Exception as error:
+        print(f"demo: no Kafka broker at {base.bootstrap_servers} ({error}); "
+              "start one with scripts/kafka-local start", file=sys.stderr)
+        return 1
+    sites = build_sites(args.family, args.sites, args.seed)
+    corpus = generate_corpus(sites, args.urls_per_site, args.seed)
+    state_root = args.state_dir or Path(tempfile.mkdtemp(prefix="miqps-demo-"))
+    with SimWeb(sites, seed=args.seed, rate_limit_per_second=50.0) as web:
+        settings = isolated_settings(
+            base, "demo", state_root / "worker", proxy=web.proxy_url,
+            partitions=args.partitions,
+            policy=LearningPolicy(rare_after=args.rare_after),
+        )
+        ensure_topics(settings)
+        print(f"demo: {len(sites)} simulated sites on {web.proxy_url}, "
+              f"{len(corpus)} URLs x {args.passes} passes at {args.rate:g}/s; "
+              f"topics {settings.topics.raw} ...; worker log {state_root / 'worker.log'}",
+              flush=True)
+        worker = WorkerProcess(settings, "canonicalize,probe", state_root / "worker.log")
+        worker.start()
+        try:
+            return _run(args, settings, corpus, web, worker)
+        finally:
+            worker.stop()
+            if args.keep_topics:
+                print(f"demo: topics kept: {settings.app_id}.*")
+            else:
+                delete_topics(settings)
+
+
+def _run(args: argparse.Namespace, settings: Settings, corpus: list[CorpusURL], web: SimWeb,
+         worker: WorkerProcess) -> int:
+    progress = Progress()
+    producer = threading.Thread(target=_produce_passes,
+                                args=(settings, corpus, args.passes, args.rate, progress),
+                                daemon=True)
+    started = time.monotonic()
+    outputs = TopicReader(settings, settings.topics.canonical)
+    updates = TopicReader(settings, settings.topics.map_updates)
+    dead = TopicReader(settings, settings.topics.dlq)
+    producer.start()
+    last_line = 0.0
+    try:
+        while True:
+            outputs.poll(0.3)
+            updates.poll(0.05)
+            dead.poll(0.05)
+            done = (not progress.producing
+                    and len(outputs.records) + len(dead.records) >= progress.produced)
+            now = time.monotonic()
+            if now - last_line >= 2.0 or done:
+                _progress_line(now - started, progress, outputs, updates, dead, web)
+                last_line = now
+            if done:
+                break
+            if not worker.alive():
+                print("demo: the worker exited; see its log", file=sys.stderr)
+                return 1
+            if now - started > args.timeout:
+                print("demo: timed out", file=sys.stderr)
+                return 1
+        _summary(time.monotonic() - started, corpus, args.passes, progress, outputs, updates,
+                 dead, web)
+        return 0
+    finally:
+        outputs.close()
+        updates.close()
+        dead.close()
+
+
+def _produce_passes(settings: Settings, corpus: list[CorpusURL], passes: int, rate: float,
+                    progress: Progress) -> None:
+    chunk = max(1, int(rate / 10))
+    try:
+        for number in range(passes):
+            progress.pass_started.append(time.monotonic())
+            if number == 0:
+                progress.produced += produce(settings, settings.topics.raw, BAD_INPUTS)
+            values = [orjson.dumps({"url": item.url, "pass": number + 1}) for item in corpus]
+            begin = time.monotonic()
+            for start in range(0, len(values), chunk):
+                batch = values[start:start + chunk]
+                produce(settings, settings.topics.raw, batch)
+                progress.produced += len(batch)
+                progress.produced_valid += len(batch)
+                ahead = begin + (start + len(batch)) / rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+            progress.passes_done += 1
+    finally:
+        progress.producing = False
+
+
+def _statuses(records: list[tuple[bytes | None, bytes | None, int]]) -> Counter[str]:
+    return Counter(orjson.loads(value)["status"] for _, value, _ in records if value)
+
+
+def _progress_line(elapsed: float, progress: Progress, outputs: TopicReader,
+                   updates: TopicReader, dead: TopicReader, web: SimWeb) -> None:
+    statuses = _statuses(outputs.records[-5000:])
+    recent = sum(statuses.values()) or 1
+    accepted = [orjson.loads(v) for _, v, _ in updates.records if v]
+    domains = {a["domain"] for a in accepted if a["accepted"]}
+    patterns = {(a["domain"], a["pattern"]) for a in accepted if a["accepted"]}
+    print(f"[{elapsed:6.1f}s] pass {min(progress.passes_done + 1, len(progress.pass_started))}"
+          f" | in {progress.produced:>7} | out {len(outputs.records):>7}"
+          f" | dlq {len(dead.records):>2} | learned {statuses['learned'] / recent:6.1%}"
+          f" of the last {recent} | maps {len(domains)} domains, {len(patterns)} patterns"
+          f" | fetches {web.requests_total()}", flush=True)
+
+
+def _pass_row(number: int, docs: list[dict[str, Any]], truth: dict[str, str]) -> list[str]:
+    with_query = [doc for doc in docs if doc["kept"] or doc["dropped"]]
+    learned = sum(1 for doc in with_query if doc["status"] == "learned")
+    raw = len({doc["url"] for doc in docs})
+    canonical = len({doc["canonical_url"] for doc in docs})
+    pages_of: defaultdict[str, set[str]] = defaultdict(set)
+    for doc in docs:
+        if doc["url"] in truth:
+            pages_of[doc["canonical_url"]].add(truth[doc["url"]])
+    pages = len({truth[doc["url"]] for doc in docs if doc["url"] in truth})
+    merges = sum(1 for keys in pages_of.values() if len(keys) > 1)
+    return [
+        str(number),
+        str(len(docs)),
+        f"{learned / max(len(with_query), 1):.1%}",
+        f"{raw} -> {canonical}",
+        f"{1 - canonical / max(raw, 1):.1%}",
+        f"{1 - pages / max(raw, 1):.1%}",
+        str(merges),
+    ]
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return "\n".join("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths,
+                                                                              strict=True))
+                     for row in rows)
+
+
+def _summary(elapsed: float, corpus: list[CorpusURL], passes: int, progress: Progress,
+             outputs: TopicReader, updates: TopicReader, dead: TopicReader, web: SimWeb) -> None:
+    truth = {item.url: item.content_key for item in corpus}
+    docs = [orjson.loads(v) for _, v, _ in outputs.records if v]
+    by_pass: defaultdict[int, list[dict[str, Any]]] = defaultdict(list)
+    for doc in docs:
+        by_pass[(doc["meta"] or {}).get("pass", 0)].append(doc)
+    statuses = Counter(doc["status"] for doc in docs)
+    audits = [orjson.loads(v) for _, v, _ in updates.records if v]
+    domains = {a["domain"] for a in audits if a["accepted"]}
+    patterns = {(a["domain"], a["pattern"]) for a in audits if a["accepted"]}
+    rejected = sum(1 for a in audits if not a["accepted"])
+    fetches = web.requests_total()
+    print("\nper pass (each pass streams the same URL population)")
+    header = ["pass", "URLs", "learned*", "distinct raw -> canonical", "collapsed", "ideal",
+              "false merges"]
+    print(_table([header] + [_pass_row(number, by_pass[number], truth)
+                             for number in range(1, passes + 1)]))
+    print("  * share of the URLs with a query whose pattern was learned when they passed")
+    rows = [
+        ("URLs in", f"{progress.produced} ({progress.produced_valid} valid, "
+                    f"{progress.produced - progress.produced_valid} bad)"),
+        ("canonical URLs out", f"{len(docs)}"),
+        ("dead-lettered", f"{len(dead.records)}"),
+        ("learned / provisional", f"{statuses['learned']} / {statuses['provisional']}"),
+        ("maps learned", f"{len(domains)} domains, {len(patterns)} patterns "
+                         f"({rejected} updates rejected)"),
+        ("fetches spent", f"{fetches} ({fetches / max(len(truth), 1):.3f} per distinct URL)"),
+        ("wall time", f"{elapsed:.1f}s"),
+    ]
+    width = max(len(label) for label, _ in rows)
+    print("\nsummary")
+    for label, value in rows:
+        print(f"  {label.ljust(width)}  {value}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,341 @@
+"""The canonicalizer's per-URL path: ``urls.raw`` -> ``urls.canonical`` (and ``urls.dlq``).
+
+It runs in its own thread on confluent-kafka, because Faust's per-message path tops out far
+below what this stage must carry (see DESIGN.md, measured facts). Per batch:
+
+1. consume up to ``batch_size`` messages;
+2. canonicalize each with the live maps; produce the output (or a DLQ record); offer
+   unlearned patterns to the local sampler, whose new samples go to the
+   ``miqps.pattern-samples`` topic: repartitioned by domain, packed into one message per
+   partition and batch (so the Faust agent that owns them pays its per-event cost once
+   per pack), in the partition that the domain as a key would get from Java's partitioner;
+3. flush the producer and check that everything was delivered;
+4. only then store the batch's offsets, which the consumer commits in the background.
+
+So an offset is never committed before the outputs of the messages it covers are in Kafka:
+at least once. A delivery failure stops the worker without storing the batch's offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from streams.codecs import BadInput, Source, decode_input, encode_dead_letter
+from streams.kafka import consumer_config, producer_config
+from streams.livemaps import LEARNED, LiveMaps
+from streams.mapfeed import MapFeed
+from streams.partitioning import key_partition
+from streams.sampler import LocalSampler
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+COUNT_FLUSH_SECONDS = 1.0
+REPORT_SECONDS = 10.0
+SAMPLES_PER_MESSAGE = 500
+
+
+class SamplePacks:
+    """Samples waiting to go out, grouped by the partition their domain belongs to."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self._packs: dict[int, list[bytes]] = {}
+        self._partition_of: dict[str, int] = {}
+
+    def add(self, domain: str, sample: bytes) -> None:
+        partition = self._partition_of.get(domain)
+        if partition is None:
+            if len(self._partition_of) > 100_000:
+                self._partition_of.clear()
+            partition = self._partition_of[domain] = key_partition(domain.encode(),
+                                                                   self.partitions)
+        self._packs.setdefault(partition, []).append(sample)
+
+    def drain(self) -> list[tuple[int, bytes]]:
+        """(partition, JSON array of samples) messages, emptying the packs."""
+        messages = []
+        for partition, samples in self._packs.items():
+            for start in range(0, len(samples), SAMPLES_PER_MESSAGE):
+                chunk = samples[start:start + SAMPLES_PER_MESSAGE]
+                messages.append((partition, b"[" + b",".join(chunk) + b"]"))
+        self._packs.clear()
+        return messages
+
+
+class DeliveryFailed(RuntimeError):
+    pass
+
+
+@dataclass(slots=True)
+class FrontCounters:
+    consumed: int = 0
+    learned: int = 0
+    provisional: int = 0
+    dead: int = 0
+    forwarded: int = 0
+    batches: int = 0
+    consume_seconds: float = 0.0
+    process_seconds: float = 0.0
+    deliver_seconds: float = 0.0
+
+
+class CanonicalizerFront:
+    def __init__(self, settings: Settings, live_maps: LiveMaps, feed: MapFeed,
+                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
+        self.settings = settings
+        self.live_maps = live_maps
+        self.feed = feed
+        self.on_fatal = on_fatal
+        self.counters = FrontCounters()
+        self.sampler = LocalSampler(settings.local_sampler_entries,
+                                    settings.policy.min_distinct_values)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="miqps-canonicalizer",
+                                        daemon=True)
+        self._delivery_errors: list[KafkaError] = []
+        self._packs: SamplePacks | None = None
+
+    @property
+    def group_id(self) -> str:
+        return f"{self.settings.app_id}-canonicalizer"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            while not self.feed.wait_ready(0.5):
+                if self._stopping.is_set():
+                    return
+            self._loop()
+        except BaseException as error:
+            log.exception("canonicalizer stopped")
+            if self.on_fatal is not None:
+                self.on_fatal(error)
+
+    @staticmethod
+    def _on_assign(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("canonicalizer: assigned partitions %s",
+                 sorted(partition.partition for partition in partitions))
+
+    @staticmethod
+    def _on_revoke(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("canonicalizer: revoked partitions %s",
+                 sorted(partition.partition for partition in partitions))
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            self._delivery_errors.append(error)
+
+    def _loop(self) -> None:
+        settings = self.settings
+        consumer = Consumer(consumer_config(settings, self.group_id, **{
+            "enable.auto.commit": True,
+            "enable.auto.offset.store": False,
+            "auto.commit.interval.ms": 1000,
+            "fetch.max.bytes": 16 * 1024 * 1024,
+            "max.partition.fetch.bytes": 1024 * 1024,
+            "queued.max.messages.kbytes": 16 * 1024,
+            "session.timeout.ms": 10_000,
+            "heartbeat.interval.ms": 2_000,
+        }))
+        producer = Producer(producer_config(settings, **{
+            "delivery.report.only.error": True,
+            "on_delivery": self._on_delivery,
+        }))
+        metadata = consumer.list_topics(settings.topics.samples, timeout=30)
+        self._packs = SamplePacks(len(metadata.topics[settings.topics.samples].partitions))
+        consumer.subscribe([settings.topics.raw], on_assign=self._on_assign,
+                           on_revoke=self._on_revoke)
+        next_count_flush = time.monotonic() + COUNT_FLUSH_SECONDS
+        next_report = time.monotonic() + REPORT_SECONDS
+        reported = 0
+        try:
+            counters = self.counters
+            clock = time.perf_counter
+            while not self._stopping.is_set():
+                began = clock()
+                messages = consumer.consume(settings.batch_size, settings.batch_wait)
+                consumed = clock()
+                counters.consume_seconds += consumed - began
+                now = time.monotonic()
+                flush_counts = now >= next_count_flush
+                if not messages and not flush_counts:
+                    continue
+                offsets = self._process(messages, producer)
+                if flush_counts:
+                    self._forward_counts()
+                    next_count_flush = now + COUNT_FLUSH_SECONDS
+                self._send_samples(producer)
+                processed = clock()
+                self._deliver(producer)
+                if offsets:
+                    self._store(consumer, offsets)
+                counters.process_seconds += processed - consumed
+                counters.deliver_seconds += clock() - processed
+                counters.batches += 1
+                if now >= next_report:
+                    done = counters.consumed - reported
+                    reported = counters.consumed
+                    log.info("canonicalizer: %d in (%.0f/s), %d learned, %d provisional, "
+                             "%d dead-lettered, %d samples forwarded, %d domain maps; "
+                             "seconds consuming %.1f, processing %.1f, delivering %.1f",
+                             counters.consumed, done / REPORT_SECONDS, counters.learned,
+                             counters.provisional, counters.dead, counters.forwarded,
+                             len(self.live_maps), counters.consume_seconds,
+                             counters.process_seconds, counters.deliver_seconds)
+                    next_report = now + REPORT_SECONDS
+        finally:
+            producer.flush(30)
+            consumer.close()
+            log.info("canonicalizer stopped after %d messages (%d learned, %d provisional, "
+                     "%d dead-lettered)", self.counters.consumed, self.counters.learned,
+                     self.counters.provisional, self.counters.dead)
+
+    def _process(self, messages: list[Message], producer: Producer) -> dict[tuple[str, int], int]:
+        settings = self.settings
+        canonical_topic = settings.topics.canonical
+        max_bytes = settings.max_message_bytes
+        assert self._packs is not None
+        pack = self._packs.add
+        canonicalize = self.live_maps.canonicalize
+        offer = self.sampler.offer
+        produce = producer.produce
+        dumps = orjson.dumps
+        wall_now = time.time()
+        offsets: dict[tuple[str, int], int] = {}
+        counters = self.counters
+        learned = provisional = dead = forwarded = 0
+        for message in messages:
+            if message.error() is not None:
+                self._consumer_error(message)
+                continue
+            try:
+                raw = decode_input(message.value(), max_bytes)
+                url = raw.url
+                result = canonicalize(url)
+                output = dumps({
+                    "url": raw.text,
+                    "canonical_url": result.canonical_url,
+                    "domain": url.host,
+                    "pattern": result.pattern,
+                    "kept": result.kept,
+                    "dropped": result.dropped,
+                    "status": result.status,
+                    "map_version": result.map_version,
+                    "meta": raw.meta,
+                })
+                self._produce(produce, producer, canonical_topic,
+                              result.canonical_url.encode(), output)
+                rule = result.rule
+                if result.status == LEARNED:
+                    learned += 1
+                    basis = rule.decided_at if rule is not None and \
+                        rule.reverify_at <= wall_now else None
+                else:
+                    provisional += 1
+                    basis = "" if url.pairs else None
+                if basis is not None:
+                    count = offer(url.host, result.pattern, url, basis)
+                    if count:
+                        forwarded += 1
+                        pack(url.host, dumps({"kind": "url", "domain": url.host,
+                                              "pattern": result.pattern, "url": url.url,
+                                              "count": count, "basis": basis}))
+            except BadInput as error:
+                self._dead_letter(producer, message, error.reason)
+                dead += 1
+            except (KafkaException, DeliveryFailed):
+                raise
+            except Exception as error:
+                log.exception("canonicalizer: cannot process %s[%s]@%s", message.topic(),
+                              message.partition(), message.offset())
+                self._dead_letter(producer, message,
+                                  f"internal error: {type(error).__name__}: {error}")
+                dead += 1
+            offsets[(message.topic() or "", message.partition() or 0)] = (message.offset() or 0) + 1
+        counters.consumed += len(messages)
+        counters.learned += learned
+        counters.provisional += provisional
+        counters.dead += dead
+        counters.forwarded += forwarded
+        return offsets
+
+    @staticmethod
+    def _produce(produce: Callable[..., None], producer: Producer, topic: str, key: bytes,
+                 value: bytes) -> None:
+        while True:
+            try:
+                produce(topic, value, key)
+                return
+            except BufferError:
+                producer.poll(0.05)
+
+    def _dead_letter(self, producer: Producer, message: Message, reason: str) -> None:
+        timestamp_type, timestamp = message.timestamp()
+        record = encode_dead_letter(
+            reason,
+            message.value(),
+            message.key(),
+            Source(message.topic() or "", message.partition() or 0, message.offset() or 0,
+                   timestamp if timestamp_type else None),
+            "canonicalize",
+            self.settings.topic_max_message_bytes // 2,
+        )
+        self._produce(producer.produce, producer, self.settings.topics.dlq, message.key() or b"",
+                      record)
+
+    def _consumer_error(self, message: Message) -> None:
+        error = message.error()
+        if error is not None and error.fatal():
+            raise KafkaException(error)
+        log.warning("canonicalizer: consumer error: %s", error)
+
+    def _forward_counts(self) -> None:
+        assert self._packs is not None
+        for pending in self.sampler.drain_counts():
+            self._packs.add(pending.domain, orjson.dumps({
+                "kind": "count", "domain": pending.domain, "pattern": pending.pattern,
+                "count": pending.count, "basis": pending.basis}))
+
+    def _send_samples(self, producer: Producer) -> None:
+        assert self._packs is not None
+        topic = self.settings.topics.samples
+        for partition, value in self._packs.drain():
+            while True:
+                try:
+                    producer.produce(topic, value, None, partition)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+
+    def _deliver(self, producer: Producer) -> None:
+        while producer.flush(10.0):
+            if self._stopping.is_set() and self._delivery_errors:
+                break
+            log.warning("canonicalizer: still waiting for %d deliveries", len(producer))
+        if self._delivery_errors:
+            errors = self._delivery_errors[:3]
+            raise DeliveryFailed(f"{len(self._delivery_errors)} outputs not delivered: {errors}")
+
+    @staticmethod
+    def _store(consumer: Consumer, offsets: dict[tuple[str, int], int]) -> None:
+        partitions = [TopicPartition(topic, partition, offset)
+                      for (topic, partition), offset in offsets.items()]
+        try:
+            consumer.store_offsets(offsets=partitions)
+        except KafkaException as error:
+            log.info("canonicalizer: offsets not stored (partitions revoked?): %s", error)

@@ -1,0 +1,177 @@
+"""confluent-kafka clients and topic administration.
+
+Every producer here uses ``murmur2_random``: the partitioner of Java clients, aiokafka and
+Faust, so that a key lands in the same partition whichever client wrote it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+PARTITIONER = "murmur2_random"
+
+
+def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "partitioner": PARTITIONER,
+        "enable.idempotence": True,
+        "linger.ms": 5,
+        "batch.num.messages": 10_000,
+        "queue.buffering.max.messages": 1_000_000,
+        "message.max.bytes": settings.topic_max_message_bytes,
+        "log_level": 3,
+    }
+    config.update(extra)
+    return config
+
+
+def consumer_config(settings: Settings, group_id: str, **extra: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "group.id": group_id,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": False,
+        "log_level": 3,
+    }
+    config.update(extra)
+    return config
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: Mapping[str, str]
+
+
+def topic_specs(settings: Settings) -> list[TopicSpec]:
+    topics = settings.topics
+    n = settings.partitions
+    large = {"max.message.bytes": str(settings.topic_max_message_bytes)}
+    return [
+        TopicSpec(topics.raw, n, large),
+        TopicSpec(topics.canonical, n, {}),
+        TopicSpec(topics.dlq, n, large),
+        TopicSpec(topics.samples, n, {}),
+        TopicSpec(topics.probe_requests, n, large),
+        TopicSpec(topics.maps, n, {**large, "cleanup.policy": "compact",
+                                   "min.cleanable.dirty.ratio": "0.1",
+                                   "segment.ms": str(6 * 3600 * 1000)}),
+        TopicSpec(topics.map_updates, n, large),
+    ]
+
+
+def ensure_topics(settings: Settings, timeout: float = 30.0) -> dict[str, int]:
+    """Create the missing topics; return the partition count of each topic."""
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "log_level": 3})
+    specs = topic_specs(settings)
+    existing = admin.list_topics(timeout=timeout).topics
+    missing = [spec for spec in specs if spec.name not in existing]
+    if missing:
+        futures = admin.create_topics(
+            [NewTopic(spec.name, spec.partitions, settings.replication_factor,
+                      config=dict(spec.config)) for spec in missing],
+            operation_timeout=timeout,
+        )
+        for name, future in futures.items():
+            try:
+                future.result(timeout)
+                log.info("created topic %s", name)
+            except KafkaException as error:
+                if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+    return wait_for_partitions(admin, [spec.name for spec in specs], timeout)
+
+
+def wait_for_partitions(admin: AdminClient, names: list[str], timeout: float) -> dict[str, int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        metadata = admin.list_topics(timeout=timeout).topics
+        counts = {
+            name: len(metadata[name].partitions)
+            for name in names
+            if name in metadata and metadata[name].error is None and metadata[name].partitions
+        }
+        if len(counts) == len(names) or time.monotonic() > deadline:
+            absent = sorted(set(names) - set(counts))
+            if absent:
+                raise RuntimeError(f"topics not available: {', '.join(absent)}")
+            return counts
+        time.sleep(0.2)
+
+
+def partition_count(settings: Settings, topic: str, timeout: float = 10.0) -> int:
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "log_level": 3})
+    return wait_for_partitions(admin, [topic], timeout)[topic]
+
+
+def read_compacted(settings: Settings, topic: str, timeout: float = 30.0,
+                   ) -> Iterator[tuple[bytes | None, bytes | None]]:
+    """Every (key, value) of ``topic`` from the beginning to the end as of now."""
+    consumer = Consumer(consumer_config(settings, f"miqps-read-{uuid.uuid4().hex}",
+                                        **{"enable.auto.commit": False}))
+    try:
+        partitions = assign_from_beginning(consumer, topic, timeout)
+        remaining = pending_partitions(consumer, partitions, timeout)
+        deadline = time.monotonic() + timeout
+        while remaining:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: not read to the end within {timeout:g}s")
+            messages = consumer.consume(1000, 0.5)
+            for message in messages:
+                if message.error() is not None:
+                    continue
+                yield message.key(), message.value()
+                partition, offset = message.partition() or 0, message.offset() or 0
+                end = remaining.get(partition)
+                if end is not None and offset + 1 >= end:
+                    del remaining[partition]
+            if not messages:
+                drop_reached(consumer, topic, remaining)
+    finally:
+        consumer.close()
+
+
+def assign_from_beginning(consumer: Consumer, topic: str, timeout: float) -> list[int]:
+    metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+    if metadata is None or metadata.error is not None or not metadata.partitions:
+        raise RuntimeError(f"topic {topic} does not exist")
+    partitions = sorted(metadata.partitions)
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    return partitions
+
+
+def pending_partitions(consumer: Consumer, partitions: list[int], timeout: float,
+                       ) -> dict[int, int]:
+    """Partition -> high watermark, for the partitions that hold anything at all."""
+    assignment = consumer.assignment()
+    topic = assignment[0].topic if assignment else ""
+    pending: dict[int, int] = {}
+    for partition in partitions:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                   timeout=timeout)
+        if high > low:
+            pending[partition] = high
+    return pending
+
+
+def drop_reached(consumer: Consumer, topic: str, remaining: dict[int, int]) -> None:
+    """Forget the partitions whose position reached their end: offsets can have gaps."""
+    positions = consumer.position([TopicPartition(topic, p) for p in remaining])
+    for position in positions:
+        if position.offset >= 0 and position.offset >= remaining.get(position.partition, 0):
+            remaining.pop(position.partition, None)

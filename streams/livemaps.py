@@ -1,0 +1,153 @@
+"""The current MIQPS maps of every domain, compiled for the per-URL path.
+
+The canonical form is the core's (``miqps.canonical.Canonicalizer``): a learned pattern keeps
+its kept parameters plus allowlisted ones; an unlearned pattern keeps everything except what
+the cold-start prior drops. This module only precomputes it per pattern, because every URL
+passes through here, and adds what the stream needs: the decision's age for re-verification.
+"""
+
+from __future__ import annotations
+
+import threading
+from calendar import timegm
+from dataclasses import dataclass
+from time import strptime
+from typing import NamedTuple
+
+import orjson
+
+from miqps.canonical import StaticLayers
+from miqps.maps import DomainMap, Layer
+from miqps.urls import NormalizedURL, path_shape, pattern_key
+
+PROVISIONAL = "provisional"
+LEARNED = "learned"
+
+
+def timestamp_seconds(text: str) -> float:
+    """Seconds since the epoch of a map timestamp (``2026-12-02T10:00:00Z``); 0 if unreadable."""
+    try:
+        return float(timegm(strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
+    except (ValueError, OverflowError):
+        return 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PatternRule:
+    keep: frozenset[str]
+    kept: list[str]
+    dropped: list[str]
+    decided_at: str
+    reverify_at: float
+
+
+class CompiledMap:
+    """The rules of one domain; the map itself is kept as its JSON document, which takes a
+    fraction of the memory of the object graph and is only needed to merge an update."""
+
+    __slots__ = ("document", "learned_keep", "rules", "version")
+
+    def __init__(self, domain_map: DomainMap, allowlist: frozenset[str],
+                 reverify_after: float, document: bytes | None = None) -> None:
+        self.document = document if document is not None else domain_map.dumps().encode()
+        self.version = domain_map.version
+        self.rules: dict[str, PatternRule] = {}
+        for key, decision in domain_map.patterns.items():
+            names = decision.kept | decision.dropped
+            keep = decision.kept | (allowlist & names)
+            self.rules[key] = PatternRule(
+                keep=frozenset(keep),
+                kept=sorted(keep),
+                dropped=sorted(names - keep),
+                decided_at=decision.decided_at,
+                reverify_at=timestamp_seconds(decision.decided_at) + reverify_after,
+            )
+        self.learned_keep = frozenset(
+            name
+            for decision in domain_map.patterns.values()
+            for name, evidence in decision.params.items()
+            if evidence.decision == "keep" and evidence.layer == Layer.LEARNED
+        )
+
+
+class Canonical(NamedTuple):
+    canonical_url: str
+    pattern: str
+    kept: list[str]
+    dropped: list[str]
+    status: str
+    map_version: int
+    rule: PatternRule | None
+
+
+class LiveMaps:
+    """Thread-safe enough for one writer (the map feed) and many readers: every change is
+    one dict assignment, which the interpreter makes atomic."""
+
+    def __init__(self, reverify_after: float, layers: StaticLayers | None = None,
+                 *, use_prior: bool = True) -> None:
+        self.layers = layers or StaticLayers.default()
+        self.reverify_after = reverify_after
+        self.use_prior = use_prior
+        self._maps: dict[str, CompiledMap] = {}
+        self._lock = threading.Lock()
+
+    def apply(self, domain_map: DomainMap, document: bytes | None = None) -> bool:
+        """Install ``domain_map`` (whose JSON is ``document``, if at hand) unless an equal or
+        newer version is live already."""
+        with self._lock:
+            current = self._maps.get(domain_map.domain)
+            if current is not None and current.version >= domain_map.version:
+                return False
+            self._maps[domain_map.domain] = CompiledMap(
+                domain_map, self.layers.allowlist, self.reverify_after, document
+            )
+            return True
+
+    def remove(self, domain: str) -> None:
+        with self._lock:
+            self._maps.pop(domain, None)
+
+    def get(self, domain: str) -> CompiledMap | None:
+        return self._maps.get(domain)
+
+    def map_for(self, domain: str) -> DomainMap | None:
+        compiled = self._maps.get(domain)
+        if compiled is None:
+            return None
+        return DomainMap.from_json(orjson.loads(compiled.document))
+
+    def __len__(self) -> int:
+        return len(self._maps)
+
+    def domains(self) -> list[str]:
+        return list(self._maps)
+
+    def canonicalize(self, url: NormalizedURL) -> Canonical:
+        names = url.names
+        pattern = pattern_key(path_shape(url.path), names)
+        compiled = self._maps.get(url.host)
+        version = compiled.version if compiled is not None else 0
+        if compiled is not None:
+            rule = compiled.rules.get(pattern)
+            if rule is not None:
+                return Canonical(url.with_only(rule.keep), pattern, rule.kept, rule.dropped,
+                                 LEARNED, version, rule)
+        if not names:
+            return Canonical(url.url, pattern, [], [], PROVISIONAL, version, None)
+        keep = self.unlearned_keep(names, compiled)
+        return Canonical(
+            url.with_only(keep), pattern, sorted(keep), sorted(names - keep),
+            PROVISIONAL, version, None,
+        )
+
+    def unlearned_keep(self, names: frozenset[str], compiled: CompiledMap | None) -> frozenset[str]:
+        if not self.use_prior:
+            return names
+        layers = self.layers
+        learned_keep = compiled.learned_keep if compiled is not None else frozenset()
+        return frozenset(
+            name
+            for name in names
+            if not layers.prior_drops(name) or name in learned_keep or name in layers.allowlist
+        )

@@ -1,0 +1,80 @@
+"""What one worker process shares between its agents and threads."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import mode
+
+from streams.frontproc import FrontProcess
+from streams.livemaps import LiveMaps
+from streams.mapfeed import MapFeed
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+CANONICALIZE = "canonicalize"
+PROBE = "probe"
+ROLES = (CANONICALIZE, PROBE)
+
+
+class Runtime:
+    def __init__(self, settings: Settings, roles: frozenset[str],
+                 partitions: dict[str, int]) -> None:
+        unknown = roles - set(ROLES)
+        if unknown or not roles:
+            raise ValueError(f"roles must be among {', '.join(ROLES)}; got {sorted(roles)}")
+        self.settings = settings
+        self.roles = roles
+        self.partitions = partitions
+        self.live_maps = LiveMaps(settings.policy.reverify_after)
+        self.feed = MapFeed(settings, self.live_maps, self.fatal)
+        self.front: FrontProcess | None = None
+        if CANONICALIZE in roles:
+            self.front = FrontProcess(settings)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._on_fatal: Callable[[BaseException], None] | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop,
+             on_fatal: Callable[[BaseException], None]) -> None:
+        self._loop = loop
+        self._on_fatal = on_fatal
+
+    def fatal(self, error: BaseException) -> None:
+        """Called from a worker thread: stop the whole worker, so it restarts from Kafka."""
+        if self._loop is None or self._on_fatal is None:
+            raise error
+        self._loop.call_soon_threadsafe(self._on_fatal, error)
+
+    async def maps_ready(self) -> None:
+        while not self.feed.ready.is_set():
+            await asyncio.sleep(0.05)
+
+
+class ThreadsService(mode.Service):
+    """Starts and stops the map feed and the canonicalizer front process with the worker."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        super().__init__()
+
+    async def on_start(self) -> None:
+        self.runtime.feed.start()
+        if self.runtime.front is not None:
+            self.runtime.front.start()
+            self.add_future(self._watch_front(self.runtime.front))
+
+    async def _watch_front(self, front: FrontProcess) -> None:
+        while not self.should_stop:
+            await asyncio.sleep(1.0)
+            code = front.exited_unexpectedly()
+            if code is not None:
+                self.runtime.fatal(RuntimeError(f"canonicalizer front exited with code {code}"))
+                return
+
+    async def on_stop(self) -> None:
+        if self.runtime.front is not None:
+            await asyncio.to_thread(self.runtime.front.stop)
+        await asyncio.to_thread(self.runtime.feed.stop)

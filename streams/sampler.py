@@ -1,0 +1,97 @@
+"""What the canonicalizer front forwards for learning, so that the per-URL path stays lean.
+
+Only URLs of unlearned patterns (and of learned ones due for re-verification) are looked at.
+A URL is forwarded at once when it brings a pattern or a parameter value this worker has not
+forwarded yet (up to ``values_per_name`` values per parameter); other URLs are only counted,
+and the counts go out in bulk with :meth:`LocalSampler.drain_counts`. Memory is bounded by
+``max_entries`` patterns, oldest first out: an evicted pattern merely gets forwarded again.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from miqps.urls import NormalizedURL
+
+
+class _Entry:
+    __slots__ = ("basis", "domain", "pattern", "pending", "values")
+
+    def __init__(self, domain: str, pattern: str, basis: str) -> None:
+        self.domain = domain
+        self.pattern = pattern
+        self.basis = basis
+        self.values: dict[str, set[int]] = {}
+        self.pending = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCount:
+    domain: str
+    pattern: str
+    basis: str
+    count: int
+
+
+class LocalSampler:
+    def __init__(self, max_entries: int, values_per_name: int) -> None:
+        self.max_entries = max_entries
+        self.values_per_name = values_per_name
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._dirty: dict[str, _Entry] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def offer(self, domain: str, pattern: str, url: NormalizedURL, basis: str) -> int:
+        """How many URLs to report with this one if it must be forwarded now, else 0."""
+        key = f"{domain} {pattern} {basis}"
+        entry = self._entries.get(key)
+        if entry is None:
+            if len(self._entries) >= self.max_entries:
+                self._evict_oldest()
+            entry = self._entries[key] = _Entry(domain, pattern, basis)
+            self._remember(entry, url)
+            return 1
+        if self._remember(entry, url):
+            count = entry.pending + 1
+            entry.pending = 0
+            self._dirty.pop(key, None)
+            return count
+        entry.pending += 1
+        self._dirty[key] = entry
+        return 0
+
+    def _evict_oldest(self) -> None:
+        """Forget the oldest pattern; its pending count still goes out with the next drain."""
+        key, evicted = self._entries.popitem(last=False)
+        if evicted.pending:
+            self._dirty[key] = evicted
+
+    def _remember(self, entry: _Entry, url: NormalizedURL) -> bool:
+        novel = False
+        limit = self.values_per_name
+        values = entry.values
+        for pair in url.pairs:
+            name, _, value = pair.partition("=")
+            seen = values.get(name)
+            if seen is None:
+                seen = values[name] = set()
+            if len(seen) < limit:
+                digest = hash(value)
+                if digest not in seen:
+                    seen.add(digest)
+                    novel = True
+        return novel
+
+    def drain_counts(self) -> list[PendingCount]:
+        counts = [
+            PendingCount(entry.domain, entry.pattern, entry.basis, entry.pending)
+            for entry in self._dirty.values()
+            if entry.pending
+        ]
+        for entry in self._dirty.values():
+            entry.pending = 0
+        self._dirty.clear()
+        return counts

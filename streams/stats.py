@@ -1,0 +1,306 @@
+"""Per-domain pattern statistics and samples, and when to ask for a probe.
+
+One record per (domain, path shape), because the learner pools evidence per shape: tracking
+parameters appear in every combination, so patterns multiply while each holds few URLs.
+The record keeps, per pattern, when it was first seen, how many URLs it had and when it was
+last requested; per parameter, the digests of up to ``min_distinct_values`` distinct
+values; and a bounded pool of sample URLs that bring those values.
+
+A pattern is requested once it is *ready* (every parameter that is not allowlisted has
+enough distinct values, or has been seen often enough to show it has no more), or once it
+is older than ``rare_after``. A request is sent once; another only after ``retry_after``
+and only if the map still does not have the pattern, so there is never a storm.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import xxhash
+
+from miqps.urls import NormalizedURL, parse, split_pattern
+from streams.codecs import BadInput
+from streams.settings import LearningPolicy
+
+ENOUGH_SAMPLES = "enough-samples"
+TIME_LIMIT = "time-limit"
+REVERIFY = "reverify"
+RETRY = "retry"
+
+
+def shape_of(pattern: str) -> str:
+    return pattern.partition("?")[0]
+
+
+def stats_key(domain: str, shape: str) -> bytes:
+    return f"{domain}\t{shape}".encode()
+
+
+def value_digest(value: str) -> int:
+    return xxhash.xxh3_64_intdigest(value.encode("utf-8", "surrogatepass"))
+
+
+SAMPLE_KINDS = ("url", "count", "due")
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One item of a ``miqps.pattern-samples`` message (see pattern-sample.schema.json)."""
+
+    domain: str
+    shape: str
+    pattern: str
+    url: NormalizedURL | None
+    count: int
+    basis: str
+
+
+def decode_samples(value: bytes | None) -> list[Any]:
+    if value is None:
+        raise BadInput("null value instead of pattern samples")
+    try:
+        items = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        raise BadInput("pattern samples that are not JSON") from None
+    if not isinstance(items, list):
+        raise BadInput("pattern samples that are not a JSON array")
+    return items
+
+
+def read_observation(item: Any) -> Observation:
+    """Raises BadInput, InvalidURL, KeyError, TypeError or ValueError for a bad item."""
+    if not isinstance(item, dict) or item.get("kind") not in SAMPLE_KINDS:
+        raise BadInput("pattern sample without a known kind")
+    domain, pattern = item["domain"], item.get("pattern", "")
+    shape = item.get("shape") or shape_of(pattern)
+    if not (isinstance(domain, str) and domain and isinstance(pattern, str)
+            and isinstance(shape, str) and shape.startswith("/")):
+        raise BadInput("pattern sample without a domain and a pattern or shape")
+    if item["kind"] == "due":
+        return Observation(domain, shape, "", None, 0, "")
+    url = parse(item["url"]) if item["kind"] == "url" else None
+    return Observation(domain, shape, pattern, url, int(item["count"]), str(item["basis"]))
+
+
+@dataclass(slots=True)
+class PatternState:
+    first_seen: float
+    urls: int = 0
+    requested_at: float = 0.0
+    basis: str = ""
+
+    def waiting(self, now: float, policy: LearningPolicy) -> bool:
+        return self.requested_at == 0.0 or now - self.requested_at >= policy.retry_after
+
+
+@dataclass(slots=True)
+class ProbeRequest:
+    domain: str
+    shape: str
+    patterns: dict[str, dict[str, Any]]
+    urls: list[str]
+    requested_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "domain": self.domain,
+            "shape": self.shape,
+            "patterns": self.patterns,
+            "urls": self.urls,
+            "requested_at": self.requested_at,
+        }
+
+    def dumps(self) -> bytes:
+        return orjson.dumps(self.to_json())
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProbeRequest:
+        domain, shape = data["domain"], data["shape"]
+        patterns, urls = data["patterns"], data["urls"]
+        if not (isinstance(domain, str) and isinstance(shape, str) and isinstance(patterns, dict)
+                and isinstance(urls, list) and all(isinstance(u, str) for u in urls)):
+            raise ValueError("not a probe request")
+        return cls(domain, shape, patterns, urls, float(data.get("requested_at", 0.0)))
+
+
+@dataclass(slots=True)
+class ShapeStats:
+    domain: str
+    shape: str
+    patterns: dict[str, PatternState] = field(default_factory=dict)
+    values: dict[str, list[int]] = field(default_factory=dict)
+    pool: list[tuple[str, str]] = field(default_factory=list)
+
+    def dumps(self) -> bytes:
+        return orjson.dumps({
+            "d": self.domain,
+            "s": self.shape,
+            "p": {key: [st.first_seen, st.urls, st.requested_at, st.basis]
+                  for key, st in self.patterns.items()},
+            "v": self.values,
+            "u": self.pool,
+        })
+
+    @classmethod
+    def loads(cls, data: bytes) -> ShapeStats:
+        doc = orjson.loads(data)
+        return cls(
+            domain=doc["d"],
+            shape=doc["s"],
+            patterns={key: PatternState(f, n, r, b) for key, (f, n, r, b) in doc["p"].items()},
+            values=doc["v"],
+            pool=[(pattern, url) for pattern, url in doc["u"]],
+        )
+
+    def observe(self, pattern: str, url: NormalizedURL | None, count: int, basis: str,
+                now: float, policy: LearningPolicy, allowlist: frozenset[str]) -> bool:
+        """Count ``count`` URLs of ``pattern`` and consider ``url`` for the sample pool.
+
+        Returns True when this starts a new round for the pattern (first sighting, or a
+        re-verification of another decision), False otherwise.
+        """
+        state = self.patterns.get(pattern)
+        started = False
+        if state is None or state.basis != basis:
+            if state is None and len(self.patterns) >= policy.max_patterns_per_shape:
+                return False
+            state = self.patterns[pattern] = PatternState(first_seen=now, basis=basis)
+            started = True
+        state.urls += max(count, 0)
+        if url is not None:
+            self._consider(pattern, url, policy, allowlist)
+        return started
+
+    def _consider(self, pattern: str, url: NormalizedURL, policy: LearningPolicy,
+                  allowlist: frozenset[str]) -> None:
+        text = url.url
+        if any(sample == text for _, sample in self.pool):
+            return
+        own = sum(1 for key, _ in self.pool if key == pattern)
+        fresh: list[tuple[str, int]] = []
+        for pair in url.pairs:
+            name, _, value = pair.partition("=")
+            if name in allowlist:
+                continue
+            seen = self.values.get(name, ())
+            digest = value_digest(value)
+            if len(seen) < policy.min_distinct_values and digest not in seen:
+                fresh.append((name, digest))
+        if own >= policy.urls_per_pattern and not fresh:
+            return
+        if len(self.pool) >= policy.max_pool_urls:
+            if own:
+                return
+            self._make_room()
+        self.pool.append((pattern, text))
+        for name, digest in fresh:
+            seen_list = self.values.setdefault(name, [])
+            if digest not in seen_list:
+                seen_list.append(digest)
+
+    def _make_room(self) -> None:
+        """Drop one sample of the pattern with the most samples, keeping its first."""
+        counts: dict[str, int] = {}
+        for key, _ in self.pool:
+            counts[key] = counts.get(key, 0) + 1
+        richest = max(counts, key=lambda key: counts[key])
+        for index in range(len(self.pool) - 1, -1, -1):
+            if self.pool[index][0] == richest:
+                del self.pool[index]
+                return
+
+    def samples_of(self, pattern: str) -> int:
+        return sum(1 for key, _ in self.pool if key == pattern)
+
+    def ready(self, pattern: str, policy: LearningPolicy, allowlist: frozenset[str],
+              occurrences: dict[str, int] | None = None) -> bool:
+        """Enough distinct values of every parameter, or seen so often there are no more."""
+        if not self.samples_of(pattern):
+            return False
+        for name in split_pattern(pattern)[1]:
+            if name in allowlist:
+                continue
+            if len(self.values.get(name, ())) >= policy.min_distinct_values:
+                continue
+            if occurrences is None:
+                occurrences = self.occurrences()
+            if occurrences.get(name, 0) >= policy.saturation_urls:
+                continue
+            return False
+        return True
+
+    def occurrences(self) -> dict[str, int]:
+        """URLs seen per parameter name, over the patterns of this shape."""
+        counts: dict[str, int] = {}
+        for key, state in self.patterns.items():
+            for name in split_pattern(key)[1]:
+                counts[name] = counts.get(name, 0) + state.urls
+        return counts
+
+    def _reason(self, pattern: str, now: float, policy: LearningPolicy,
+                allowlist: frozenset[str], occurrences: dict[str, int] | None) -> str | None:
+        state = self.patterns[pattern]
+        if self.ready(pattern, policy, allowlist, occurrences):
+            reason = ENOUGH_SAMPLES
+        elif now - state.first_seen >= policy.rare_after and self.samples_of(pattern):
+            reason = TIME_LIMIT
+        else:
+            return None
+        if state.basis:
+            return REVERIFY
+        if state.requested_at:
+            return RETRY
+        return reason
+
+    def due(
+        self,
+        now: float,
+        policy: LearningPolicy,
+        allowlist: frozenset[str],
+        needs_learning: Callable[[str, str], bool],
+        trigger: str | None = None,
+    ) -> dict[str, str]:
+        """Pattern -> reason, for every pattern that should be probed now.
+
+        With a ``trigger`` pattern, nothing is due unless the trigger is: the other
+        patterns of the shape only join a request that the trigger starts.
+        """
+        def eligible(pattern: str) -> bool:
+            state = self.patterns[pattern]
+            return state.waiting(now, policy) and needs_learning(pattern, state.basis)
+
+        occurrences: dict[str, int] | None = None
+        if trigger is not None:
+            if trigger not in self.patterns or not eligible(trigger):
+                return {}
+            occurrences = self.occurrences()
+            if self._reason(trigger, now, policy, allowlist, occurrences) is None:
+                return {}
+        due: dict[str, str] = {}
+        for pattern in self.patterns:
+            if not eligible(pattern):
+                continue
+            reason = self._reason(pattern, now, policy, allowlist, occurrences)
+            if reason is not None:
+                due[pattern] = reason
+        return due
+
+    def request(self, due: dict[str, str], now: float | None = None) -> ProbeRequest:
+        """The probe request for ``due``, marked as requested."""
+        now = time.time() if now is None else now
+        patterns: dict[str, dict[str, Any]] = {}
+        for pattern, reason in sorted(due.items()):
+            state = self.patterns[pattern]
+            patterns[pattern] = {
+                "reason": reason,
+                "basis": state.basis,
+                "urls_seen": state.urls,
+                "first_seen": state.first_seen,
+            }
+            state.requested_at = now
+        return ProbeRequest(self.domain, self.shape, patterns,
+                            [url for _, url in self.pool], now)

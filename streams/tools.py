@@ -1,0 +1,234 @@
+"""Running workers as processes, producing input and reading topics: for the demo, the
+benchmark and the tests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from streams.kafka import consumer_config, producer_config
+from streams.settings import Settings
+
+
+def worker_command() -> list[str]:
+    """``miqps worker`` from this environment (the console script next to the interpreter)."""
+    script = Path(sys.executable).with_name("miqps")
+    if script.exists():
+        return [str(script), "worker"]
+    return [sys.executable, "-m", "streams", "worker"]
+
+
+def worker_env(settings: Settings, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    topics = settings.topics
+    env = dict(os.environ)
+    env.update({
+        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "MIQPS_APP_ID": settings.app_id,
+        "MIQPS_STATE_DIR": str(settings.state_dir),
+        "MIQPS_PARTITIONS": str(settings.partitions),
+        "MIQPS_TOPIC_RAW": topics.raw,
+        "MIQPS_TOPIC_CANONICAL": topics.canonical,
+        "MIQPS_TOPIC_DLQ": topics.dlq,
+        "MIQPS_TOPIC_PROBE_REQUESTS": topics.probe_requests,
+        "MIQPS_TOPIC_MAPS": topics.maps,
+        "MIQPS_TOPIC_MAP_UPDATES": topics.map_updates,
+        "MIQPS_TOPIC_SAMPLES": topics.samples,
+        "MIQPS_RARE_AFTER": str(settings.policy.rare_after),
+        "MIQPS_REVERIFY_AFTER": str(settings.policy.reverify_after),
+        "MIQPS_MIN_DISTINCT_VALUES": str(settings.policy.min_distinct_values),
+        "MIQPS_SATURATION_URLS": str(settings.policy.saturation_urls),
+        "MIQPS_PROBE_RETRY_AFTER": str(settings.policy.retry_after),
+        "MIQPS_PROBE_RATE": str(settings.probe_rate_per_host),
+        "PYTHONUNBUFFERED": "1",
+    })
+    if settings.proxy:
+        env["MIQPS_PROXY"] = settings.proxy
+    if settings.allow_private:
+        env["MIQPS_ALLOW_PRIVATE"] = "1"
+    if extra:
+        env.update(extra)
+    return env
+
+
+class WorkerProcess:
+    """One ``miqps worker`` subprocess with its log in a file."""
+
+    def __init__(self, settings: Settings, agents: str, log_path: Path,
+                 extra_env: Mapping[str, str] | None = None) -> None:
+        self.settings = settings
+        self.agents = agents
+        self.log_path = log_path
+        self.extra_env = extra_env
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            worker_command(),
+            env=worker_env(self.settings, {"MIQPS_AGENTS": self.agents, **(self.extra_env or {})}),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.alive():
+            assert self.process is not None
+            self.process.kill()
+            self.process.wait(30)
+        self._close_log()
+
+    def stop(self, timeout: float = 40.0) -> int | None:
+        if self.process is None:
+            return None
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(30)
+        self._close_log()
+        return self.process.returncode
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def __enter__(self) -> WorkerProcess:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def produce(settings: Settings, topic: str, values: Iterable[bytes | None],
+            keys: Iterable[bytes | None] | None = None) -> int:
+    producer = Producer(producer_config(settings, **{"enable.idempotence": False}))
+    count = 0
+    key_iter = iter(keys) if keys is not None else None
+    for value in values:
+        key = next(key_iter) if key_iter is not None else None
+        while True:
+            try:
+                producer.produce(topic, value, key)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        count += 1
+        if count % 10_000 == 0:
+            producer.poll(0)
+    remaining = producer.flush(60)
+    if remaining:
+        raise RuntimeError(f"{remaining} messages not delivered to {topic}")
+    return count
+
+
+class TopicReader:
+    """Reads every partition of a topic from the beginning, incrementally."""
+
+    def __init__(self, settings: Settings, topic: str) -> None:
+        self.topic = topic
+        self.consumer = Consumer(consumer_config(
+            settings, f"miqps-reader-{uuid.uuid4().hex}",
+            **{"enable.auto.commit": False, "fetch.wait.max.ms": 100},
+        ))
+        metadata = self.consumer.list_topics(topic, timeout=30).topics[topic]
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in metadata.partitions])
+        self.records: list[tuple[bytes | None, bytes | None, int]] = []
+
+    def poll(self, seconds: float = 0.5) -> int:
+        """Read what arrived within ``seconds``; return how many records were new."""
+        deadline = time.monotonic() + seconds
+        new = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            messages = self.consumer.consume(10_000, max(0.0, min(remaining, 0.2)))
+            for message in messages:
+                if message.error() is None:
+                    self.records.append((message.key(), message.value(),
+                                         message.partition() or 0))
+                    new += 1
+            if remaining <= 0 and not messages:
+                return new
+
+    def wait_for(self, count: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while len(self.records) < count:
+            if time.monotonic() > deadline:
+                return False
+            self.poll(0.5)
+        return True
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def __enter__(self) -> TopicReader:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def unique_prefix(label: str) -> str:
+    return f"{label}-{uuid.uuid4().hex[:8]}."
+
+
+def isolated_settings(base: Settings, label: str, state_dir: Path, **changes: object,
+                      ) -> Settings:
+    """Settings with their own topic names, app id and state directory."""
+    from streams.settings import Topics
+
+    prefix = unique_prefix(label)
+    topics = Topics.from_env({"MIQPS_TOPIC_PREFIX": prefix})
+    return base.with_overrides(topics=topics, app_id=prefix.rstrip("."), state_dir=state_dir,
+                               **changes)
+
+
+def delete_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
+    """Delete the topics of ``settings``, its Faust app's internal topics and any other topic
+    named after its app id (as :func:`isolated_settings` names them), best effort."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "log_level": 0})
+    names = set(settings.topics.all().values())
+    prefixes = (f"{settings.app_id}-", f"{settings.app_id}.")
+    doomed = sorted(name for name in admin.list_topics(timeout=timeout).topics
+                    if name in names or name.startswith(prefixes))
+    if doomed:
+        for future in admin.delete_topics(doomed, operation_timeout=timeout).values():
+            with contextlib.suppress(KafkaException):
+                future.result(timeout)
+    return doomed

@@ -1,0 +1,89 @@
+import random
+
+from miqps.canonical import Canonicalizer
+from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification
+from miqps.urls import parse
+from streams.livemaps import LEARNED, PROVISIONAL, LiveMaps, timestamp_seconds
+
+NAMES = ("id", "page", "utm_source", "utm_medium", "gclid", "ref", "variant", "sid", "q")
+
+
+def random_urls(rng: random.Random, count: int) -> list[str]:
+    urls = []
+    for _ in range(count):
+        host = f"s{rng.randrange(4)}.example"
+        path = rng.choice(("/p/12", "/p/13", "/search", "/"))
+        names = rng.sample(NAMES, rng.randrange(0, 5))
+        query = "&".join(f"{name}={rng.randrange(3)}" for name in names)
+        urls.append(f"https://{host}{path}" + (f"?{query}" if query else ""))
+    return urls
+
+
+def random_maps(rng: random.Random, urls: list[str]) -> list[DomainMap]:
+    patterns: dict[str, dict[str, frozenset[str]]] = {}
+    for text in urls:
+        url = parse(text)
+        if url.pairs and rng.random() < 0.7:
+            patterns.setdefault(url.host, {})[url.pattern] = url.names
+    maps = []
+    for number, (domain, by_pattern) in enumerate(sorted(patterns.items())):
+        decisions = {}
+        for key, names in by_pattern.items():
+            kept = frozenset(name for name in names if rng.random() < 0.5)
+            params = {
+                name: ParamEvidence("keep" if name in kept else "drop",
+                                    rng.choice((Layer.LEARNED, Layer.INSUFFICIENT)), 3, 1, 2, 0)
+                for name in names
+            }
+            decisions[key] = PatternDecision(kept, names - kept, params, Verification(),
+                                             "2026-01-01T00:00:00Z", 1)
+        maps.append(DomainMap(domain, number + 1, "2026-01-01T00:00:00Z", decisions))
+    return maps
+
+
+def test_lean_path_decides_exactly_like_the_core() -> None:
+    rng = random.Random(5)
+    urls = random_urls(rng, 3000)
+    maps = random_maps(rng, urls)
+    core = Canonicalizer()
+    live = LiveMaps(reverify_after=3600)
+    for domain_map in maps:
+        core.update(domain_map)
+        live.apply(domain_map)
+    statuses = set()
+    for text in urls:
+        url = parse(text)
+        expected = core.decide(url)
+        got = live.canonicalize(url)
+        assert got.canonical_url == expected.canonical_url == core.canonical_url(url), text
+        assert got.pattern == expected.pattern
+        assert got.kept == list(expected.kept)
+        assert got.dropped == list(expected.dropped)
+        assert got.status == expected.status
+        assert got.map_version == expected.map_version
+        statuses.add(got.status)
+    assert statuses == {LEARNED, PROVISIONAL}
+
+
+def test_older_versions_never_replace_newer_ones_and_the_document_round_trips() -> None:
+    rng = random.Random(1)
+    urls = random_urls(rng, 200)
+    newer = random_maps(rng, urls)[0]
+    older = DomainMap(newer.domain, newer.version - 1 if newer.version > 1 else 0,
+                      newer.updated_at, {})
+    live = LiveMaps(reverify_after=10)
+    assert live.apply(newer)
+    assert not live.apply(older)
+    assert not live.apply(newer)
+    assert live.map_for(newer.domain) == newer
+    compiled = live.get(newer.domain)
+    assert compiled is not None
+    rule = next(iter(compiled.rules.values()))
+    assert rule.reverify_at == timestamp_seconds("2026-01-01T00:00:00Z") + 10
+    live.remove(newer.domain)
+    assert live.get(newer.domain) is None and live.map_for(newer.domain) is None
+
+
+def test_unreadable_timestamps_mean_due_at_once() -> None:
+    assert timestamp_seconds("yesterday") == 0.0
+    assert timestamp_seconds("1970-01-01T00:01:00Z") == 60.0

@@ -1,0 +1,139 @@
+"""The probing agent's logic against a small web whose pages change, without Kafka."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from miqps.fetch import FetchConfig, Fetcher
+from miqps.learner import LearnConfig
+from miqps.maps import DomainMap
+from streams.livemaps import LiveMaps
+from streams.probing import POOLED, UNREACHABLE, Probing
+from streams.stats import ProbeRequest
+from tests.streams.conftest import DriftingSite
+from tests.streams.support import assert_valid
+
+PATTERN = "/p?id&ref"
+
+
+def request(pattern: str, urls: list[str], basis: str = "",
+            reason: str = "enough-samples") -> ProbeRequest:
+    return ProbeRequest("drift.test", "/p", {pattern: {"reason": reason, "basis": basis,
+                                                      "urls_seen": len(urls),
+                                                      "first_seen": 0.0}}, urls, 0.0)
+
+
+def sample_urls(count: int = 8, offset: int = 0) -> list[str]:
+    return [f"http://drift.test/p?id={offset + n}&ref=r{offset + n}" for n in range(count)]
+
+
+@pytest.fixture
+async def probing(drifting_web: tuple[DriftingSite, str]) -> AsyncIterator[Probing]:
+    _, proxy = drifting_web
+    async with Fetcher(FetchConfig(proxy=proxy, per_host_rate=500.0, timeout=5.0,
+                                   max_attempts=1)) as fetcher:
+        yield Probing(LiveMaps(reverify_after=3600), fetcher, LearnConfig())
+
+
+def publish(probing: Probing, domain_map: DomainMap | None) -> None:
+    assert domain_map is not None
+    probing.live_maps.apply(domain_map)
+
+
+async def test_first_learning_drops_noise_and_keeps_the_key(probing: Probing) -> None:
+    [outcome] = await probing.handle([request(PATTERN, sample_urls())])
+    assert outcome.published is not None and outcome.published.version == 1
+    decision = outcome.published.patterns[PATTERN]
+    assert decision.kept == {"id"} and decision.dropped == {"ref"}
+    assert_valid("miqps-map", outcome.published.to_json())
+    [audit] = outcome.audits
+    assert_valid("map-update", audit)
+    assert audit["accepted"] and audit["kept_after"] == ["id"] and audit["kept_before"] is None
+    assert outcome.fetches > 0
+
+
+async def test_a_duplicate_request_costs_no_fetch(probing: Probing) -> None:
+    [first] = await probing.handle([request(PATTERN, sample_urls())])
+    publish(probing, first.published)
+    [again] = await probing.handle([request(PATTERN, sample_urls())])
+    assert again.skipped == [PATTERN] and again.fetches == 0 and again.published is None
+
+
+async def test_patterns_are_learned_from_the_samples_of_other_requests(probing: Probing) -> None:
+    urls = [*sample_urls(), "http://drift.test/p?id=3", "http://drift.test/p?id=4"]
+    [outcome] = await probing.handle([request(PATTERN, urls)])
+    assert outcome.published is not None
+    assert set(outcome.published.patterns) == {PATTERN, "/p?id"}
+    pooled = [audit for audit in outcome.audits if audit["pattern"] == "/p?id"]
+    assert pooled and pooled[0]["request_reason"] == POOLED
+
+
+async def test_a_new_combination_is_decided_from_evidence_with_few_fetches(
+    probing: Probing,
+) -> None:
+    tracked = [f"http://drift.test/p?id={n}&utm_source=s{n}" for n in range(8)]
+    [first] = await probing.handle([request(PATTERN, sample_urls() + tracked)])
+    publish(probing, first.published)
+    combined = "/p?id&ref&utm_source"
+    urls = [f"http://drift.test/p?id={n}&ref=x{n}&utm_source=mail" for n in range(50, 53)]
+    [outcome] = await probing.handle([request(combined, urls)])
+    assert outcome.published is not None
+    decision = outcome.published.patterns[combined]
+    assert decision.kept == {"id"} and decision.dropped == {"ref", "utm_source"}
+    verify = probing.config.verify_samples
+    assert decision.verification.samples == verify
+    assert outcome.fetches <= 2 * verify, "only the final form is verified"
+
+
+async def test_drift_of_a_neutral_parameter_updates_the_map(
+    probing: Probing, drifting_web: tuple[DriftingSite, str]
+) -> None:
+    site, _ = drifting_web
+    [first] = await probing.handle([request(PATTERN, sample_urls())])
+    publish(probing, first.published)
+    assert first.published is not None
+    basis = first.published.patterns[PATTERN].decided_at
+    site.ref_matters = True
+    [outcome] = await probing.handle([request(PATTERN, sample_urls(offset=100), basis,
+                                              "reverify")])
+    assert outcome.published is not None and outcome.published.version == 2
+    assert outcome.published.patterns[PATTERN].kept == {"id", "ref"}
+    [audit] = outcome.audits
+    assert_valid("map-update", audit)
+    assert audit["accepted"] and audit["request_reason"] == "reverify"
+    assert (audit["kept_before"], audit["kept_after"]) == (["id"], ["id", "ref"])
+
+
+async def test_the_anomaly_gate_keeps_the_old_map_when_a_site_walls_off(
+    probing: Probing, drifting_web: tuple[DriftingSite, str]
+) -> None:
+    site, _ = drifting_web
+    [first] = await probing.handle([request(PATTERN, sample_urls())])
+    publish(probing, first.published)
+    assert first.published is not None
+    basis = first.published.patterns[PATTERN].decided_at
+    site.wall = True
+    [outcome] = await probing.handle([request(PATTERN, sample_urls(offset=200), basis,
+                                              "reverify")])
+    assert outcome.published is None
+    [audit] = outcome.audits
+    assert_valid("map-update", audit)
+    assert not audit["accepted"] and audit["flipped_to_dropped"] == ["id"]
+    assert audit["version_after"] is None
+
+
+async def test_a_site_that_is_down_gets_no_map_and_is_asked_for_again(
+    probing: Probing, drifting_web: tuple[DriftingSite, str]
+) -> None:
+    site, _ = drifting_web
+    site.down = True
+    [outcome] = await probing.handle([request(PATTERN, sample_urls())])
+    assert outcome.published is None
+    [audit] = outcome.audits
+    assert_valid("map-update", audit)
+    assert not audit["accepted"] and audit["reason"] == UNREACHABLE
+    site.down = False
+    [again] = await probing.handle([request(PATTERN, sample_urls())])
+    assert again.published is not None and again.published.patterns[PATTERN].kept == {"id"}

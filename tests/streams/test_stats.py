@@ -1,0 +1,148 @@
+import orjson
+
+from miqps.urls import parse
+from streams.settings import LearningPolicy
+from streams.stats import (
+    ENOUGH_SAMPLES,
+    RETRY,
+    REVERIFY,
+    TIME_LIMIT,
+    ProbeRequest,
+    ShapeStats,
+    shape_of,
+    stats_key,
+)
+from tests.streams.support import assert_valid
+
+POLICY = LearningPolicy(min_distinct_values=3, saturation_urls=10, rare_after=60.0,
+                        retry_after=300.0, max_pool_urls=8, urls_per_pattern=2)
+ALLOWLIST = frozenset({"variant"})
+
+
+def unlearned(pattern: str, basis: str) -> bool:
+    return True
+
+
+def observe(stats: ShapeStats, text: str, now: float, count: int = 1, basis: str = "") -> bool:
+    url = parse(text)
+    return stats.observe(url.pattern, url, count, basis, now, POLICY, ALLOWLIST)
+
+
+def test_a_pattern_is_due_once_every_parameter_has_enough_distinct_values() -> None:
+    stats = ShapeStats("a.example", "/p")
+    assert observe(stats, "http://a.example/p?id=1&utm_source=x", 0.0)
+    assert stats.due(1.0, POLICY, ALLOWLIST, unlearned, trigger="/p?id&utm_source") == {}
+    observe(stats, "http://a.example/p?id=2&utm_source=y", 1.0)
+    observe(stats, "http://a.example/p?id=3&utm_source=y", 2.0)
+    assert stats.due(3.0, POLICY, ALLOWLIST, unlearned, trigger="/p?id&utm_source") == {}
+    assert not observe(stats, "http://a.example/p?id=4&utm_source=z", 3.0)
+    due = stats.due(4.0, POLICY, ALLOWLIST, unlearned, trigger="/p?id&utm_source")
+    assert due == {"/p?id&utm_source": ENOUGH_SAMPLES}
+    request = stats.request(due, 4.0)
+    assert_valid("probe-request", request.to_json())
+    assert ProbeRequest.from_json(orjson.loads(request.dumps())) == request
+    assert len(request.urls) == 4
+    for second in range(5, 200):
+        observe(stats, f"http://a.example/p?id={second}&utm_source=w{second}", float(second))
+        assert stats.due(float(second), POLICY, ALLOWLIST, unlearned,
+                         trigger="/p?id&utm_source") == {}, "one request, never a storm"
+
+
+def test_sibling_patterns_join_the_request_their_pooled_evidence_allows() -> None:
+    stats = ShapeStats("a.example", "/p")
+    for number in range(3):
+        observe(stats, f"http://a.example/p?id={number}&utm_source=s{number}", 0.0)
+    observe(stats, "http://a.example/p?id=7", 0.0)
+    due = stats.due(1.0, POLICY, ALLOWLIST, unlearned, trigger="/p?id")
+    assert due == {"/p?id": ENOUGH_SAMPLES, "/p?id&utm_source": ENOUGH_SAMPLES}
+
+
+def test_low_cardinality_parameters_saturate_and_allowlisted_ones_need_nothing() -> None:
+    stats = ShapeStats("a.example", "/p")
+    for number in range(3):
+        observe(stats, f"http://a.example/p?id={number}&sort=asc&variant=1", 0.0)
+    assert stats.due(1.0, POLICY, ALLOWLIST, unlearned, trigger="/p?id&sort&variant") == {}
+    observe(stats, "http://a.example/p?id=1&sort=asc&variant=1", 1.0, count=9)
+    assert stats.due(2.0, POLICY, ALLOWLIST, unlearned,
+                     trigger="/p?id&sort&variant") == {"/p?id&sort&variant": ENOUGH_SAMPLES}
+
+
+def test_rare_patterns_are_due_after_the_time_limit() -> None:
+    stats = ShapeStats("a.example", "/p")
+    observe(stats, "http://a.example/p?id=1&color=red", 100.0)
+    assert stats.due(159.0, POLICY, ALLOWLIST, unlearned) == {}
+    assert stats.due(160.0, POLICY, ALLOWLIST, unlearned) == {"/p?color&id": TIME_LIMIT}
+
+
+def test_a_lost_request_is_retried_once_per_interval_and_only_while_unlearned() -> None:
+    stats = ShapeStats("a.example", "/p")
+    observe(stats, "http://a.example/p?id=1", 0.0)
+    due = stats.due(60.0, POLICY, ALLOWLIST, unlearned)
+    stats.request(due, 60.0)
+    assert stats.due(300.0, POLICY, ALLOWLIST, unlearned) == {}
+    assert stats.due(360.0, POLICY, ALLOWLIST, unlearned) == {"/p?id": RETRY}
+    assert stats.due(360.0, POLICY, ALLOWLIST, lambda pattern, basis: False) == {}
+
+
+def test_re_verification_starts_a_new_round() -> None:
+    stats = ShapeStats("a.example", "/p")
+    observe(stats, "http://a.example/p?id=1", 0.0)
+    stats.request(stats.due(60.0, POLICY, ALLOWLIST, unlearned), 60.0)
+    basis = "2026-01-01T00:00:00Z"
+    assert observe(stats, "http://a.example/p?id=9", 1000.0, basis=basis)
+    assert stats.patterns["/p?id"].requested_at == 0.0
+    assert not observe(stats, "http://a.example/p?id=10", 1000.0, basis=basis)
+    due = stats.due(1000.0, POLICY, ALLOWLIST, lambda pattern, b: b == basis,
+                    trigger="/p?id")
+    assert due == {"/p?id": REVERIFY}
+    assert stats.request(due, 1000.0).patterns["/p?id"]["basis"] == basis
+
+
+def test_the_pool_is_bounded_but_every_pattern_keeps_a_sample() -> None:
+    stats = ShapeStats("a.example", "/p")
+    for number in range(20):
+        observe(stats, f"http://a.example/p?id={number}&q{number}={number}", 0.0)
+    assert len(stats.pool) == POLICY.max_pool_urls
+    observe(stats, "http://a.example/p?id=1&page=2", 0.0)
+    assert len(stats.pool) == POLICY.max_pool_urls
+    assert stats.samples_of("/p?id&page") == 1
+    assert len(stats.values["id"]) == POLICY.min_distinct_values
+    for number in range(5):
+        observe(stats, f"http://a.example/p?id={number}&q0={number}", 0.0)
+    assert stats.samples_of("/p?id&q0") == 1, "a pattern with a sample gets no more when full"
+
+
+def test_state_survives_serialization() -> None:
+    stats = ShapeStats("a.example", "/p")
+    observe(stats, "http://a.example/p?id=1&utm_source=x", 5.0)
+    stats.request({"/p?id&utm_source": TIME_LIMIT}, 70.0)
+    again = ShapeStats.loads(stats.dumps())
+    assert again == stats
+    assert stats_key("a.example", shape_of("/p/*?id")) == b"a.example\t/p/*"
+
+
+def test_sample_packs_are_read_item_by_item() -> None:
+    import pytest
+
+    from miqps.urls import InvalidURL
+    from streams.codecs import BadInput
+    from streams.stats import decode_samples, read_observation
+
+    value = orjson.dumps([
+        {"kind": "url", "domain": "a.example", "pattern": "/p?id",
+         "url": "http://a.example/p?id=1", "count": 2, "basis": ""},
+        {"kind": "count", "domain": "a.example", "pattern": "/p?id", "count": 5, "basis": ""},
+        {"kind": "due", "domain": "a.example", "shape": "/p"},
+    ])
+    assert_valid("pattern-sample", orjson.loads(value))
+    url, count, due = (read_observation(item) for item in decode_samples(value))
+    assert url.url is not None and url.count == 2 and url.shape == "/p"
+    assert count.url is None and count.count == 5
+    assert due.pattern == "" and due.shape == "/p"
+    with pytest.raises(BadInput):
+        decode_samples(b'{"kind": "due"}')
+    with pytest.raises(BadInput):
+        read_observation({"kind": "other", "domain": "a.example"})
+    with pytest.raises(InvalidURL):
+        read_observation({"kind": "url", "domain": "a.example", "pattern": "/p?id",
+                          "url": "ftp://a.example/", "count": 1, "basis": ""})

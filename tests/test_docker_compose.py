@@ -1,0 +1,109 @@
+"""docker-compose.yml and the Dockerfile, checked without a Docker engine: structure, and
+that every command they run exists in this project and accepts its arguments."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from streams.cli import worker_parser
+from streams.runtime import ROLES
+from streams.settings import Topics
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    document = yaml.safe_load((REPO / "docker-compose.yml").read_text("utf-8"))
+    assert isinstance(document, dict)
+    return document
+
+
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    found = compose["services"]
+    assert isinstance(found, dict)
+    return found
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment", {})
+    assert isinstance(env, dict), "environment as a mapping"
+    return {str(key): str(value) for key, value in env.items()}
+
+
+def worker_args(command: list[str]) -> list[str]:
+    """The arguments after ``miqps worker`` or ``python -m streams worker``."""
+    if command[:2] == ["miqps", "worker"]:
+        return command[2:]
+    if command[:4] == ["python", "-m", "streams", "worker"]:
+        return command[4:]
+    raise AssertionError(f"not a worker command: {command}")
+
+
+def test_kafka_runs_in_kraft_mode_without_zookeeper(compose: dict[str, Any]) -> None:
+    found = services(compose)
+    assert not any("zookeeper" in name or "zookeeper" in str(s.get("image", ""))
+                   for name, s in found.items())
+    kafka = found["kafka"]
+    assert str(kafka["image"]).startswith("apache/kafka:")
+    env = environment(kafka)
+    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"].startswith(f"{env['KAFKA_NODE_ID']}@kafka:")
+    assert "CONTROLLER" in env["KAFKA_CONTROLLER_LISTENER_NAMES"]
+    assert env["CLUSTER_ID"], "KRaft storage needs a cluster id"
+    assert "healthcheck" in kafka
+
+
+def test_topics_are_created_once_kafka_is_healthy(compose: dict[str, Any]) -> None:
+    topics = services(compose)["topics"]
+    args = worker_parser().parse_args(worker_args(topics["command"]))
+    assert args.create_topics_only
+    assert topics["depends_on"]["kafka"]["condition"] == "service_healthy"
+    assert environment(topics)["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
+
+
+@pytest.mark.parametrize(("name", "role"), [("canonicalizer", "canonicalize"),
+                                            ("prober", "probe")])
+def test_workers_run_one_role_each_after_the_topics(compose: dict[str, Any], name: str,
+                                                    role: str) -> None:
+    service = services(compose)[name]
+    args = worker_parser().parse_args(worker_args(service["command"]))
+    assert not args.create_topics_only
+    env = environment(service)
+    assert env["MIQPS_AGENTS"] == role and role in ROLES
+    assert env["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
+    assert env["MIQPS_STATE_DIR"]
+    assert service["depends_on"]["topics"]["condition"] == "service_completed_successfully"
+    assert service["deploy"]["replicas"] >= 1
+    assert service.get("build") == "." or service.get("image")
+    for key in env:
+        if key.startswith("MIQPS_TOPIC_"):
+            assert key in Topics.ENV.values() or key == "MIQPS_TOPIC_PREFIX"
+
+
+def test_the_commands_exist_in_the_project(compose: dict[str, Any]) -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))
+    assert project["project"]["scripts"]["miqps"] == "miqps.cli:main"
+    assert (REPO / "streams" / "__main__.py").exists()
+    assert "streams" in project["project"]["optional-dependencies"]
+    for service in services(compose).values():
+        command = service.get("command")
+        if command is not None:
+            worker_args(command)
+
+
+def test_the_dockerfile_installs_the_stream_extra_from_files_that_exist() -> None:
+    dockerfile = (REPO / "Dockerfile").read_text("utf-8")
+    assert re.search(r"^FROM python:3\.1[1-9]", dockerfile, re.M)
+    assert '".[streams]"' in dockerfile
+    for line in dockerfile.splitlines():
+        if line.startswith("COPY "):
+            for source in line.split()[1:-1]:
+                assert (REPO / source).exists(), source
+    assert re.search(r'^CMD \["miqps", "worker"\]', dockerfile, re.M)
