@@ -82,13 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command in ("worker", "maps"):
+        return run_streams_command(args.command, [*args.args, *extra])
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         if args.command == "learn":
             return run_learn(args)
         if args.command == "canonicalize":
             return run_canonicalize(args)
-        return run_streams_command(args.command, args.args)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

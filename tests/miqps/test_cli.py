@@ -136,3 +136,10 @@ def test_learn_refuses_private_targets_without_a_proxy(tmp_path: Path) -> None:
     for document in documents:
         for pattern in document["patterns"].values():
             assert pattern["dropped"] == []
+
+
+def test_worker_and_maps_options_pass_through_to_the_stream_processor() -> None:
+    result = run("worker", "--agents", "canonicalize", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "usage: miqps worker" in result.stdout and "--agents" in result.stdout
+    assert run("maps", "--help").returncode == 0
