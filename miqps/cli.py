@@ -82,12 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if args.command in ("worker", "maps"):
-        return run_streams_command(args.command, [*args.args, *extra])
-    if extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] in (["worker"], ["maps"]):
+        return run_streams_command(arguments[0], arguments[1:])
+    args = build_parser().parse_args(arguments)
     try:
         if args.command == "learn":
             return run_learn(args)
