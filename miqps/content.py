@@ -132,13 +132,17 @@ class VolatilityModel:
         self.stable.setdefault(template, Counter()).update(first.blocks.keys() - changing)
 
     def known_stable(self, template: str, paths: Iterable[str]) -> bool:
-        """True if one of ``paths`` was seen unchanged across refetches ``stable_after``
-        times and never changing: a difference there is content, not noise."""
+        """True if at least two of ``paths`` were each seen unchanged across refetches
+        ``stable_after`` times and never changing: a difference there is content, not
+        noise. One is not enough: a rotating block (an ad among a few) can repeat by chance
+        on the first refetches, and a single such path, taken for content, would make
+        every page of the template look different without ever being refetched again."""
         counts = self.stable.get(template)
         if not counts:
             return False
         noise = self.paths(template)
-        return any(counts[p] >= self.stable_after and p not in noise for p in paths)
+        stable = (p for p in paths if counts[p] >= self.stable_after and p not in noise)
+        return next(stable, None) is not None and next(stable, None) is not None
 
     def too_noisy(self, template: str, snapshot: Snapshot) -> bool:
         """When most of a page changes by itself there is nothing stable to compare."""

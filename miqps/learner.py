@@ -10,7 +10,10 @@ Per domain:
    them; a changed group is split in halves until the changers are isolated.
 3. A parameter is kept when the content changed in at least ``threshold`` of its
    conclusive samples, or when it has fewer than ``min_conclusive`` of them. Sampling
-   stops as soon as the decision can no longer change.
+   stops as soon as the decision can no longer change. One exception for shapes too rare
+   to reach ``min_conclusive``: a name that changed no page anywhere on the domain, was
+   learned neutral under another shape and left this shape's pages unchanged is dropped
+   here too (layer ``learned-domain``).
 4. Every pattern's final form is verified: samples are fetched with *all* dropped
    parameters removed at once. If the page changes, parameters are added back one at a
    time until it no longer does (``id`` and ``slug`` that each identify the page alone
@@ -41,6 +44,8 @@ class LearnConfig:
     min_conclusive: int = 3
     verify_samples: int = 1
     default_confirmations: int = 2
+    default_candidates: int = 3
+    default_min_share: float = 0.1
     parallel_samples: int = 2
     seed: int = 0
 
@@ -52,10 +57,15 @@ class LearnConfig:
         if not 0.0 < self.threshold <= 1.0:
             raise ValueError("threshold must be in (0, 1]")
 
-    def verdict(self, changed: int, conclusive: int) -> tuple[str, Layer]:
+    def verdict(self, changed: int, conclusive: int, tried: int = 0) -> tuple[str, Layer]:
+        """Keep or drop on ``changed`` of ``conclusive`` outcomes. Below ``min_conclusive``
+        the parameter is kept, as *learned* content when it changed often enough that the
+        rest of the budget (``samples - tried``, ``tried`` counting inconclusive ones too)
+        could not make it a drop, else for insufficient evidence."""
         if conclusive < self.min_conclusive:
-            certain = changed >= self.threshold * self.samples
-            return "keep", Layer.LEARNED if certain else Layer.INSUFFICIENT
+            possible = conclusive + max(0, self.samples - max(tried, conclusive))
+            certain = changed >= self.threshold * possible
+            return "keep", Layer.LEARNED if certain and changed else Layer.INSUFFICIENT
         if changed >= self.threshold * conclusive:
             return "keep", Layer.LEARNED
         return "drop", Layer.LEARNED
@@ -100,7 +110,8 @@ class _ShapePool:
     defaults: dict[str, list[str]] = field(default_factory=dict)
     unchanged_removals: dict[str, set[frozenset[str]]] = field(default_factory=dict)
     covered_patterns: set[str] = field(default_factory=set)
-    restored: set[str] = field(default_factory=set)
+    restored: Counter[str] = field(default_factory=Counter)
+    restore_contexts: list[tuple[str, frozenset[str]]] = field(default_factory=list)
 
 
 class Learner:
@@ -129,6 +140,7 @@ class Learner:
             for shape, shape_urls in sorted(by_shape.items())
         ]
         await asyncio.gather(*(self._probe_pool(pool) for pool in pools))
+        self._borrow_domain_evidence(pools)
         fetches_pooled = stats.by_host[domain]
         results = await asyncio.gather(*(self._decide_patterns(pool) for pool in pools))
         patterns = {key: decision for result in results for key, decision in result.items()}
@@ -191,9 +203,32 @@ class Learner:
                 evidence.decision, evidence.layer = "keep", Layer.ALLOWLIST
             else:
                 evidence.decision, evidence.layer = config.verdict(
-                    evidence.changed, evidence.conclusive
+                    evidence.changed, evidence.conclusive, evidence.samples
                 )
         await self._confirm_defaults(pool)
+
+    def _borrow_domain_evidence(self, pools: Sequence[_ShapePool]) -> None:
+        """A parameter with too few samples under one path shape (``/?gclid`` seen twice)
+        is dropped there when it changed no page anywhere on the domain, was learned neutral
+        under at least one other shape, and left every page of this shape it was tried on
+        unchanged. A name that means content under some path changes a page there or here,
+        and then stays kept; the pattern's final form is still verified."""
+        changed: Counter[str] = Counter()
+        learned_neutral: set[str] = set()
+        for pool in pools:
+            for name, evidence in pool.evidence.items():
+                changed[name] += evidence.changed
+                if evidence.decision == "drop" and evidence.layer is Layer.LEARNED:
+                    learned_neutral.add(name)
+        for pool in pools:
+            for name, evidence in pool.evidence.items():
+                if (
+                    evidence.layer is Layer.INSUFFICIENT
+                    and name in learned_neutral
+                    and changed[name] == 0
+                    and evidence.unchanged > evidence.inconclusive
+                ):
+                    evidence.decision, evidence.layer = "drop", Layer.DOMAIN
 
     def _pick_sample(
         self,
@@ -246,10 +281,12 @@ class Learner:
     async def _confirm_defaults(self, pool: _ShapePool) -> None:
         """A kept parameter may carry a default value (``sort=relevance``, ``page=1``):
         one that shows the same page as leaving the parameter out. Candidates are the
-        values that once made no difference and the values most URLs carry. A value is
-        elided only after it made no difference on ``1 + default_confirmations`` pages
-        and a difference on none: a default that depends on the page (a product's
+        values that once made no difference, and the three commonest values not tried yet
+        (sampling often spends its first fetches on ``page=2``, ``page=3``). A
+        value is elided only after it made no difference on ``1 + default_confirmations``
+        pages and a difference on none: a default that depends on the page (a product's
         default colour) fails this and stays."""
+        config = self.config
         tasks: list[Awaitable[None]] = []
         for name, evidence in pool.evidence.items():
             if evidence.decision != "keep" or evidence.layer is not Layer.LEARNED:
@@ -257,9 +294,13 @@ class Learner:
             outcomes = pool.value_outcomes[name]
             candidates = [v for v, o in outcomes.items() if o is Outcome.UNCHANGED][:2]
             counts = Counter(u.value_of(name) for u in pool.urls if name in u.names)
-            for value, count in counts.most_common(2):
-                if count >= 0.1 * pool.carriers[name] and value not in outcomes:
-                    candidates.append(value)
+            common = [
+                value
+                for value, count in counts.most_common()
+                if count >= config.default_min_share * pool.carriers[name]
+                and value not in outcomes
+            ]
+            candidates.extend(common[: config.default_candidates])
             tasks.extend(self._confirm_default(pool, name, value) for value in candidates)
         await asyncio.gather(*tasks)
 
@@ -312,40 +353,46 @@ class Learner:
         evidence = {name: _copy(pool.evidence[name]) for name in names}
         kept = {name for name in names if evidence[name].decision == "keep"}
         kept -= self._neutral_here(pool, key, kept, evidence)
+        restore_first = self._restore_first(pool, names, kept)
+        if restore_first is not None:
+            kept.add(restore_first)
+            evidence[restore_first].decision = "keep"
+            evidence[restore_first].layer = Layer.VERIFICATION
         defaults = {name: list(pool.defaults[name]) for name in kept if name in pool.defaults}
         verification = Verification()
         samples = sorted(urls, key=lambda u: u.url)
         random.Random(f"{self.config.seed}:{key}").shuffle(samples)
         samples.sort(key=lambda u: not self.prober.has_snapshot(u.url))
         budget = self.config.verify_samples
-        checked = 0
+        attempts = 0
         forms: set[frozenset[str]] = set()
         for url in samples:
             removed = _removed(url, kept, defaults)
-            if not removed or (checked >= budget and removed in forms):
+            if not removed or (verification.samples >= budget and removed in forms):
                 continue
-            if checked >= budget + 1:
+            if verification.samples >= budget + 1 or attempts >= budget + 2:
                 break
-            forms.add(removed)
-            checked += 1
+            attempts += 1
             if removed in pool.unchanged_removals.get(url.url, ()):
-                verification.samples += 1
-                continue
-            outcome = await self.prober.compare(pool.template, url.url, url.without(removed))
+                outcome = Outcome.UNCHANGED
+            else:
+                outcome = await self.prober.compare(pool.template, url.url, url.without(removed))
             if outcome is Outcome.INCONCLUSIVE:
                 verification.inconclusive += 1
                 continue
+            forms.add(removed)
             verification.samples += 1
             if outcome is Outcome.CHANGED:
                 verification.changed += 1
-                restored = await self._repair(pool, url, sorted(removed), evidence)
+                restored = await self._repair(pool, url, sorted(removed))
+                pool.restore_contexts.extend((name, frozenset(kept)) for name in restored)
                 verification.restored.extend(restored)
                 for name in restored:
                     kept.add(name)
                     defaults.pop(name, None)
                     evidence[name].decision, evidence[name].layer = "keep", Layer.VERIFICATION
                 pool.restored.update(restored)
-        if checked and verification.samples == 0:
+        if attempts and verification.samples == 0:
             defaults.clear()
             for name in names:
                 if name not in kept:
@@ -361,6 +408,19 @@ class Learner:
             decided_at=utc_now(),
             urls_seen=len(urls),
         )
+
+    @staticmethod
+    def _restore_first(pool: _ShapePool, names: Sequence[str], kept: set[str]) -> str | None:
+        """The parameter that verification would most likely add back here: one restored
+        on a sibling pattern that kept no more than this one keeps (no other identifier
+        could stand in for it). Keeping it from the start spares a failed verification
+        and a repair; one alias of a pair, never both."""
+        candidates = {
+            name
+            for name, kept_there in pool.restore_contexts
+            if name in names and name not in kept and kept <= kept_there
+        }
+        return _restore_order(pool, candidates)[0] if candidates else None
 
     def _neutral_here(
         self, pool: _ShapePool, key: str, kept: set[str], evidence: dict[str, ParamEvidence]
@@ -384,14 +444,10 @@ class Learner:
         pool: _ShapePool,
         url: NormalizedURL,
         removed: list[str],
-        evidence: dict[str, ParamEvidence],
     ) -> list[str]:
         """Add removed parameters back one at a time until the page no longer changes;
         if no single one is enough, keep them all."""
-        order = sorted(
-            removed,
-            key=lambda n: (n not in pool.restored, evidence[n].changed == 0, -pool.carriers[n], n),
-        )
+        order = _restore_order(pool, removed)
         for name in order:
             restore = frozenset(removed) - {name}
             outcome = await self.prober.compare(pool.template, url.url, url.without(restore))
@@ -400,6 +456,20 @@ class Learner:
             if outcome is Outcome.INCONCLUSIVE:
                 break
         return order
+
+
+def _restore_order(pool: _ShapePool, names: Iterable[str]) -> list[str]:
+    """Likeliest to be needed first: restored before, changed a page, carried by most URLs.
+    The same order everywhere keeps the same alias of a pair on every pattern."""
+    return sorted(
+        names,
+        key=lambda n: (
+            n not in pool.restored,
+            pool.evidence[n].changed == 0,
+            -pool.carriers[n],
+            n,
+        ),
+    )
 
 
 def _removed(url: NormalizedURL, kept: set[str], defaults: dict[str, list[str]]) -> frozenset[str]:

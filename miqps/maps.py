@@ -23,6 +23,7 @@ class Layer(StrEnum):
     ALLOWLIST = "allowlist"
     LEARNED = "learned"
     INSUFFICIENT = "insufficient-evidence"
+    DOMAIN = "learned-domain"
     VERIFICATION = "verification"
     PRIOR = "prior"
     UNLEARNED = "unlearned"

@@ -77,3 +77,17 @@ def test_a_page_that_is_mostly_noise_is_too_noisy_to_compare() -> None:
     model2 = VolatilityModel()
     model2.learn("t", first, first)
     assert not model2.too_noisy("t", first)
+
+
+def test_a_rotating_block_that_repeated_by_chance_is_not_taken_for_content() -> None:
+    template = "shop.example/p/*"
+    model = VolatilityModel(stable_after=2)
+    for stamp in ("1", "2", "3"):
+        # the recommendations happened to repeat on every refetch so far
+        model.learn(template, snapshot_html(200, "u", page("Shoe", "$10", stamp=stamp)),
+                    snapshot_html(200, "u", page("Shoe", "$10", stamp=stamp + "0")))
+    assert "body>aside.recs>ul>li" not in model.paths(template)
+    assert not model.known_stable(template, {"body>aside.recs>ul>li"})
+    assert model.known_stable(template, {"body>main#product>h1", "body>main#product>p.price"})
+    assert not model.known_stable(template, {"body>main#product>h1",
+                                             "body>footer>span.generated"})

@@ -167,9 +167,37 @@ def test_rare_patterns_keep_what_they_cannot_prove(tuning_run: LearnedRun) -> No
                     insufficient += 1
                     assert name in decision.kept
                 if name in decision.dropped:
-                    assert evidence.conclusive >= config.min_conclusive
+                    if evidence.layer is Layer.DOMAIN:
+                        assert evidence.changed == 0 and evidence.unchanged >= 1
+                    else:
+                        assert evidence.conclusive >= config.min_conclusive
                     assert decision.verification.samples >= 1
     assert insufficient > 0, "no rare pattern exercised the conservative default"
+
+
+def test_rare_patterns_drop_only_what_changed_no_page_of_the_domain(
+    tuning_run: LearnedRun,
+) -> None:
+    borrowed = 0
+    for domain, domain_map in tuning_run.maps.items():
+        changed_somewhere = {
+            name
+            for decision in domain_map.patterns.values()
+            for name, evidence in decision.params.items()
+            if evidence.changed
+        }
+        for key, decision in domain_map.patterns.items():
+            for name, evidence in decision.params.items():
+                if evidence.layer is not Layer.DOMAIN:
+                    continue
+                borrowed += 1
+                assert name in decision.dropped
+                assert name not in changed_somewhere, (domain, key, name)
+                example = next(parse(e.url) for e in tuning_run.corpus
+                               if parse(e.url).host == domain and parse(e.url).pattern == key)
+                role = tuning_run.role(example, name)
+                assert role is not None and role.neutral, (domain, key, name, role)
+    assert borrowed > 0, "no rare pattern borrowed the domain's evidence"
 
 
 def test_hanging_pages_are_inconclusive_and_their_parameters_kept(tuning_run: LearnedRun) -> None:
