@@ -7,7 +7,7 @@ per line and the stream processor publishes the same document to ``miqps.maps``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -238,9 +238,3 @@ def write_maps(path: Path, maps: Iterable[DomainMap]) -> None:
         for domain_map in sorted(maps, key=lambda m: m.domain):
             handle.write(domain_map.dumps() + "\n")
     tmp.replace(path)
-
-
-def iter_kept(maps: Mapping[str, DomainMap]) -> Iterator[tuple[str, str, frozenset[str]]]:
-    for domain, domain_map in maps.items():
-        for key, decision in domain_map.patterns.items():
-            yield domain, key, decision.kept
