@@ -234,6 +234,12 @@ def _print_summary(
         f"per distinct URL), {fetch_stats['retries']} retries, "
         f"{fetch_stats['failed']} failed, {fetch_stats['refused']} refused",
         f"inconclusive samples: {sum(r.inconclusive for r in reports)}",
+        *(
+            f"{r.domain}: every URL fetched showed the same page (a bot wall?); "
+            "nothing dropped"
+            for r in reports
+            if r.one_page
+        ),
         f"time: {seconds:.1f}s",
         f"maps written to {path}",
     ]

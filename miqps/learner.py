@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from miqps.canonical import StaticLayers
+from miqps.content import content_id
 from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification, utc_now
 from miqps.prober import Outcome, PageProber
 from miqps.urls import NormalizedURL, path_shape
@@ -94,6 +95,7 @@ class DomainReport:
     fetches: int = 0
     verification_fetches: int = 0
     seconds: float = 0.0
+    one_page: bool = False
 
 
 @dataclass(slots=True)
@@ -140,7 +142,12 @@ class Learner:
             for shape, shape_urls in sorted(by_shape.items())
         ]
         await asyncio.gather(*(self._probe_pool(pool) for pool in pools))
-        self._borrow_domain_evidence(pools)
+        one_page = self._answers_one_page(pools)
+        if one_page:
+            _keep_everything(pools)
+        else:
+            self._borrow_domain_evidence(pools)
+            await asyncio.gather(*(self._confirm_defaults(pool) for pool in pools))
         fetches_pooled = stats.by_host[domain]
         results = await asyncio.gather(*(self._decide_patterns(pool) for pool in pools))
         patterns = {key: decision for result in results for key, decision in result.items()}
@@ -156,6 +163,7 @@ class Learner:
             fetches=stats.by_host[domain] - fetches_before,
             verification_fetches=stats.by_host[domain] - fetches_pooled,
             seconds=time.monotonic() - started,
+            one_page=one_page,
         )
         return domain_map, report
 
@@ -205,7 +213,25 @@ class Learner:
                 evidence.decision, evidence.layer = config.verdict(
                     evidence.changed, evidence.conclusive, evidence.samples
                 )
-        await self._confirm_defaults(pool)
+
+    def _answers_one_page(self, pools: Sequence[_ShapePool]) -> bool:
+        """Every URL of the domain fetched so far showed one and the same page: a bot wall,
+        a login or maintenance page, a parked domain. Removing any parameter then looks
+        harmless, and trusting that would merge every page of the site; with no contrast
+        at all there is nothing to learn from."""
+        noise = set().union(*(self.prober.volatility.paths(pool.template) for pool in pools))
+        pages: set[int] = set()
+        fetched = 0
+        for pool in pools:
+            for url in pool.urls:
+                snapshot = self.prober.fetched(url.url)
+                if snapshot is None:
+                    continue
+                pages.add(content_id(snapshot, noise))
+                if len(pages) > 1:
+                    return False
+                fetched += 1
+        return fetched >= self.config.min_conclusive
 
     def _borrow_domain_evidence(self, pools: Sequence[_ShapePool]) -> None:
         """A parameter with too few samples under one path shape (``/?gclid`` seen twice)
@@ -456,6 +482,13 @@ class Learner:
             if outcome is Outcome.INCONCLUSIVE:
                 break
         return order
+
+
+def _keep_everything(pools: Sequence[_ShapePool]) -> None:
+    for pool in pools:
+        for evidence in pool.evidence.values():
+            if evidence.layer is not Layer.ALLOWLIST:
+                evidence.decision, evidence.layer = "keep", Layer.INSUFFICIENT
 
 
 def _restore_order(pool: _ShapePool, names: Iterable[str]) -> list[str]:

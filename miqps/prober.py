@@ -38,6 +38,13 @@ class PageProber:
     def has_snapshot(self, url: str) -> bool:
         return url in self._first
 
+    def fetched(self, url: str) -> Snapshot | None:
+        """The snapshot of ``url`` if it was fetched successfully already; never fetches."""
+        task = self._first.get(url)
+        if task is None or not task.done() or task.cancelled():
+            return None
+        return task.result()
+
     async def snapshot(self, url: str) -> Snapshot | None:
         task = self._first.get(url)
         if task is None:

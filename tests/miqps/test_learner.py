@@ -6,7 +6,9 @@ import asyncio
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from html import escape
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -263,9 +265,21 @@ class _SamePageForEverything(BaseHTTPRequestHandler):
         return
 
 
-@pytest.fixture
-def broken_site_proxy() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _SamePageForEverything)
+class _QueryIgnored(_SamePageForEverything):
+    """A broken deploy: every path shows one page of its own, whatever the query asks."""
+
+    def do_GET(self) -> None:
+        path = urlsplit(self.path).path
+        body = f"<html><body><h1>Listing</h1><p>{escape(path)}</p></body></html>".encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -273,22 +287,52 @@ def broken_site_proxy() -> Iterator[str]:
     server.server_close()
 
 
-def test_anomaly_gate_rejects_a_site_that_starts_serving_one_page(
-    tuning_run: LearnedRun, broken_site_proxy: str
+@pytest.fixture
+def broken_site_proxy() -> Iterator[str]:
+    yield from _serve(_SamePageForEverything)
+
+
+@pytest.fixture
+def query_ignoring_proxy() -> Iterator[str]:
+    yield from _serve(_QueryIgnored)
+
+
+def test_anomaly_gate_rejects_a_site_that_starts_ignoring_its_queries(
+    tuning_run: LearnedRun, query_ignoring_proxy: str
 ) -> None:
     shop = tuning_run.host_of("shop")
     old = merge_update(None, tuning_run.maps[shop])
     urls = [parse(e.url) for e in tuning_run.corpus if parse(e.url).host == shop]
 
     async def relearn() -> None:
-        async with Fetcher(FetchConfig(proxy=broken_site_proxy)) as fetcher:
+        async with Fetcher(FetchConfig(proxy=query_ignoring_proxy)) as fetcher:
             learner = Learner(PageProber(fetcher))
-            broken, _ = await learner.learn_domain(shop, urls)
+            broken, report = await learner.learn_domain(shop, urls)
+            assert not report.one_page
             verdict = anomaly_gate(old, merge_update(old, broken), 0.5)
             assert not verdict.accepted, verdict
             assert len(verdict.flipped) > verdict.kept_before / 2
 
     asyncio.run(relearn())
+
+
+def test_a_site_answering_every_url_with_one_page_is_not_learned_as_one_page(
+    tuning_run: LearnedRun, broken_site_proxy: str
+) -> None:
+    shop = tuning_run.host_of("shop")
+    urls = [parse(e.url) for e in tuning_run.corpus if parse(e.url).host == shop]
+
+    async def first_learn() -> None:
+        async with Fetcher(FetchConfig(proxy=broken_site_proxy)) as fetcher:
+            walled, report = await Learner(PageProber(fetcher)).learn_domain(shop, urls)
+        assert report.one_page
+        assert walled.patterns
+        for decision in walled.patterns.values():
+            assert not decision.dropped, decision.to_json()
+            assert not any(e.default_values for e in decision.params.values())
+
+    asyncio.run(first_learn())
+    assert not any(report.one_page for report in tuning_run.reports)
 
 
 def test_a_parameter_that_changes_nothing_is_unchanged_despite_page_noise() -> None:
