@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 NO_SAMPLES = "no sample URL of this pattern could be probed"
 UNREACHABLE = "every probe failed; nothing learned"
+ONE_PAGE = "every URL fetched showed the same page (a bot wall?); nothing learned"
 POOLED = "pooled"
 
 
@@ -62,7 +63,7 @@ def unreachable(decision: PatternDecision) -> bool:
 
 def fully_evidenced(decision: PatternDecision) -> bool:
     """Every parameter decided on evidence, and the final form verified if anything drops."""
-    if any(evidence.layer not in (Layer.LEARNED, Layer.ALLOWLIST)
+    if any(evidence.layer in (Layer.INSUFFICIENT, Layer.PRIOR, Layer.UNLEARNED)
            for evidence in decision.params.values()):
         return False
     return not decision.dropped or decision.verification.samples > 0
@@ -192,9 +193,13 @@ class Probing:
             if decision is not None:
                 chosen[pattern] = decision
         rest = {pattern for pattern in wanted if pattern not in chosen}
+        walled: list[str] = []
         if rest:
             learner = Learner(prober, self.config, self.layers)
-            learned, _ = await learner.learn_domain(domain, urls)
+            learned, report = await learner.learn_domain(domain, urls)
+            if report.one_page:
+                walled = sorted(rest & learned.patterns.keys())
+                learned.patterns.clear()
             for pattern, decision in learned.patterns.items():
                 if pattern in rest:
                     chosen[pattern] = decision
@@ -223,7 +228,10 @@ class Probing:
         for pattern in failed:
             audits.append(failed_record(domain, pattern, wanted[pattern], current, UNREACHABLE,
                                         fetches))
-        for pattern in sorted(set(wanted) - set(chosen) - set(failed)):
+        for pattern in walled:
+            audits.append(failed_record(domain, pattern, wanted[pattern], current, ONE_PAGE,
+                                        fetches))
+        for pattern in sorted(set(wanted) - set(chosen) - set(failed) - set(walled)):
             audits.append(missing_record(domain, pattern, wanted[pattern], current, fetches))
         log.info("probe %s: %d patterns decided (%d by the full learner), %d without samples, "
                  "%d fetches%s", domain, len(chosen), len(rest & set(chosen)),

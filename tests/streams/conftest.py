@@ -15,10 +15,13 @@ import pytest
 @dataclass
 class DriftingSite:
     """``/p?id=N`` pages on ``drift.test``; ``ref`` is tracking noise until ``ref_matters``.
-    With ``wall`` every URL shows the same bot-wall page; with ``down`` every answer is 503."""
+    With ``wall`` every URL shows the same bot-wall page (but for a request number, which is
+    noise); with ``ids_ignored`` every ``id`` shows item 0; with ``down`` every answer is
+    503."""
 
     ref_matters: bool = False
     wall: bool = False
+    ids_ignored: bool = False
     down: bool = False
     requests: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -32,10 +35,11 @@ class DriftingSite:
         if self.down:
             return 503, b"<html><body>maintenance</body></html>"
         if self.wall:
-            return 200, b"<html><head><title>Checking your browser</title></head>" \
-                        b"<body><main><h1>One moment please</h1></main></body></html>"
+            return 200, ("<html><head><title>Checking your browser</title></head>"
+                         "<body><main><h1>One moment please</h1></main>"
+                         f"<footer>Request {self.requests}</footer></body></html>").encode()
         query = parse_qs(parts.query)
-        item = query.get("id", ["0"])[0]
+        item = "0" if self.ids_ignored else query.get("id", ["0"])[0]
         ref = query.get("ref", ["none"])[0]
         extra = f"<p class='edition'>Edition {ref}</p>" if self.ref_matters else ""
         html = (f"<html><head><title>Item {item}</title></head><body><main>"

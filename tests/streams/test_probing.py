@@ -10,7 +10,7 @@ from miqps.fetch import FetchConfig, Fetcher
 from miqps.learner import LearnConfig
 from miqps.maps import DomainMap
 from streams.livemaps import LiveMaps
-from streams.probing import POOLED, UNREACHABLE, Probing
+from streams.probing import ONE_PAGE, POOLED, UNREACHABLE, Probing
 from streams.stats import ProbeRequest
 from tests.streams.conftest import DriftingSite
 from tests.streams.support import assert_valid
@@ -106,7 +106,7 @@ async def test_drift_of_a_neutral_parameter_updates_the_map(
     assert (audit["kept_before"], audit["kept_after"]) == (["id"], ["id", "ref"])
 
 
-async def test_the_anomaly_gate_keeps_the_old_map_when_a_site_walls_off(
+async def test_a_site_that_walls_off_keeps_its_old_map_and_is_asked_for_again(
     probing: Probing, drifting_web: tuple[DriftingSite, str]
 ) -> None:
     site, _ = drifting_web
@@ -115,6 +115,24 @@ async def test_the_anomaly_gate_keeps_the_old_map_when_a_site_walls_off(
     assert first.published is not None
     basis = first.published.patterns[PATTERN].decided_at
     site.wall = True
+    [outcome] = await probing.handle([request(PATTERN, sample_urls(offset=200), basis,
+                                              "reverify")])
+    assert outcome.published is None
+    [audit] = outcome.audits
+    assert_valid("map-update", audit)
+    assert not audit["accepted"] and audit["reason"] == ONE_PAGE
+    assert audit["version_after"] is None
+
+
+async def test_the_anomaly_gate_keeps_the_old_map_when_a_site_stops_reading_its_ids(
+    probing: Probing, drifting_web: tuple[DriftingSite, str]
+) -> None:
+    site, _ = drifting_web
+    [first] = await probing.handle([request(PATTERN, sample_urls())])
+    publish(probing, first.published)
+    assert first.published is not None
+    basis = first.published.patterns[PATTERN].decided_at
+    site.ids_ignored = site.ref_matters = True
     [outcome] = await probing.handle([request(PATTERN, sample_urls(offset=200), basis,
                                               "reverify")])
     assert outcome.published is None
