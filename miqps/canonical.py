@@ -146,8 +146,22 @@ class _CompiledDomain:
             names = key.partition("?")[2].split("&")
             if _strictly_increasing(names):  # else no URL looks the key up
                 kept = [i for i, name in enumerate(names) if name in keep]
-                plans[key] = _plan_for(kept, len(names))
+                defaults = self.default_pairs.get(key)
+                if defaults and kept:
+                    plans[key] = _eliding_plan(kept, defaults)
+                else:
+                    plans[key] = _plan_for(kept, len(names))
         self.plans = plans
+
+
+def _eliding_plan(kept: Sequence[int], defaults: frozenset[str]) -> _Plan:
+    """A plan that also leaves out confirmed default values (``page=1``): a list of the
+    kept pairs, which may come out empty."""
+
+    def plan(pairs: Sequence[str]) -> list[str]:
+        return [pairs[i] for i in kept if pairs[i] not in defaults]
+
+    return plan
 
 
 def _strictly_increasing(names: Sequence[str]) -> bool:
@@ -323,9 +337,6 @@ class Canonicalizer:
                 if head is None:
                     head = self._head(first)
                 key = f"{head}{stars}?{'&'.join(names)}"
-                if key in compiled.default_pairs:
-                    self._append_slow(text, out, errors)
-                    continue
             plan = plans.get(key)
             if plan is None:
                 plan = self._plan(plans, key, compiled, names)
@@ -339,8 +350,10 @@ class Canonicalizer:
                 kept = plan(pairs)
                 if kept.__class__ is str:
                     append(f"{base}?{kept}{route}")
-                else:
+                elif kept:
                     append(f"{base}?{'&'.join(kept)}{route}")
+                else:  # only default values were left
+                    append(base + route)
         return out
 
     def _append_slow(
@@ -386,10 +399,6 @@ class Canonicalizer:
         else:
             got: str | Sequence[str] = plan(ordered)
             query = got if isinstance(got, str) else "&".join(got)
-            if compiled is not None and compiled.default_pairs and query:
-                defaults = compiled.default_pairs.get(key)
-                if defaults:
-                    query = "&".join(pair for pair in query.split("&") if pair not in defaults)
         return "?" + query if query else ""
 
     def _plan(

@@ -296,11 +296,18 @@ def test_confirmed_default_values_are_elided_and_other_values_kept() -> None:
     }
     decision = Pattern(frozenset({"id", "lang"}), frozenset(), params, Check(1, 0, 0, []),
                        "2026-12-02T00:00:00Z", 5)
+    listing = Pattern(frozenset({"page"}), frozenset({"ref"}),
+                      {"page": Evidence("keep", L.LEARNED, 2, 2, 0, 0, ["page=1"]),
+                       "ref": Evidence("drop", L.LEARNED, 6, 0, 6, 0)},
+                      Check(1, 0, 0, []), "2026-12-02T00:00:00Z", 5)
     canon = Canonicalizer()
-    canon.update(Map("a.example", 1, "2026-12-02T00:00:00Z", {"/p?id&lang": decision}))
+    canon.update(Map("a.example", 1, "2026-12-02T00:00:00Z",
+                     {"/p?id&lang": decision, "/list?page&ref": listing}))
     for text, expected in [
         ("http://a.example/p?lang=en&id=4", "http://a.example/p?id=4"),
         ("http://a.example/p?lang=de&id=4", "http://a.example/p?id=4&lang=de"),
+        ("http://a.example/list?ref=x&page=1#!/top", "http://a.example/list#!/top"),
+        ("http://a.example/list?ref=x&page=2", "http://a.example/list?page=2"),
     ]:
         assert canon.canonical_url(parse(text)) == expected
         assert canon.canonical_text(text) == expected
