@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -10,7 +10,7 @@ from miqps.fetch import FetchConfig, Fetcher
 from miqps.learner import LearnConfig
 from miqps.maps import DomainMap
 from streams.livemaps import LiveMaps
-from streams.probing import ONE_PAGE, POOLED, UNREACHABLE, Probing
+from streams.probing import ONE_PAGE, POOLED, UNREACHABLE, ProbeOutcome, Probing
 from streams.stats import ProbeRequest
 from tests.streams.conftest import DriftingSite
 from tests.streams.support import assert_valid
@@ -35,6 +35,19 @@ async def probing(drifting_web: tuple[DriftingSite, str]) -> AsyncIterator[Probi
     async with Fetcher(FetchConfig(proxy=proxy, per_host_rate=500.0, timeout=5.0,
                                    max_attempts=1)) as fetcher:
         yield Probing(LiveMaps(reverify_after=3600), fetcher, LearnConfig())
+
+
+async def reverified_after(probing: Probing, change: Callable[[], None],
+                           offset: int) -> ProbeOutcome:
+    """Learn PATTERN and publish it, then ``change`` the site and ask for a reverify."""
+    [first] = await probing.handle([request(PATTERN, sample_urls())])
+    publish(probing, first.published)
+    assert first.published is not None
+    basis = first.published.patterns[PATTERN].decided_at
+    change()
+    [outcome] = await probing.handle([request(PATTERN, sample_urls(offset=offset), basis,
+                                              "reverify")])
+    return outcome
 
 
 def publish(probing: Probing, domain_map: DomainMap | None) -> None:
@@ -91,13 +104,7 @@ async def test_drift_of_a_neutral_parameter_updates_the_map(
     probing: Probing, drifting_web: tuple[DriftingSite, str]
 ) -> None:
     site, _ = drifting_web
-    [first] = await probing.handle([request(PATTERN, sample_urls())])
-    publish(probing, first.published)
-    assert first.published is not None
-    basis = first.published.patterns[PATTERN].decided_at
-    site.ref_matters = True
-    [outcome] = await probing.handle([request(PATTERN, sample_urls(offset=100), basis,
-                                              "reverify")])
+    outcome = await reverified_after(probing, lambda: setattr(site, "ref_matters", True), 100)
     assert outcome.published is not None and outcome.published.version == 2
     assert outcome.published.patterns[PATTERN].kept == {"id", "ref"}
     [audit] = outcome.audits
@@ -110,13 +117,7 @@ async def test_a_site_that_walls_off_keeps_its_old_map_and_is_asked_for_again(
     probing: Probing, drifting_web: tuple[DriftingSite, str]
 ) -> None:
     site, _ = drifting_web
-    [first] = await probing.handle([request(PATTERN, sample_urls())])
-    publish(probing, first.published)
-    assert first.published is not None
-    basis = first.published.patterns[PATTERN].decided_at
-    site.wall = True
-    [outcome] = await probing.handle([request(PATTERN, sample_urls(offset=200), basis,
-                                              "reverify")])
+    outcome = await reverified_after(probing, lambda: setattr(site, "wall", True), 200)
     assert outcome.published is None
     [audit] = outcome.audits
     assert_valid("map-update", audit)
@@ -128,13 +129,11 @@ async def test_the_anomaly_gate_keeps_the_old_map_when_a_site_stops_reading_its_
     probing: Probing, drifting_web: tuple[DriftingSite, str]
 ) -> None:
     site, _ = drifting_web
-    [first] = await probing.handle([request(PATTERN, sample_urls())])
-    publish(probing, first.published)
-    assert first.published is not None
-    basis = first.published.patterns[PATTERN].decided_at
-    site.ids_ignored = site.ref_matters = True
-    [outcome] = await probing.handle([request(PATTERN, sample_urls(offset=200), basis,
-                                              "reverify")])
+
+    def stop_reading_ids() -> None:
+        site.ids_ignored = site.ref_matters = True
+
+    outcome = await reverified_after(probing, stop_reading_ids, 200)
     assert outcome.published is None
     [audit] = outcome.audits
     assert_valid("map-update", audit)
