@@ -9,8 +9,11 @@
 - The guard refuses loopback (in every spelling: the WHATWG parser already turns ``127.1``,
   ``2130706433`` and ``0x7f000001`` into ``127.0.0.1``), private, link-local, multicast,
   reserved and metadata addresses, for IP literals and for the addresses a name resolves
-  to. Through a proxy, names are resolved by the proxy, but IP literals and ``localhost``
-  are still refused.
+  to. Without a proxy, the client connects only to an address it has just checked (its
+  network backend resolves, checks and connects in one step), so a name that resolves to
+  a public address for the check and to an internal one for the connection (DNS
+  rebinding) is refused too. Through a proxy, names are resolved by the proxy, but IP
+  literals and ``localhost`` are still refused.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ import ipaddress
 import socket
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+import httpcore
 import httpx
 from aiolimiter import AsyncLimiter
 from tenacity import (
@@ -129,20 +133,70 @@ class AddressGuard:
             raise FetchFailed(f"invalid URL: {error.reason}") from None
         if self.allow_private:
             return
-        if host == "localhost" or host.endswith(".localhost") or host in METADATA_HOSTS:
-            raise AddressRefused(f"refused {host}: local name")
+        if self.via_proxy and _literal_address(host) is None:
+            _refuse_local_name(host)
+            return
+        await self.approved_address(host)
+
+    async def approved_address(self, host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+        """The address to connect to for ``host``, if every address it has is public."""
+        host = host.rstrip(".")
+        _refuse_local_name(host)
         literal = _literal_address(host)
         if literal is not None:
             reason = refusal_reason(literal)
             if reason:
                 raise AddressRefused(f"refused {host}: {reason}")
-            return
-        if self.via_proxy:
-            return
-        for address in await self.resolver(host):
+            return literal
+        addresses = await self.resolver(host)
+        if not addresses:
+            raise FetchFailed(f"cannot resolve {host}: no address")
+        for address in addresses:
             reason = refusal_reason(address)
             if reason:
                 raise AddressRefused(f"refused {host}: resolves to {address}, {reason}")
+        return addresses[0]
+
+
+def _refuse_local_name(host: str) -> None:
+    if host == "localhost" or host.endswith(".localhost") or host in METADATA_HOSTS:
+        raise AddressRefused(f"refused {host}: local name")
+
+
+class PinnedBackend(httpcore.AsyncNetworkBackend):
+    """An httpcore network backend that connects only to an address the guard has just
+    approved for the host, so the address checked is the address connected to."""
+
+    def __init__(
+        self, guard: AddressGuard, inner: httpcore.AsyncNetworkBackend | None = None
+    ) -> None:
+        self.guard = guard
+        self.inner = inner or httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        address = await self.guard.approved_address(host)
+        return await self.inner.connect_tcp(
+            str(address), port, timeout=timeout, local_address=local_address,
+            socket_options=socket_options,
+        )
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise AddressRefused("refused a unix socket")
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
 
 
 async def _resolve(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
@@ -187,11 +241,13 @@ class FetchStats:
 class Fetcher:
     """Fetches pages politely. Use as an async context manager."""
 
-    def __init__(self, config: FetchConfig | None = None) -> None:
+    def __init__(self, config: FetchConfig | None = None, resolver: Resolver | None = None) -> None:
         self.config = config or FetchConfig()
         self.stats = FetchStats()
         self.guard = AddressGuard(
-            allow_private=self.config.allow_private, via_proxy=self.config.proxy is not None
+            allow_private=self.config.allow_private,
+            via_proxy=self.config.proxy is not None,
+            resolver=resolver,
         )
         self._client: httpx.AsyncClient | None = None
         self._slots: dict[str, asyncio.Semaphore] = {}
@@ -199,12 +255,25 @@ class Fetcher:
 
     async def __aenter__(self) -> Fetcher:
         config = self.config
+        limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
+        transport = None
+        if config.proxy is None and not config.allow_private:
+            transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
+            # httpx takes no network backend: give its transport a pool that uses ours.
+            transport._pool = httpcore.AsyncConnectionPool(
+                ssl_context=httpx.create_ssl_context(trust_env=False),
+                max_connections=limits.max_connections,
+                max_keepalive_connections=limits.max_keepalive_connections,
+                keepalive_expiry=limits.keepalive_expiry,
+                network_backend=PinnedBackend(self.guard),
+            )
         self._client = httpx.AsyncClient(
             proxy=config.proxy,
+            transport=transport,
             timeout=httpx.Timeout(config.timeout),
             follow_redirects=False,
             headers={"User-Agent": config.user_agent, "Accept": "text/html,*/*;q=0.5"},
-            limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+            limits=limits,
             trust_env=False,
         )
         return self

@@ -5,9 +5,17 @@ import socket
 import threading
 from collections.abc import Iterator
 
+import httpcore
 import pytest
 
-from miqps.fetch import AddressGuard, AddressRefused, FetchConfig, Fetcher, refusal_reason
+from miqps.fetch import (
+    AddressGuard,
+    AddressRefused,
+    FetchConfig,
+    Fetcher,
+    PinnedBackend,
+    refusal_reason,
+)
 
 
 class CountingListener:
@@ -166,3 +174,43 @@ async def test_the_real_resolver_is_consulted_for_names() -> None:
             await guard.check(f"http://{name}/")
     else:
         await guard.check(f"http://{name}/")
+
+
+async def test_a_name_rebound_to_loopback_after_the_check_is_refused_at_connect(
+    listener: CountingListener,
+) -> None:
+    answers = iter([["93.184.216.34"], ["127.0.0.1"]])
+
+    async def rebinding(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+        return [ipaddress.ip_address(a) for a in next(answers)]
+
+    async with Fetcher(FetchConfig(max_attempts=1), resolver=rebinding) as fetcher:
+        with pytest.raises(AddressRefused, match=r"127\.0\.0\.1"):
+            await fetcher.fetch(f"http://rebind.example:{listener.port}/")
+        assert fetcher.stats.refused == 1
+    assert listener.accepted == 0
+
+
+class _RecordingBackend(httpcore.AsyncNetworkBackend):
+    def __init__(self) -> None:
+        self.hosts: list[str] = []
+
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                          local_address: str | None = None,
+                          socket_options: object = None) -> httpcore.AsyncNetworkStream:
+        self.hosts.append(host)
+        raise httpcore.ConnectError("recorded")
+
+
+async def test_the_pinned_backend_connects_to_the_address_it_checked() -> None:
+    async def resolver(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+        return [ipaddress.ip_address("93.184.216.34")]
+
+    inner = _RecordingBackend()
+    guard = AddressGuard(allow_private=False, via_proxy=False, resolver=resolver)
+    with pytest.raises(httpcore.ConnectError):
+        await PinnedBackend(guard, inner).connect_tcp("shop.example", 443)
+    assert inner.hosts == ["93.184.216.34"]
+    with pytest.raises(AddressRefused):
+        await PinnedBackend(guard, inner).connect_tcp("10.1.2.3", 80)
+    assert inner.hosts == ["93.184.216.34"]
