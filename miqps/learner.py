@@ -147,7 +147,6 @@ class Learner:
             _keep_everything(pools)
         else:
             self._borrow_domain_evidence(pools)
-            await asyncio.gather(*(self._confirm_defaults(pool) for pool in pools))
         fetches_pooled = stats.by_host[domain]
         results = await asyncio.gather(*(self._decide_patterns(pool) for pool in pools))
         patterns = {key: decision for result in results for key, decision in result.items()}
@@ -213,6 +212,7 @@ class Learner:
                 evidence.decision, evidence.layer = config.verdict(
                     evidence.changed, evidence.conclusive, evidence.samples
                 )
+        await self._confirm_defaults(pool)
 
     def _answers_one_page(self, pools: Sequence[_ShapePool]) -> bool:
         """Every URL of the domain fetched so far showed one and the same page: a bot wall,
@@ -486,6 +486,7 @@ class Learner:
 
 def _keep_everything(pools: Sequence[_ShapePool]) -> None:
     for pool in pools:
+        pool.defaults.clear()
         for evidence in pool.evidence.values():
             if evidence.layer is not Layer.ALLOWLIST:
                 evidence.decision, evidence.layer = "keep", Layer.INSUFFICIENT
