@@ -1,8 +1,9 @@
 """Whole-process speed of ``miqps canonicalize --maps`` against w3lib (and a stdlib baseline).
 
 Generates realistic URLs over about 200 domains, writes maps in which most patterns are
-learned (with confirmed default values for ``page``, ``sort`` and ``lang``), then times each canonicalizer as its own process, stdin file in, stdout file out,
-best of ``--repeat`` runs, all in the same run so the ratios are comparable::
+learned (with confirmed default values for ``page``, ``sort`` and ``lang``), then times
+each canonicalizer as its own process, stdin file in, stdout file out, best of
+``--repeat`` runs, all in the same run so the ratios are comparable::
 
     .venv/bin/python -m bench.canonicalize_speed [--urls 1000000] [--repeat 3]
 
