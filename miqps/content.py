@@ -141,8 +141,8 @@ class VolatilityModel:
         if not counts:
             return False
         noise = self.paths(template)
-        stable = (p for p in paths if counts[p] >= self.stable_after and p not in noise)
-        return next(stable, None) is not None and next(stable, None) is not None
+        stable = [p for p in paths if counts[p] >= self.stable_after and p not in noise]
+        return len(stable) >= 2
 
     def too_noisy(self, template: str, snapshot: Snapshot) -> bool:
         """When most of a page changes by itself there is nothing stable to compare."""
