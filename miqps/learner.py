@@ -35,6 +35,10 @@ from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verific
 from miqps.prober import Outcome, PageProber
 from miqps.urls import NormalizedURL, path_shape
 
+# A path no site serves a real page at: what a site answers there tells a bot wall (the same
+# page as everywhere) from a site whose sampled URLs happen to be one page.
+CONTRAST_PATH = "miqps-contrast-probe-8c1f0b7d"
+
 
 @dataclass(frozen=True, slots=True)
 class LearnConfig:
@@ -142,7 +146,7 @@ class Learner:
             for shape, shape_urls in sorted(by_shape.items())
         ]
         await asyncio.gather(*(self._probe_pool(pool) for pool in pools))
-        one_page = self._answers_one_page(pools)
+        one_page = await self._answers_one_page(pools)
         if one_page:
             _keep_everything(pools)
         else:
@@ -214,14 +218,16 @@ class Learner:
                 )
         await self._confirm_defaults(pool)
 
-    def _answers_one_page(self, pools: Sequence[_ShapePool]) -> bool:
-        """Every URL of the domain fetched so far showed one and the same page: a bot wall,
-        a login or maintenance page, a parked domain. Removing any parameter then looks
-        harmless, and trusting that would merge every page of the site; with no contrast
-        at all there is nothing to learn from."""
+    async def _answers_one_page(self, pools: Sequence[_ShapePool]) -> bool:
+        """Every URL of the domain fetched so far showed one and the same page, and so does
+        a path no site has: a bot wall, a login or maintenance page, a parked domain.
+        Removing any parameter then looks harmless, and trusting that would merge every
+        page of the site; with no contrast at all there is nothing to learn from. (A site
+        whose sampled URLs are all one real page, say its home page with tracking
+        parameters, answers the made-up path with something else, often a 404.)"""
         noise = set().union(*(self.prober.volatility.paths(pool.template) for pool in pools))
         pages: set[int] = set()
-        fetched = 0
+        fetched: list[NormalizedURL] = []
         for pool in pools:
             for url in pool.urls:
                 snapshot = self.prober.fetched(url.url)
@@ -230,8 +236,12 @@ class Learner:
                 pages.add(content_id(snapshot, noise))
                 if len(pages) > 1:
                     return False
-                fetched += 1
-        return fetched >= self.config.min_conclusive
+                fetched.append(url)
+        if len(fetched) < self.config.min_conclusive:
+            return False
+        contrast = f"{fetched[0].origin}/{CONTRAST_PATH}"
+        snapshot = await self.prober.snapshot(contrast)
+        return snapshot is None or content_id(snapshot, noise) in pages
 
     def _borrow_domain_evidence(self, pools: Sequence[_ShapePool]) -> None:
         """A parameter with too few samples under one path shape (``/?gclid`` seen twice)

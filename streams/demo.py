@@ -28,6 +28,7 @@ from simweb.corpus import CorpusURL, generate_corpus
 from simweb.server import SimWeb
 from simweb.sites import FAMILIES, build_sites
 from streams.kafka import ensure_topics
+from streams.probing import NO_SAMPLES, ONE_PAGE, UNREACHABLE
 from streams.settings import LearningPolicy, Settings
 from streams.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
 
@@ -227,7 +228,9 @@ def _summary(elapsed: float, corpus: list[CorpusURL], passes: int, progress: Pro
     audits = [orjson.loads(v) for _, v, _ in updates.records if v]
     domains = {a["domain"] for a in audits if a["accepted"]}
     patterns = {(a["domain"], a["pattern"]) for a in audits if a["accepted"]}
-    rejected = sum(1 for a in audits if not a["accepted"])
+    undecided = {NO_SAMPLES, UNREACHABLE, ONE_PAGE}
+    rejected = sum(1 for a in audits if not a["accepted"] and a["reason"] not in undecided)
+    left = Counter(a["reason"] for a in audits if not a["accepted"] and a["reason"] in undecided)
     fetches = web.requests_total()
     print("\nper pass (each pass streams the same URL population)")
     header = ["pass", "URLs", "learned*", "distinct raw -> canonical", "collapsed", "ideal",
@@ -242,7 +245,9 @@ def _summary(elapsed: float, corpus: list[CorpusURL], passes: int, progress: Pro
         ("dead-lettered", f"{len(dead.records)}"),
         ("learned / provisional", f"{statuses['learned']} / {statuses['provisional']}"),
         ("maps learned", f"{len(domains)} domains, {len(patterns)} patterns "
-                         f"({rejected} updates rejected)"),
+                         f"({rejected} updates rejected by the anomaly gate)"),
+        ("requests left undecided", ", ".join(f"{n} ({reason})" for reason, n in
+                                              left.most_common()) or "0"),
         ("fetches spent", f"{fetches} ({fetches / max(len(truth), 1):.3f} per distinct URL)"),
         ("wall time", f"{elapsed:.1f}s"),
     ]

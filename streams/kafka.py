@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from streams.settings import Settings
+from streams.tables import changelog_topics
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +77,19 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
 
 
 def ensure_topics(settings: Settings, timeout: float = 30.0) -> dict[str, int]:
-    """Create the missing topics; return the partition count of each topic."""
+    """Create the missing topics, then the tables' changelogs with the partition count of
+    the topic each table follows; return the partition count of each topic."""
     admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "log_level": 3})
-    specs = topic_specs(settings)
+    counts = _create_missing(admin, settings, topic_specs(settings), timeout)
+    compacted = {"cleanup.policy": "compact"}
+    changelogs = [TopicSpec(name, counts[source], compacted)
+                  for name, source in changelog_topics(settings).items()]
+    _create_missing(admin, settings, changelogs, timeout)
+    return counts
+
+
+def _create_missing(admin: AdminClient, settings: Settings, specs: list[TopicSpec],
+                    timeout: float) -> dict[str, int]:
     existing = admin.list_topics(timeout=timeout).topics
     missing = [spec for spec in specs if spec.name not in existing]
     if missing:

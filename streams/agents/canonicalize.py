@@ -25,12 +25,12 @@ from miqps.urls import InvalidURL
 from streams.codecs import BadInput, Source, encode_dead_letter
 from streams.runtime import Runtime
 from streams.stats import Observation, ShapeStats, decode_samples, read_observation, stats_key
-from streams.tables import rocksdb_options
+from streams.tables import PATTERN_STATS_TABLE, rocksdb_options
 from streams.topics import raw_topic
 
 log = logging.getLogger(__name__)
 
-TABLE_NAME = "pattern-stats"
+TABLE_NAME = PATTERN_STATS_TABLE
 MAX_TRACKED_DEADLINES = 100_000
 MAX_PENDING_CHANGELOG = 100
 

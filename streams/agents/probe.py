@@ -27,7 +27,7 @@ from streams.codecs import BadInput, Source, decode_document, encode_dead_letter
 from streams.probing import ProbeOutcome, Probing
 from streams.runtime import Runtime
 from streams.stats import ProbeRequest
-from streams.tables import rocksdb_options
+from streams.tables import PROBE_DEMAND_TABLE, rocksdb_options
 from streams.topics import raw_topic
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 MAX_PARALLEL_DOMAINS = 16
 GATHER_SECONDS = 0.5
 MAX_EVENTS_IN_FLIGHT = 2000
-DEMAND_TABLE = "probe-demand"
+DEMAND_TABLE = PROBE_DEMAND_TABLE
 
 
 def fetch_config(runtime: Runtime) -> FetchConfig:

@@ -278,6 +278,20 @@ class _QueryIgnored(_SamePageForEverything):
         self.wfile.write(body)
 
 
+class _HomePageOnly(_SamePageForEverything):
+    """A real one-page site: its home page, and a 404 anywhere else."""
+
+    def do_GET(self) -> None:
+        home = urlsplit(self.path).path == "/"
+        body = (b"<html><body><h1>Welcome home</h1><p>Our story.</p></body></html>" if home
+                else b"<html><body><h1>Not found</h1></body></html>")
+        self.send_response(200 if home else 404)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
 def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -333,6 +347,20 @@ def test_a_site_answering_every_url_with_one_page_is_not_learned_as_one_page(
 
     asyncio.run(first_learn())
     assert not any(report.one_page for report in tuning_run.reports)
+
+
+def test_a_site_whose_urls_are_all_its_home_page_is_still_learned() -> None:
+    urls = [parse(f"http://home.test/?utm_source=s{n}&gclid=g{n}") for n in range(8)]
+
+    async def learn() -> None:
+        for proxy in _serve(_HomePageOnly):
+            async with Fetcher(FetchConfig(proxy=proxy)) as fetcher:
+                home, report = await Learner(PageProber(fetcher)).learn_domain("home.test", urls)
+            assert not report.one_page
+            [decision] = home.patterns.values()
+            assert decision.dropped == {"gclid", "utm_source"}, decision.to_json()
+
+    asyncio.run(learn())
 
 
 def test_a_parameter_that_changes_nothing_is_unchanged_despite_page_noise() -> None:
