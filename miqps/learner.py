@@ -116,7 +116,6 @@ class _ShapePool:
     defaults: dict[str, list[str]] = field(default_factory=dict)
     unchanged_removals: dict[str, set[frozenset[str]]] = field(default_factory=dict)
     covered_patterns: set[str] = field(default_factory=set)
-    restored: Counter[str] = field(default_factory=Counter)
     restore_contexts: list[tuple[str, frozenset[str]]] = field(default_factory=list)
 
 
@@ -427,7 +426,6 @@ class Learner:
                     kept.add(name)
                     defaults.pop(name, None)
                     evidence[name].decision, evidence[name].layer = "keep", Layer.VERIFICATION
-                pool.restored.update(restored)
         if attempts and verification.samples == 0:
             defaults.clear()
             for name in names:
@@ -505,10 +503,11 @@ def _keep_everything(pools: Sequence[_ShapePool]) -> None:
 def _restore_order(pool: _ShapePool, names: Iterable[str]) -> list[str]:
     """Likeliest to be needed first: restored before, changed a page, carried by most URLs.
     The same order everywhere keeps the same alias of a pair on every pattern."""
+    restored = {name for name, _ in pool.restore_contexts}
     return sorted(
         names,
         key=lambda n: (
-            n not in pool.restored,
+            n not in restored,
             pool.evidence[n].changed == 0,
             -pool.carriers[n],
             n,
