@@ -36,7 +36,7 @@ from miqps.urls import InvalidURL, parse
 from simweb.corpus import CorpusURL, generate_corpus
 from simweb.resolve import match_route
 from simweb.server import SimWeb
-from simweb.sites import Site, build_sites, param_roles
+from simweb.sites import FAMILIES, Site, build_sites, param_roles
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +214,7 @@ def score_run(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
-    parser.add_argument("--family", default="holdout", choices=["holdout", "tuning"])
+    parser.add_argument("--family", default="holdout", choices=FAMILIES)
     parser.add_argument("--sites", type=int, default=12)
     parser.add_argument("--urls-per-site", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=7)

@@ -317,14 +317,15 @@ class Learner:
         """A kept parameter may carry a default value (``sort=relevance``, ``page=1``):
         one that shows the same page as leaving the parameter out. Candidates are the
         values that once made no difference, and the three commonest values not tried yet
-        (sampling often spends its first fetches on ``page=2``, ``page=3``). A
-        value is elided only after it made no difference on ``1 + default_confirmations``
-        pages and a difference on none: a default that depends on the page (a product's
-        default colour) fails this and stays."""
+        (sampling often spends its first fetches on ``page=2``, ``page=3``). A platform's
+        allowlisted parameter is kept without sampling, but its default (``start=0``) is
+        confirmed the same way. A value is elided only after it made no difference on
+        ``1 + default_confirmations`` pages and a difference on none: a default that
+        depends on the page (a product's default colour) fails this and stays."""
         config = self.config
         tasks: list[Awaitable[None]] = []
         for name, evidence in pool.evidence.items():
-            if evidence.decision != "keep" or evidence.layer is not Layer.LEARNED:
+            if evidence.decision != "keep" or evidence.layer not in _CONTENT_LAYERS:
                 continue
             outcomes = pool.value_outcomes[name]
             candidates = [v for v, o in outcomes.items() if o is Outcome.UNCHANGED][:2]
@@ -490,6 +491,10 @@ class Learner:
             if outcome is Outcome.INCONCLUSIVE:
                 break
         return order
+
+
+# Layers that keep a parameter because it shows content, rather than for lack of evidence.
+_CONTENT_LAYERS = frozenset({Layer.LEARNED, Layer.ALLOWLIST})
 
 
 def _keep_everything(pools: Sequence[_ShapePool]) -> None:

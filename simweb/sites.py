@@ -1,8 +1,10 @@
 """Synthetic websites: their routes, parameters, catalogues, templates and misbehaviours.
 
 Every site is built from one of six archetypes, so any family of at least six sites holds
-every trap. Both families use the same archetypes but draw hosts, paths, parameter names,
-probabilities and templates from their own seeds and name pools.
+every trap. The tuning and holdout families use the same archetypes but draw hosts, paths,
+parameter names, probabilities and templates from their own seeds and name pools. The
+validation family mixes the two pools, choice by choice, on seeds of its own: a third set of
+sites to check a learner change against without looking at the holdout.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from functools import cached_property
 
 from simweb.vocab import CITIES, COLORS, SIZES, THEMES, Theme
 
-FAMILIES = ("tuning", "holdout")
+FAMILIES = ("tuning", "holdout", "validation")
 ARCHETYPES = 6
 
 
@@ -251,14 +253,14 @@ def param_roles(site: Site) -> dict[tuple[str, str], Role]:
 
 
 def build_sites(family: str, count: int, seed: int = 0) -> list[Site]:
-    """Build ``count`` sites of ``family`` ("tuning" or "holdout"); six or more hold every trap."""
+    """Build ``count`` sites of ``family`` (one of ``FAMILIES``); six or more hold every trap."""
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}, not {family!r}")
     if count < 0:
         raise ValueError("count must be >= 0")
     rng = random.Random(f"simweb:{family}:{seed}")
     order = list(range(ARCHETYPES))
-    if family == "holdout":
+    if family != "tuning":
         rng.shuffle(order)
     sites = []
     for i in range(count):
@@ -322,17 +324,28 @@ def _sort(name: str, default: str, others: tuple[str, ...], presence: float) -> 
 class _Builder:
     def __init__(self, family: str, index: int, arch: int, seed: int) -> None:
         self.family = family
-        self.t = family == "tuning"
         self.index = index
         self.arch = arch
         self.seed = seed
         self.rng = random.Random(seed)
 
-    def pick(self, tuning: str, holdout: str) -> str:
-        return tuning if self.t else holdout
+    def tuned(self, choice: object) -> bool:
+        """Whether this site takes the tuning family's option for ``choice``.
+
+        Validation sites take either family's option, drawn per site and per choice (the
+        same choice always draws the same side, so a key name and its route agree): mixes
+        neither family has, on seeds of their own.
+        """
+        if self.family != "validation":
+            return self.family == "tuning"
+        return random.Random(f"{self.seed}:{choice}").random() < 0.5
+
+    def pick(self, tuning: str, holdout: str, choice: object = None) -> str:
+        """``choice`` ties this pick to another one, such as a default to its other values."""
+        return tuning if self.tuned(choice or (tuning, holdout)) else holdout
 
     def choice(self, tuning: tuple[str, ...], holdout: tuple[str, ...]) -> str:
-        return self.rng.choice(tuning if self.t else holdout)
+        return self.rng.choice(tuning if self.tuned((tuning, holdout)) else holdout)
 
     def p(self, low: float, high: float) -> float:
         return round(self.rng.uniform(low, high), 3)
@@ -347,8 +360,9 @@ class _Builder:
             5: self._forum,
         }
         spec = builders[self.arch]()
-        suffix = ".sim" if self.t else ".test"
-        letter = "t" if self.t else "h"
+        suffix, letter = {"tuning": (".sim", "t"), "holdout": (".test", "h")}.get(
+            self.family, (".example", "v")
+        )
         host = f"{letter}{self.index + 1:02d}-{spec.theme_name}{suffix}"
         vocab = THEMES[spec.vocab]
         home = Route("home", "/", PageKind.HOME, weight=0.03)
@@ -383,24 +397,28 @@ class _Builder:
     def _clickids(self, k: int) -> list[NoiseParam]:
         pool = (
             ("gclid", "fbclid", "msclkid", "yclid", "igshid", "_ga")
-            if self.t
+            if self.tuned("clickid-pool")
             else ("gclid", "fbclid", "dclid", "srsltid", "mkt_tok", "s_kwcid", "_hsmi")
         )
         names = self.rng.sample(pool, k)
         return [NoiseParam(n, Role.TRACKING, self.p(0.02, 0.09), "token") for n in names]
 
     def _extra_tracking(self) -> list[NoiseParam]:
-        pool = ("mc_eid", "trk", "icid") if self.t else ("cmpid", "spm", "oly_enc_id", "_hsenc")
+        pool = (
+            ("mc_eid", "trk", "icid")
+            if self.tuned("extra-tracking-pool")
+            else ("cmpid", "spm", "oly_enc_id", "_hsenc")
+        )
         return [NoiseParam(self.rng.choice(pool), Role.TRACKING, self.p(0.02, 0.06), "hex")]
 
     def _shop(self) -> _Spec:
-        key_a, key_b = ("id", "pid") if self.t else ("itemid", "item_no")
+        key_a, key_b = ("id", "pid") if self.tuned("shop-keys") else ("itemid", "item_no")
         fmt = "int"
         color = self.pick("color", "colour")
         lang = _defaulted(
             self.pick("lang", "hl"),
             "en",
-            ("de", "fr", "es") if self.t else ("nl", "sv", "it"),
+            ("de", "fr", "es") if self.tuned("shop-lang-values") else ("nl", "sv", "it"),
             self.p(0.8, 0.95),
             self.p(0.85, 0.93),
             "lang",
@@ -440,7 +458,9 @@ class _Builder:
                 _sort(
                     self.pick("sort", "order"),
                     self.pick("relevance", "featured"),
-                    ("price_asc", "price_desc", "newest") if self.t else ("cheap", "dear", "new"),
+                    ("price_asc", "price_desc", "newest")
+                    if self.tuned("shop-sort-values")
+                    else ("cheap", "dear", "new"),
                     self.p(0.5, 0.7),
                 ),
             ),
@@ -491,8 +511,8 @@ class _Builder:
                 ),
                 _defaulted(
                     self.pick("currency", "cur"),
-                    self.pick("USD", "EUR"),
-                    ("EUR", "GBP") if self.t else ("CHF", "SEK"),
+                    self.pick("USD", "EUR", "store-currency-values"),
+                    ("EUR", "GBP") if self.tuned("store-currency-values") else ("CHF", "SEK"),
                     self.p(0.6, 0.8),
                     self.p(0.85, 0.92),
                     "currency",
@@ -511,7 +531,7 @@ class _Builder:
                 _sort(
                     self.pick("sort", "order_by"),
                     self.pick("popular", "bestseller"),
-                    ("price", "new") if self.t else ("price", "rating"),
+                    ("price", "new") if self.tuned("store-sort-values") else ("price", "rating"),
                     self.p(0.4, 0.6),
                 ),
             ),
@@ -546,7 +566,7 @@ class _Builder:
         )
 
     def _news(self) -> _Spec:
-        key_a, key_b = ("id", "slug") if self.t else ("aid", "title")
+        key_a, key_b = ("id", "slug") if self.tuned("news-keys") else ("aid", "title")
         page = self.pick("page", "pg")
         article = Route(
             "article",
@@ -618,15 +638,19 @@ class _Builder:
                 _key("eid", "int"),
                 _defaulted(
                     "mc",
-                    self.pick("us", "eu"),
-                    ("uk", "de", "fr") if self.t else ("uk", "us", "ch"),
+                    self.pick("us", "eu", "events-market-values"),
+                    ("uk", "de", "fr")
+                    if self.tuned("events-market-values")
+                    else ("uk", "us", "ch"),
                     self.p(0.75, 0.9),
                     self.p(0.85, 0.92),
                     "market",
                 ),
                 _variant(
                     self.pick("tier", "seat"),
-                    ("standard", "vip", "balcony") if self.t else ("stalls", "circle", "box"),
+                    ("standard", "vip", "balcony")
+                    if self.tuned("events-tier-values")
+                    else ("stalls", "circle", "box"),
                     self.p(0.2, 0.3),
                     "Tier",
                 ),
@@ -645,7 +669,9 @@ class _Builder:
                 _sort(
                     "sort",
                     "date",
-                    ("price", "popularity") if self.t else ("cheapest", "hot"),
+                    ("price", "popularity")
+                    if self.tuned("events-sort-values")
+                    else ("cheapest", "hot"),
                     self.p(0.4, 0.6),
                 ),
             ),
@@ -683,7 +709,7 @@ class _Builder:
     def _docs(self) -> _Spec:
         versions = (
             ("1.0", "2.0", "2.1", "3.0", "3.2")
-            if self.t
+            if self.tuned("docs-versions")
             else tuple(str(n) for n in range(101, 113))
         )
         page = Route(
@@ -695,7 +721,7 @@ class _Builder:
                 _defaulted(
                     self.pick("lang", "uselang"),
                     "en",
-                    ("ja", "de") if self.t else ("nl", "it"),
+                    ("ja", "de") if self.tuned("docs-lang-values") else ("nl", "it"),
                     self.p(0.4, 0.6),
                     self.p(0.85, 0.92),
                     "lang",
@@ -711,7 +737,7 @@ class _Builder:
             params=(
                 _filter(self.pick("q", "term"), "text", 1.0),
                 _page("page", 0.3, "list")
-                if self.t
+                if self.tuned("docs-pager")
                 else _page("offset", 0.3, "list", default=0, step=20),
             ),
             weight=0.25,
@@ -749,7 +775,7 @@ class _Builder:
         key = self.pick("tid", "t")
         pager = (
             _page("page", self.p(0.3, 0.45), "pages")
-            if self.t
+            if self.tuned("forum-thread-pager")
             else _page("start", self.p(0.3, 0.45), "pages", default=0, step=15)
         )
         thread = Route(
@@ -774,11 +800,13 @@ class _Builder:
             PageKind.LISTING,
             params=(
                 _filter(self.pick("f", "b"), "category", 1.0),
-                _page("page", 0.35, "list") if self.t else _page("start", 0.35, "list", 0, 15),
+                _page("page", 0.35, "list")
+                if self.tuned("forum-board-pager")
+                else _page("start", 0.35, "list", 0, 15),
                 _sort(
                     self.pick("sort", "order"),
                     "latest",
-                    ("top", "oldest") if self.t else ("votes", "replies"),
+                    ("top", "oldest") if self.tuned("forum-sort-values") else ("votes", "replies"),
                     0.5,
                 ),
             ),

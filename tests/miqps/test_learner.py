@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from miqps.canonical import Canonicalizer, StaticLayers
 from miqps.fetch import FetchConfig, Fetcher
 from miqps.learner import LearnConfig, Learner
 from miqps.maps import Layer, anomaly_gate, merge_update
@@ -385,3 +386,32 @@ def test_a_parameter_that_changes_nothing_is_unchanged_despite_page_noise() -> N
         tracking, identity = asyncio.run(compare())
     assert tracking is Outcome.UNCHANGED
     assert identity is Outcome.CHANGED
+
+
+def test_an_allowlisted_parameter_is_kept_but_its_default_value_is_elided() -> None:
+    allowlist = StaticLayers.default().allowlist
+    sites = build_sites("validation", 6, seed=7)
+    forum = next(s for s in sites if s.archetype == 5)
+    thread = forum.routes[1]
+    [pager] = [p for p in thread.params if p.role is Role.PAGINATION]
+    assert pager.name in allowlist and pager.default, "the trap is not in this draw"
+    corpus = [e for e in generate_corpus([forum], 1500, seed=7)
+              if urlsplit(e.url).path == thread.path]
+    with SimWeb([forum], seed=7, rate_limit_per_second=80, hang_seconds=2.0) as web:
+        fetch_config = FetchConfig(proxy=web.proxy_url, per_host_rate=50, timeout=1.0,
+                                   backoff_base=0.05)
+        maps, _, _, _ = learn_on(web, corpus, LearnConfig(), fetch_config)
+    canonicalizer = Canonicalizer()
+    canonicalizer.load({d: merge_update(None, m) for d, m in maps.items()})
+    default_pair = f"{pager.name}={pager.default}"
+    outcomes: Counter[tuple[bool, bool]] = Counter()
+    for entry in corpus:
+        url = parse(entry.url)
+        if pager.name not in url.names:
+            continue
+        decision = canonicalizer.decide(url)
+        assert decision.layers[pager.name] == Layer.ALLOWLIST
+        is_default = url.value_of(pager.name) == default_pair
+        outcomes[is_default, pager.name in decision.kept] += 1
+    assert outcomes[False, False] == 0, "a page other than the first lost its pager"
+    assert outcomes[True, False] > 0 and outcomes[True, True] == 0, outcomes

@@ -19,11 +19,21 @@ def holdout_sites() -> list[Site]:
     return build_sites("holdout", 6)
 
 
-@pytest.fixture(scope="session", params=["tuning", "holdout"])
+@pytest.fixture(scope="session")
+def validation_sites() -> list[Site]:
+    return build_sites("validation", 6)
+
+
+@pytest.fixture(scope="session", params=["tuning", "holdout", "validation"])
 def family_sites(
-    request: pytest.FixtureRequest, tuning_sites: list[Site], holdout_sites: list[Site]
+    request: pytest.FixtureRequest,
+    tuning_sites: list[Site],
+    holdout_sites: list[Site],
+    validation_sites: list[Site],
 ) -> list[Site]:
-    return tuning_sites if request.param == "tuning" else holdout_sites
+    families = {"tuning": tuning_sites, "holdout": holdout_sites,
+                "validation": validation_sites}
+    return families[request.param]
 
 
 @pytest.fixture(scope="session")

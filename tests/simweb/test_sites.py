@@ -45,6 +45,18 @@ def test_families_are_disjoint(tuning_sites: list[Site], holdout_sites: list[Sit
     assert len(tuning_paths & holdout_paths) <= 2
 
 
+def test_validation_mixes_both_name_pools_on_hosts_of_its_own(
+    tuning_sites: list[Site], holdout_sites: list[Site], validation_sites: list[Site]
+) -> None:
+    assert all(s.host.endswith(".example") for s in validation_sites)
+    tuning_names = set(_roles_by_name(tuning_sites))
+    holdout_names = set(_roles_by_name(holdout_sites))
+    validation_names = set(_roles_by_name(validation_sites))
+    assert validation_names & (tuning_names - holdout_names)
+    assert validation_names & (holdout_names - tuning_names)
+    assert build_sites("validation", 6) == validation_sites
+
+
 def test_unknown_family_is_rejected() -> None:
     with pytest.raises(ValueError):
         build_sites("staging", 3)
@@ -90,6 +102,7 @@ def test_alias_pairs_and_defaults(family_sites: list[Site]) -> None:
         assert param.default_share > 0
         if param.role in (Role.DEFAULTED, Role.SORT):
             assert param.values[0] == param.default
+            assert param.default not in param.values[1:], param
             assert param.default_share >= 0.5
 
 
