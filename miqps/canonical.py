@@ -2,7 +2,9 @@
 
 A parameter is kept if any layer keeps it: a platform allowlist, the learned non-neutral
 set, or the conservative default for anything unlearned. The cold-start prior may drop
-``utm_*``, ``gclid``, ``fbclid`` and ``msclkid`` in unlearned patterns only, and never a
+``utm_*``, ``gclid``, ``fbclid`` and ``msclkid`` where nothing was learned about them:
+in unlearned patterns, and in learned ones where they have no conclusive sample (layer
+``insufficient-evidence``: a rare pattern, a route whose every fetch timed out). It never drops a
 parameter that the domain's learned evidence keeps.
 """
 
@@ -18,7 +20,7 @@ from typing import Any
 
 import can_ada
 
-from miqps.maps import DomainMap, Layer
+from miqps.maps import DomainMap, Layer, ParamEvidence
 from miqps.urls import (
     MAX_URL_BYTES,
     InvalidURL,
@@ -113,33 +115,17 @@ class _CompiledDomain:
 
     __slots__ = ("default_pairs", "learned_keep", "map", "patterns", "plans", "version")
 
-    def __init__(self, domain_map: DomainMap, allowlist: frozenset[str]) -> None:
+    def __init__(self, domain_map: DomainMap, layers: StaticLayers, use_prior: bool) -> None:
         self.map = domain_map
         self.version = domain_map.version
-        self.patterns: dict[str, frozenset[str]] = {
-            key: decision.kept | (allowlist & (decision.kept | decision.dropped))
-            for key, decision in domain_map.patterns.items()
-        }
-        self.learned_keep = frozenset(
-            name
-            for decision in domain_map.patterns.values()
-            for name, evidence in decision.params.items()
-            if evidence.decision == "keep" and evidence.layer == Layer.LEARNED
-        )
-        self.default_pairs: dict[str, frozenset[str]] = {}
-        for key, decision in domain_map.patterns.items():
-            values = frozenset(
-                value
-                for name, evidence in decision.params.items()
-                if name in self.patterns[key]
-                for value in evidence.default_values
-            )
-            if values:
-                self.default_pairs[key] = values
+        rules = DomainRules(domain_map, layers, use_prior)
+        self.learned_keep = rules.learned_keep
+        self.patterns = rules.keep
+        self.default_pairs = rules.default_pairs
         self.plans: dict[str, _Plan] = {}
-        self.reset_plans()
+        self._build_plans()
 
-    def reset_plans(self) -> None:
+    def _build_plans(self) -> None:
         plans: dict[str, _Plan] = {}
         for key, keep in self.patterns.items():
             # What a URL's key would hold: "/p?" means one empty name, as in "/p?=1".
@@ -152,6 +138,65 @@ class _CompiledDomain:
                 else:
                     plans[key] = _plan_for(kept, len(names))
         self.plans = plans
+
+
+class DomainRules:
+    """What a domain's map says per pattern, once the static layers are applied: the
+    names to keep (the map's kept ones and allowlisted ones, minus what the cold-start
+    prior drops for lack of evidence) and the ``name=value`` pairs to leave out as
+    confirmed defaults. The one definition of the canonical form, for the command line and
+    for the stream workers alike."""
+
+    __slots__ = ("default_pairs", "keep", "learned_keep")
+
+    def __init__(self, domain_map: DomainMap, layers: StaticLayers, use_prior: bool) -> None:
+        self.learned_keep = frozenset(
+            name
+            for decision in domain_map.patterns.values()
+            for name, evidence in decision.params.items()
+            if evidence.decision == "keep" and evidence.layer == Layer.LEARNED
+        )
+        allowlist = layers.allowlist
+        self.keep: dict[str, frozenset[str]] = {}
+        self.default_pairs: dict[str, frozenset[str]] = {}
+        for key, decision in domain_map.patterns.items():
+            keep = decision.kept | (allowlist & (decision.kept | decision.dropped))
+            if use_prior:
+                keep -= {
+                    name
+                    for name in keep
+                    if layers.prior_drops(name)
+                    and name not in self.learned_keep
+                    and name not in allowlist
+                    and _without_evidence(decision.params.get(name))
+                }
+            self.keep[key] = keep
+            defaults = frozenset(
+                value
+                for name, evidence in decision.params.items()
+                if name in keep
+                for value in evidence.default_values
+            )
+            if defaults:
+                self.default_pairs[key] = defaults
+
+
+def unlearned_keep(
+    names: frozenset[str], layers: StaticLayers, use_prior: bool, learned_keep: frozenset[str]
+) -> frozenset[str]:
+    """Everything but what the cold-start prior drops, unless the domain learned it keeps
+    pages apart somewhere (``learned_keep``)."""
+    if not use_prior:
+        return names
+    return frozenset(
+        name
+        for name in names
+        if not layers.prior_drops(name) or name in learned_keep or name in layers.allowlist
+    )
+
+
+def _without_evidence(evidence: ParamEvidence | None) -> bool:
+    return evidence is not None and evidence.layer == Layer.INSUFFICIENT
 
 
 def _eliding_plan(kept: Sequence[int], defaults: frozenset[str]) -> _Plan:
@@ -209,12 +254,15 @@ class Canonicalizer:
 
     def _forget_plans(self) -> None:
         self._unmapped_plans = {}
-        for compiled in self._domains.values():
-            compiled.reset_plans()
+        for domain, compiled in self._domains.items():
+            self._domains[domain] = self._compile(compiled.map)
+
+    def _compile(self, domain_map: DomainMap) -> _CompiledDomain:
+        return _CompiledDomain(domain_map, self._layers, self._use_prior)
 
     def update(self, domain_map: DomainMap) -> None:
         domain = domain_map.domain
-        compiled = _CompiledDomain(domain_map, self.layers.allowlist)
+        compiled = self._compile(domain_map)
         # The per-URL path looks hosts up as they appear in the URL, port and userinfo
         # included, so it must never find a key holding either.
         if "@" in domain or (":" in domain and not domain.endswith("]")):
@@ -426,7 +474,7 @@ class Canonicalizer:
 
     def _keep(
         self, compiled: _CompiledDomain | None, shape: str, names: frozenset[str]
-    ) -> frozenset[str] | set[str]:
+    ) -> frozenset[str]:
         """The parameters to keep among ``names``: the learned pattern's, or the default."""
         if compiled is not None:
             keep = compiled.patterns.get(pattern_key(shape, names))
@@ -436,20 +484,9 @@ class Canonicalizer:
 
     def _keep_unlearned(
         self, names: frozenset[str], compiled: _CompiledDomain | None
-    ) -> set[str]:
-        if not self._use_prior:
-            return set(names)
+    ) -> frozenset[str]:
         learned_keep = compiled.learned_keep if compiled else frozenset()
-        return {
-            name
-            for name in names
-            if not self.layers.prior_drops(name)
-            or name in learned_keep
-            or name in self.layers.allowlist
-        }
-
-    def _unlearned_keep(self, url: NormalizedURL, compiled: _CompiledDomain | None) -> set[str]:
-        return self._keep_unlearned(url.names, compiled)
+        return unlearned_keep(names, self.layers, self._use_prior, learned_keep)
 
     def decide(self, url: NormalizedURL, original: str | None = None) -> Decision:
         """The canonical URL with the layer that decided each parameter."""
@@ -460,17 +497,20 @@ class Canonicalizer:
         layers: dict[str, str] = {}
         if compiled is not None and decision is not None:
             defaults = compiled.default_pairs.get(pattern, frozenset())
-            kept = {n for n in compiled.patterns[pattern] if url.value_of(n) not in defaults}
+            keep = compiled.patterns[pattern]
+            kept = frozenset(n for n in keep if url.value_of(n) not in defaults)
             for name in names:
                 if name in self.layers.allowlist:
                     layers[name] = Layer.ALLOWLIST
                 elif name in decision.params:
-                    layers[name] = decision.params[name].layer
+                    layer = decision.params[name].layer
+                    prior = layer == Layer.INSUFFICIENT and name not in keep
+                    layers[name] = Layer.PRIOR if prior else layer
                 else:
                     layers[name] = Layer.UNLEARNED
             status = "learned"
         else:
-            kept = self._unlearned_keep(url, compiled)
+            kept = self._keep_unlearned(url.names, compiled)
             for name in names:
                 if name in self.layers.allowlist:
                     layers[name] = Layer.ALLOWLIST

@@ -1,9 +1,10 @@
 """The current MIQPS maps of every domain, compiled for the per-URL path.
 
-The canonical form is the core's (``miqps.canonical.Canonicalizer``): a learned pattern keeps
-its kept parameters plus allowlisted ones; an unlearned pattern keeps everything except what
-the cold-start prior drops. This module only precomputes it per pattern, because every URL
-passes through here, and adds what the stream needs: the decision's age for re-verification.
+The canonical form is the core's (``miqps.canonical.DomainRules``): a learned pattern keeps
+its kept parameters plus allowlisted ones, less confirmed default values and what the
+cold-start prior drops for lack of evidence; an unlearned pattern keeps everything except
+what the prior drops. This module only precomputes it per pattern, because every URL passes
+through here, and adds what the stream needs: the decision's age for re-verification.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import NamedTuple
 
 import orjson
 
-from miqps.canonical import StaticLayers
-from miqps.maps import DomainMap, Layer
+from miqps.canonical import DomainRules, StaticLayers, unlearned_keep
+from miqps.maps import DomainMap
 from miqps.urls import NormalizedURL, path_shape, pattern_key
 
 PROVISIONAL = "provisional"
@@ -37,6 +38,7 @@ class PatternRule:
     keep: frozenset[str]
     kept: list[str]
     dropped: list[str]
+    default_pairs: frozenset[str]
     decided_at: str
     reverify_at: float
 
@@ -47,27 +49,24 @@ class CompiledMap:
 
     __slots__ = ("document", "learned_keep", "rules", "version")
 
-    def __init__(self, domain_map: DomainMap, allowlist: frozenset[str],
+    def __init__(self, domain_map: DomainMap, layers: StaticLayers, use_prior: bool,
                  reverify_after: float, document: bytes | None = None) -> None:
         self.document = document if document is not None else domain_map.dumps().encode()
         self.version = domain_map.version
+        rules = DomainRules(domain_map, layers, use_prior)
         self.rules: dict[str, PatternRule] = {}
         for key, decision in domain_map.patterns.items():
             names = decision.kept | decision.dropped
-            keep = decision.kept | (allowlist & names)
+            keep = rules.keep[key]
             self.rules[key] = PatternRule(
-                keep=frozenset(keep),
+                keep=keep,
                 kept=sorted(keep),
                 dropped=sorted(names - keep),
+                default_pairs=rules.default_pairs.get(key, frozenset()),
                 decided_at=decision.decided_at,
                 reverify_at=timestamp_seconds(decision.decided_at) + reverify_after,
             )
-        self.learned_keep = frozenset(
-            name
-            for decision in domain_map.patterns.values()
-            for name, evidence in decision.params.items()
-            if evidence.decision == "keep" and evidence.layer == Layer.LEARNED
-        )
+        self.learned_keep = rules.learned_keep
 
 
 class Canonical(NamedTuple):
@@ -100,7 +99,7 @@ class LiveMaps:
             if current is not None and current.version >= domain_map.version:
                 return False
             self._maps[domain_map.domain] = CompiledMap(
-                domain_map, self.layers.allowlist, self.reverify_after, document
+                domain_map, self.layers, self.use_prior, self.reverify_after, document
             )
             return True
 
@@ -131,6 +130,11 @@ class LiveMaps:
         if compiled is not None:
             rule = compiled.rules.get(pattern)
             if rule is not None:
+                defaults = rule.default_pairs
+                if defaults and any(url.value_of(name) in defaults for name in rule.keep):
+                    keep = frozenset(n for n in rule.keep if url.value_of(n) not in defaults)
+                    return Canonical(url.with_only(keep), pattern, sorted(keep),
+                                     sorted(names - keep), LEARNED, version, rule)
                 return Canonical(url.with_only(rule.keep), pattern, rule.kept, rule.dropped,
                                  LEARNED, version, rule)
         if not names:
@@ -142,12 +146,5 @@ class LiveMaps:
         )
 
     def unlearned_keep(self, names: frozenset[str], compiled: CompiledMap | None) -> frozenset[str]:
-        if not self.use_prior:
-            return names
-        layers = self.layers
         learned_keep = compiled.learned_keep if compiled is not None else frozenset()
-        return frozenset(
-            name
-            for name in names
-            if not layers.prior_drops(name) or name in learned_keep or name in layers.allowlist
-        )
+        return unlearned_keep(names, self.layers, self.use_prior, learned_keep)

@@ -81,6 +81,40 @@ def test_decide_reports_layers_and_map_version() -> None:
     assert decision.dropped == ("sid",)
 
 
+def test_the_prior_drops_what_a_learned_pattern_has_no_evidence_for() -> None:
+    params = {
+        "id": ParamEvidence("keep", Layer.LEARNED, 2, 2, 0, 0),
+        "sid": ParamEvidence("keep", Layer.INSUFFICIENT, 3, 0, 0, 3),
+        "utm_source": ParamEvidence("keep", Layer.INSUFFICIENT, 3, 0, 0, 3),
+        "gclid": ParamEvidence("keep", Layer.INSUFFICIENT, 3, 0, 0, 3),
+    }
+    decision = PatternDecision(
+        frozenset(params), frozenset(), params, Verification(0, 0, 3, []),
+        "2026-12-02T00:00:00Z", 4,
+    )
+    hanging = DomainMap("shop.example", 1, "2026-12-02T00:00:00Z",
+                        {"/dl?gclid&id&sid&utm_source": decision})
+    url = parse("http://shop.example/dl?id=4&sid=9&utm_source=a&gclid=x")
+    canon = Canonicalizer()
+    canon.update(hanging)
+    found = canon.decide(url)
+    assert found.canonical_url == "http://shop.example/dl?id=4&sid=9"
+    assert found.layers == {"gclid": "prior", "id": "learned", "sid": "insufficient-evidence",
+                            "utm_source": "prior"}
+    assert canon.canonical_texts([url.url]) == [found.canonical_url]
+    canon.use_prior = False
+    assert canon.canonical_texts([url.url]) == [url.url]
+    assert canon.decide(url).layers["utm_source"] == "insufficient-evidence"
+    canon.use_prior = True
+    canon.update(DomainMap(
+        "shop.example", 2, "2026-12-02T00:00:00Z",
+        {**hanging.patterns, **learned_map().patterns},
+    ))
+    assert canon.canonical_url(url) == "http://shop.example/dl?id=4&sid=9&utm_source=a", (
+        "the domain learned that utm_source changes pages"
+    )
+
+
 # --- The fast paths against the plain definition ----------------------------------------
 
 NAMES = ["a", "a.b", "a-b", "a2", "ab", "id", "page", "page2", "sid", "variant", "utm_source",
@@ -94,15 +128,21 @@ def _reference(canon: Canonicalizer, maps: dict[str, DomainMap], url: Normalized
     layers = canon.layers
     domain_map = maps.get(url.host)
     decision = domain_map.patterns.get(url.pattern) if domain_map else None
-    if decision is not None:
-        keep = decision.kept | (layers.allowlist & (decision.kept | decision.dropped))
-        return url.with_only(keep)
     learned = {
         name
         for d in (domain_map.patterns.values() if domain_map else ())
         for name, evidence in d.params.items()
         if evidence.decision == "keep" and evidence.layer == Layer.LEARNED
     }
+    if decision is not None:
+        keep = decision.kept | (layers.allowlist & (decision.kept | decision.dropped))
+        if canon.use_prior:
+            keep = {
+                n for n in keep
+                if decision.params[n].layer != Layer.INSUFFICIENT or not layers.prior_drops(n)
+                or n in learned or n in layers.allowlist
+            }
+        return url.with_only(keep)
     if not canon.use_prior:
         return url.with_only(url.names)
     return url.with_only(

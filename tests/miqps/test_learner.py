@@ -213,6 +213,20 @@ def test_hanging_pages_are_inconclusive_and_their_parameters_kept(tuning_run: Le
     assert attachments
     for decision in attachments:
         assert not decision.dropped, decision.to_json()
+    prior = tuning_run.canonicalizer.layers.prior_drops
+    without_evidence = 0
+    for entry in tuning_run.corpus:
+        url = parse(entry.url)
+        if url.host != forum or not url.path.startswith("/attachments"):
+            continue
+        decision = tuning_run.canonicalizer.decide(url)
+        for name in url.names:
+            if prior(name):
+                without_evidence += 1
+                assert name in decision.dropped and decision.layers[name] == Layer.PRIOR
+            else:
+                assert name in decision.kept, "only the cold-start prior may drop here"
+    assert without_evidence, "no hanging URL carried utm_* or a click id"
 
 
 def test_lying_canonical_does_not_merge_products(tuning_run: LearnedRun) -> None:

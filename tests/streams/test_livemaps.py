@@ -32,7 +32,8 @@ def random_maps(rng: random.Random, urls: list[str]) -> list[DomainMap]:
             kept = frozenset(name for name in names if rng.random() < 0.5)
             params = {
                 name: ParamEvidence("keep" if name in kept else "drop",
-                                    rng.choice((Layer.LEARNED, Layer.INSUFFICIENT)), 3, 1, 2, 0)
+                                    rng.choice((Layer.LEARNED, Layer.INSUFFICIENT)), 3, 1, 2, 0,
+                                    default_values=[f"{name}=0"] if rng.random() < 0.3 else [])
                 for name in names
             }
             decisions[key] = PatternDecision(kept, names - kept, params, Verification(),
