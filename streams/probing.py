@@ -274,18 +274,21 @@ class Probing:
         urls: list[NormalizedURL],
         prior: dict[str, ParamEvidence],
     ) -> PatternDecision | None:
-        """Decide from ``prior`` and verify the final form, or None to let the learner decide."""
+        """Decide from ``prior`` and verify the final form (dropped parameters and default
+        values left out), or None to let the learner decide."""
         kept = frozenset(name for name, evidence in prior.items() if evidence.decision == "keep")
         dropped = frozenset(prior) - kept
+        defaults = frozenset(value for name in kept for value in prior[name].default_values)
         verification = Verification()
-        if dropped:
+        if dropped or defaults:
             if not urls:
                 return None
             template = f"{domain}{path_shape(urls[0].path)}"
             samples = sorted(urls, key=lambda url: url.url)
             random.Random(f"{self.config.seed}:{pattern}").shuffle(samples)
             for url in samples[: self.config.verify_samples]:
-                outcome = await prober.compare(template, url.url, url.with_only(kept))
+                canonical = {name for name in kept if url.value_of(name) not in defaults}
+                outcome = await prober.compare(template, url.url, url.with_only(canonical))
                 if outcome is Outcome.CHANGED:
                     return None
                 if outcome is Outcome.INCONCLUSIVE:

@@ -14,15 +14,16 @@ import pytest
 
 @dataclass
 class DriftingSite:
-    """``/p?id=N`` pages on ``drift.test``; ``ref`` is tracking noise until ``ref_matters``.
-    With ``wall`` every URL shows the same bot-wall page (but for a request number, which is
-    noise); with ``ids_ignored`` every ``id`` shows item 0; with ``down`` every answer is
-    503."""
+    """``/p?id=N`` pages on ``drift.test``; ``ref`` is tracking noise until ``ref_matters``;
+    ``lang`` is shown, ``default_lang`` when absent. With ``wall`` every URL shows the same
+    bot-wall page (but for a request number, which is noise); with ``ids_ignored`` every
+    ``id`` shows item 0; with ``down`` every answer is 503."""
 
     ref_matters: bool = False
     wall: bool = False
     ids_ignored: bool = False
     down: bool = False
+    default_lang: str = "en"
     requests: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -41,9 +42,11 @@ class DriftingSite:
         query = parse_qs(parts.query)
         item = "0" if self.ids_ignored else query.get("id", ["0"])[0]
         ref = query.get("ref", ["none"])[0]
+        lang = query.get("lang", [self.default_lang])[0]
         extra = f"<p class='edition'>Edition {ref}</p>" if self.ref_matters else ""
         html = (f"<html><head><title>Item {item}</title></head><body><main>"
                 f"<h1>Item {item}</h1><p class='text'>Description of item {item}.</p>{extra}"
+                f"<p class='lang'>Language: {lang}</p>"
                 f"</main><footer>Drift Test Shop</footer></body></html>")
         return 200, html.encode()
 

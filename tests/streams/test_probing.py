@@ -9,6 +9,7 @@ import pytest
 from miqps.fetch import FetchConfig, Fetcher
 from miqps.learner import LearnConfig
 from miqps.maps import DomainMap
+from miqps.urls import parse
 from streams.livemaps import LiveMaps
 from streams.probing import ONE_PAGE, POOLED, UNREACHABLE, ProbeOutcome, Probing
 from streams.stats import ProbeRequest
@@ -98,6 +99,30 @@ async def test_a_new_combination_is_decided_from_evidence_with_few_fetches(
     verify = probing.config.verify_samples
     assert decision.verification.samples == verify
     assert outcome.fetches <= 2 * verify, "only the final form is verified"
+
+
+async def test_a_new_combination_verifies_the_default_values_it_inherits(
+    probing: Probing, drifting_web: tuple[DriftingSite, str]
+) -> None:
+    site, _ = drifting_web
+    languages = ["en"] * 9 + ["de", "fr", "it"]
+    urls = [f"http://drift.test/p?id={n}&lang={lang}" for n, lang in enumerate(languages)]
+    urls += [f"http://drift.test/p?id={n}&utm_source=s{n}" for n in range(20, 28)]
+    [first] = await probing.handle([request("/p?id&lang", urls)])
+    publish(probing, first.published)
+    assert first.published is not None
+    assert first.published.patterns["/p?id&lang"].params["lang"].default_values == ["lang=en"]
+    site.default_lang = "de"
+    combined = "/p?id&lang&utm_source"
+    tracked = [f"http://drift.test/p?id={n}&lang=en&utm_source=m{n}" for n in range(60, 64)]
+    [outcome] = await probing.handle([request(combined, tracked)])
+    assert outcome.published is not None
+    decision = outcome.published.patterns[combined]
+    assert "lang" in decision.kept and "utm_source" in decision.dropped
+    assert decision.params["lang"].default_values == [], "lang=en is no longer the default"
+    probing.live_maps.apply(outcome.published)
+    canonical = probing.live_maps.canonicalize(parse(tracked[0])).canonical_url
+    assert canonical == "http://drift.test/p?id=60&lang=en"
 
 
 async def test_drift_of_a_neutral_parameter_updates_the_map(
