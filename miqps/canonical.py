@@ -2,10 +2,10 @@
 
 A parameter is kept if any layer keeps it: a platform allowlist, the learned non-neutral
 set, or the conservative default for anything unlearned. The cold-start prior may drop
-``utm_*``, ``gclid``, ``fbclid`` and ``msclkid`` where nothing was learned about them:
-in unlearned patterns, and in learned ones where they have no conclusive sample (layer
-``insufficient-evidence``: a rare pattern, a route whose every fetch timed out). It never drops a
-parameter that the domain's learned evidence keeps.
+``utm_*``, ``gclid``, ``fbclid`` and ``msclkid`` where nothing was learned about them: in
+unlearned patterns, and in learned ones where they have no conclusive sample (layer
+``insufficient-evidence``: a rare pattern, a route whose every fetch timed out). It never
+drops a parameter that the domain's learned evidence keeps.
 """
 
 from __future__ import annotations
@@ -161,15 +161,8 @@ class DomainRules:
         self.default_pairs: dict[str, frozenset[str]] = {}
         for key, decision in domain_map.patterns.items():
             keep = decision.kept | (allowlist & (decision.kept | decision.dropped))
-            if use_prior:
-                keep -= {
-                    name
-                    for name in keep
-                    if layers.prior_drops(name)
-                    and name not in self.learned_keep
-                    and name not in allowlist
-                    and _without_evidence(decision.params.get(name))
-                }
+            unsure = frozenset(n for n in keep if _without_evidence(decision.params.get(n)))
+            keep -= unsure - unlearned_keep(unsure, layers, use_prior, self.learned_keep)
             self.keep[key] = keep
             defaults = frozenset(
                 value
