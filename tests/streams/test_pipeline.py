@@ -413,6 +413,10 @@ def test_an_aged_decision_is_re_verified_and_drift_updates_the_map_across_role_w
                            tmp_path / "prober.log").start()
     wait_until(lambda: "Worker ready" in prober.log_text(), 60, "the prober to lead the group")
     worker = WorkerProcess(settings, "canonicalize", tmp_path / "canonicalizer.log").start()
+    # Joining rebalances the group. A probe request that lands in the middle of it was once
+    # never delivered to the prober (see docs/STREAMS.md, known limits); the stream asks
+    # again for a pattern that keeps arriving, but this test sends its URLs once.
+    wait_until(lambda: "Worker ready" in worker.log_text(), 60, "the canonicalizer to join")
 
     def urls(start: int) -> list[bytes]:
         return [f"http://drift.test/p?id={n}&ref=r{n}".encode() for n in range(start, start + 8)]
