@@ -258,7 +258,7 @@ class Probing:
                     newest[name] = (decision.decided_at, evidence)
         prior: dict[str, ParamEvidence] = {}
         for name in names:
-            if name in self.layers.allowlist:
+            if name in self.layers.allowlist and name not in newest:
                 prior[name] = ParamEvidence("keep", Layer.ALLOWLIST)
             elif name in newest:
                 prior[name] = replace(newest[name][1])

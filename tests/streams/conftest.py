@@ -15,9 +15,10 @@ import pytest
 @dataclass
 class DriftingSite:
     """``/p?id=N`` pages on ``drift.test``; ``ref`` is tracking noise until ``ref_matters``;
-    ``lang`` is shown, ``default_lang`` when absent. With ``wall`` every URL shows the same
-    bot-wall page (but for a request number, which is noise); with ``ids_ignored`` every
-    ``id`` shows item 0; with ``down`` every answer is 503."""
+    ``lang`` is shown, ``default_lang`` when absent, and so is ``start`` (``0``). With
+    ``wall`` every URL shows the same bot-wall page (but for a request number, which is
+    noise); with ``ids_ignored`` every ``id`` shows item 0; with ``down`` every answer is
+    503."""
 
     ref_matters: bool = False
     wall: bool = False
@@ -43,10 +44,11 @@ class DriftingSite:
         item = "0" if self.ids_ignored else query.get("id", ["0"])[0]
         ref = query.get("ref", ["none"])[0]
         lang = query.get("lang", [self.default_lang])[0]
+        start = query.get("start", ["0"])[0]
         extra = f"<p class='edition'>Edition {ref}</p>" if self.ref_matters else ""
         html = (f"<html><head><title>Item {item}</title></head><body><main>"
                 f"<h1>Item {item}</h1><p class='text'>Description of item {item}.</p>{extra}"
-                f"<p class='lang'>Language: {lang}</p>"
+                f"<p class='lang'>Language: {lang}</p><p class='from'>From post {start}</p>"
                 f"</main><footer>Drift Test Shop</footer></body></html>")
         return 200, html.encode()
 

@@ -8,7 +8,7 @@ import pytest
 
 from miqps.fetch import FetchConfig, Fetcher
 from miqps.learner import LearnConfig
-from miqps.maps import DomainMap
+from miqps.maps import DomainMap, Layer
 from miqps.urls import parse
 from streams.livemaps import LiveMaps
 from streams.probing import ONE_PAGE, POOLED, UNREACHABLE, ProbeOutcome, Probing
@@ -123,6 +123,29 @@ async def test_a_new_combination_verifies_the_default_values_it_inherits(
     probing.live_maps.apply(outcome.published)
     canonical = probing.live_maps.canonicalize(parse(tracked[0])).canonical_url
     assert canonical == "http://drift.test/p?id=60&lang=en"
+
+
+async def test_a_new_combination_inherits_an_allowlisted_parameters_default(
+    probing: Probing,
+) -> None:
+    starts = ["0"] * 9 + ["15", "30", "45"]
+    urls = [f"http://drift.test/p?id={n}&start={start}" for n, start in enumerate(starts)]
+    urls += [f"http://drift.test/p?id={n}&utm_source=s{n}" for n in range(20, 28)]
+    [first] = await probing.handle([request("/p?id&start", urls)])
+    publish(probing, first.published)
+    assert first.published is not None
+    learned = first.published.patterns["/p?id&start"].params["start"]
+    assert learned.layer == Layer.ALLOWLIST and learned.default_values == ["start=0"]
+    combined = "/p?id&start&utm_source"
+    tracked = [f"http://drift.test/p?id={n}&start=0&utm_source=m{n}" for n in range(60, 64)]
+    [outcome] = await probing.handle([request(combined, tracked)])
+    assert outcome.published is not None
+    decision = outcome.published.patterns[combined]
+    assert decision.params["start"].default_values == ["start=0"]
+    assert outcome.fetches <= 2 * probing.config.verify_samples, "decided from the evidence"
+    probing.live_maps.apply(outcome.published)
+    canonical = probing.live_maps.canonicalize(parse(tracked[0])).canonical_url
+    assert canonical == "http://drift.test/p?id=60"
 
 
 async def test_drift_of_a_neutral_parameter_updates_the_map(
