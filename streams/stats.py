@@ -156,6 +156,12 @@ class ShapeStats:
             pool=[(pattern, url) for pattern, url in doc["u"]],
         )
 
+    def time_limit(self, policy: LearningPolicy) -> float | None:
+        """When the earliest pattern never requested reaches ``rare_after``, if any."""
+        waiting = [state.first_seen for state in self.patterns.values()
+                   if state.requested_at == 0.0]
+        return min(waiting) + policy.rare_after if waiting else None
+
     def observe(self, pattern: str, url: NormalizedURL | None, count: int, basis: str,
                 now: float, policy: LearningPolicy, allowlist: frozenset[str]) -> bool:
         """Count ``count`` URLs of ``pattern`` and consider ``url`` for the sample pool.

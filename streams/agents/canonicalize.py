@@ -7,15 +7,18 @@ with one read and one write of its record.
 They live in a RocksDB table with a changelog topic, so a restarted or rebalanced worker
 gets them back from Kafka. Patterns seen once and never again still get probed: a timer
 sends a ``due`` message for them after ``rare_after`` seconds, through the same topic, so
-that it is handled in the right partition.
+that it is handled in the right partition. The timer lives in memory; after every
+recovery (a restart, a rebalance) the worker scans the records of the partitions it now
+holds and sets it again for the shapes whose patterns still wait for their time limit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import time
-from collections import deque
+from collections.abc import Iterable
 
 import faust
 import orjson
@@ -24,6 +27,7 @@ from faust.types import EventT
 from miqps.urls import InvalidURL
 from streams.codecs import BadInput, Source, encode_dead_letter
 from streams.runtime import Runtime
+from streams.settings import LearningPolicy
 from streams.stats import Observation, ShapeStats, decode_samples, read_observation, stats_key
 from streams.tables import PATTERN_STATS_TABLE, rocksdb_options
 from streams.topics import raw_topic
@@ -35,27 +39,51 @@ MAX_TRACKED_DEADLINES = 100_000
 MAX_PENDING_CHANGELOG = 100
 
 
+RESTORE_YIELD_EVERY = 256
+
+
 class DeadlineTracker:
-    """Shapes waiting for their time limit, in arrival order (so deadlines are sorted)."""
+    """Shapes waiting for their time limit, earliest deadline first."""
 
     def __init__(self, max_entries: int = MAX_TRACKED_DEADLINES) -> None:
         self.max_entries = max_entries
-        self._queue: deque[tuple[float, str, str]] = deque()
+        self._heap: list[tuple[float, str, str]] = []
 
     def __len__(self) -> int:
-        return len(self._queue)
+        return len(self._heap)
 
     def add(self, deadline: float, domain: str, shape: str) -> None:
-        if len(self._queue) < self.max_entries:
-            self._queue.append((deadline, domain, shape))
+        if len(self._heap) < self.max_entries:
+            heapq.heappush(self._heap, (deadline, domain, shape))
 
     def pop_due(self, now: float) -> list[tuple[str, str]]:
         due: list[tuple[str, str]] = []
-        queue = self._queue
-        while queue and queue[0][0] <= now:
-            _, domain, shape = queue.popleft()
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            _, domain, shape = heapq.heappop(heap)
             due.append((domain, shape))
         return due
+
+
+async def restore_deadlines(
+    records: Iterable[tuple[bytes, bytes]], tracker: DeadlineTracker, policy: LearningPolicy
+) -> int:
+    """Set the timer again for every stored shape with a pattern still waiting for its
+    time limit; returns how many. Yields to the event loop every few records, so that a
+    large table does not hold up heartbeats."""
+    restored = 0
+    for number, (_, stored) in enumerate(records, 1):
+        if number % RESTORE_YIELD_EVERY == 0:
+            await asyncio.sleep(0)
+        try:
+            stats = ShapeStats.loads(stored)
+        except (KeyError, TypeError, ValueError):
+            continue
+        deadline = stats.time_limit(policy)
+        if deadline is not None:
+            tracker.add(deadline, stats.domain, stats.shape)
+            restored += 1
+    return restored
 
 
 def register(app: faust.App, runtime: Runtime) -> None:
@@ -76,6 +104,11 @@ def register(app: faust.App, runtime: Runtime) -> None:
     )
     tracker = DeadlineTracker()
     live_maps = runtime.live_maps
+
+    @table.on_recover
+    async def restore_timer() -> None:
+        restored = await restore_deadlines(table.items(), tracker, policy)
+        log.info("pattern-stats: time limits set again for %d shapes after recovery", restored)
 
     def needs_learning(domain: str, pattern: str, basis: str) -> bool:
         compiled = live_maps.get(domain)

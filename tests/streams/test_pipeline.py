@@ -30,6 +30,7 @@ from simweb.sites import Site, build_sites
 from streams.kafka import ensure_topics, read_compacted
 from streams.partitioning import key_partition
 from streams.settings import LearningPolicy, Settings
+from streams.tables import changelog_topics
 from streams.tools import TopicReader, WorkerProcess, delete_topics, produce
 from streams.tools import isolated_settings as isolated_settings_of
 from tests.streams.conftest import DriftingSite
@@ -448,6 +449,40 @@ def test_an_aged_decision_is_re_verified_and_drift_updates_the_map_across_role_w
         prober.stop()
         updates.close()
         outputs.close()
+
+
+def test_a_pattern_seen_once_before_a_restart_is_still_probed_after_its_time_limit(
+    base: Settings, drifting_web: tuple[DriftingSite, str], tmp_path: Path
+) -> None:
+    _, proxy = drifting_web
+    settings = isolated_settings(base, "rare", tmp_path / "state", proxy=proxy, partitions=2,
+                                 probe_rate_per_host=50.0,
+                                 policy=LearningPolicy(rare_after=20.0, retry_after=600.0))
+    ensure_topics(settings)
+    [stats_changelog] = [topic for topic in changelog_topics(settings) if "stats" in topic]
+    stats = TopicReader(settings, stats_changelog)
+    updates = TopicReader(settings, settings.topics.map_updates)
+    first = WorkerProcess(settings, "canonicalize,probe", tmp_path / "first.log").start()
+    second: WorkerProcess | None = None
+    try:
+        wait_until(lambda: "Worker ready" in first.log_text(), 60, "the first worker")
+        seen_at = time.monotonic()
+        produce(settings, settings.topics.raw, [b"http://drift.test/p?id=7&ref=once"])
+        assert stats.wait_for(1, 30), "the pattern's statistics were never stored"
+        first.stop()
+        assert time.monotonic() - seen_at < 20.0, "stopped too late to test the restart"
+        assert "probe requested" not in first.log_text()
+        second = WorkerProcess(settings, "canonicalize,probe", tmp_path / "second.log").start()
+        assert updates.wait_for(1, 90), second.log_text()[-3000:]
+        [update] = documents(updates)
+        assert update["domain"] == "drift.test" and update["pattern"] == "/p?id&ref"
+        assert "time limits set again for 1 shapes" in second.log_text()
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+        stats.close()
+        updates.close()
 
 
 def test_maps_command_prints_one_domain(base: Settings, tmp_path: Path) -> None:
