@@ -137,11 +137,11 @@ def _reference(canon: Canonicalizer, maps: dict[str, DomainMap], url: Normalized
     if decision is not None:
         keep = decision.kept | (layers.allowlist & (decision.kept | decision.dropped))
         if canon.use_prior:
-            keep = {
+            keep = frozenset({
                 n for n in keep
                 if decision.params[n].layer != Layer.INSUFFICIENT or not layers.prior_drops(n)
                 or n in learned or n in layers.allowlist
-            }
+            })
         return url.with_only(keep)
     if not canon.use_prior:
         return url.with_only(url.names)

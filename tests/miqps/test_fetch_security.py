@@ -166,7 +166,7 @@ async def test_names_resolving_to_private_addresses_are_refused() -> None:
 
 async def test_the_real_resolver_is_consulted_for_names() -> None:
     name = socket.gethostname()
-    addresses = {info[4][0] for info in socket.getaddrinfo(name, None)}
+    addresses = {str(info[4][0]) for info in socket.getaddrinfo(name, None)}
     guard = AddressGuard(allow_private=False, via_proxy=False)
     internal = any(refusal_reason(ipaddress.ip_address(a.split("%")[0])) for a in addresses)
     if internal:

@@ -140,7 +140,7 @@ def test_one_parameter_set_means_different_things_under_different_paths(
 
 
 def test_default_values_are_elided_and_other_values_kept(tuning_run: LearnedRun) -> None:
-    elided = Counter()
+    elided: Counter[bool] = Counter()
     for entry in tuning_run.corpus:
         url = parse(entry.url)
         for name in url.names:
@@ -219,13 +219,13 @@ def test_hanging_pages_are_inconclusive_and_their_parameters_kept(tuning_run: Le
         url = parse(entry.url)
         if url.host != forum or not url.path.startswith("/attachments"):
             continue
-        decision = tuning_run.canonicalizer.decide(url)
+        canonical = tuning_run.canonicalizer.decide(url)
         for name in url.names:
             if prior(name):
                 without_evidence += 1
-                assert name in decision.dropped and decision.layers[name] == Layer.PRIOR
+                assert name in canonical.dropped and canonical.layers[name] == Layer.PRIOR
             else:
-                assert name in decision.kept, "only the cold-start prior may drop here"
+                assert name in canonical.kept, "only the cold-start prior may drop here"
     assert without_evidence, "no hanging URL carried utm_* or a click id"
 
 

@@ -214,8 +214,8 @@ def test_end_to_end_learns_maps_and_emits_every_url(base: Settings, web: Web,
     with TopicReader(settings, settings.topics.samples) as samples:
         samples.poll(2.0)
         assert samples.records
-        for _, value, partition in samples.records:
-            pack = orjson.loads(value or b"null")
+        for _, sample, partition in samples.records:
+            pack = orjson.loads(sample or b"null")
             assert_valid("pattern-sample", pack)
             for item in pack:
                 assert key_partition(item["domain"].encode(), 4) == partition, item
@@ -245,11 +245,11 @@ def synthetic_stream(count: int) -> tuple[list[bytes], list[DomainMap]]:
         decisions = {}
         for key, names in by_pattern.items():
             kept = names - tracking
-            params = {name: ParamEvidence("keep" if name in kept else "drop", Layer.LEARNED,
-                                          6, 6 if name in kept else 0,
-                                          0 if name in kept else 6, 0) for name in names}
+            evidence = {name: ParamEvidence("keep" if name in kept else "drop", Layer.LEARNED,
+                                            6, 6 if name in kept else 0,
+                                            0 if name in kept else 6, 0) for name in names}
             decisions[key] = PatternDecision(frozenset(kept), frozenset(names & tracking),
-                                             params, Verification(2, 0, 0, []), utc_now(), 1)
+                                             evidence, Verification(2, 0, 0, []), utc_now(), 1)
         maps.append(DomainMap(domain, 1, utc_now(), decisions))
     values = [orjson.dumps({"url": url, "seq": number}) for number, url in enumerate(urls)]
     return values, maps
