@@ -184,7 +184,8 @@ def register(app: faust.App, runtime: Runtime) -> None:
             await probe_topic.send(key=domain.encode(), value=request.dumps())
             log.info("probe requested: %s %s (%s)", domain, ", ".join(sorted(due)),
                      ", ".join(sorted(set(due.values()))))
-        table[key] = stats.dumps()
+        if due or any(triggers):  # a bare time-limit tick that asks nothing changes nothing
+            table[key] = stats.dumps()
         if started:
             tracker.add(now + policy.rare_after, domain, shape)
 
