@@ -258,10 +258,10 @@ class Probing:
                     newest[name] = (decision.decided_at, evidence)
         prior: dict[str, ParamEvidence] = {}
         for name in names:
-            if name in self.layers.allowlist and name not in newest:
-                prior[name] = ParamEvidence("keep", Layer.ALLOWLIST)
-            elif name in newest:
+            if name in newest:
                 prior[name] = replace(newest[name][1])
+            elif name in self.layers.allowlist:
+                prior[name] = ParamEvidence("keep", Layer.ALLOWLIST)
             else:
                 return None
         return prior

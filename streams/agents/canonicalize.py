@@ -34,11 +34,8 @@ from streams.topics import raw_topic
 
 log = logging.getLogger(__name__)
 
-TABLE_NAME = PATTERN_STATS_TABLE
 MAX_TRACKED_DEADLINES = 100_000
 MAX_PENDING_CHANGELOG = 100
-
-
 RESTORE_YIELD_EVERY = 256
 
 
@@ -95,7 +92,7 @@ def register(app: faust.App, runtime: Runtime) -> None:
     probe_topic = raw_topic(app, settings.topics.probe_requests)
     dlq_topic = raw_topic(app, settings.topics.dlq)
     table = app.Table(
-        TABLE_NAME,
+        PATTERN_STATS_TABLE,
         partitions=partitions,
         key_type=bytes,
         value_type=bytes,

@@ -35,7 +35,6 @@ log = logging.getLogger(__name__)
 MAX_PARALLEL_DOMAINS = 16
 GATHER_SECONDS = 0.5
 MAX_EVENTS_IN_FLIGHT = 2000
-DEMAND_TABLE = PROBE_DEMAND_TABLE
 
 
 def fetch_config(runtime: Runtime) -> FetchConfig:
@@ -131,7 +130,7 @@ def register(app: faust.App, runtime: Runtime) -> None:
     settings = runtime.settings
     requests_topic = raw_topic(app, settings.topics.probe_requests)
     demand = app.Table(
-        DEMAND_TABLE,
+        PROBE_DEMAND_TABLE,
         partitions=runtime.partitions[settings.topics.probe_requests],
         key_type=bytes,
         value_type=bytes,

@@ -101,21 +101,35 @@ async def test_a_new_combination_is_decided_from_evidence_with_few_fetches(
     assert outcome.fetches <= 2 * verify, "only the final form is verified"
 
 
+async def learn_with_tracking(probing: Probing, name: str, values: list[str]) -> DomainMap:
+    """Learn and publish ``/p?id&{name}`` with these values, and ``utm_source`` as noise."""
+    urls = [f"http://drift.test/p?id={n}&{name}={value}" for n, value in enumerate(values)]
+    urls += [f"http://drift.test/p?id={n}&utm_source=s{n}" for n in range(20, 28)]
+    [first] = await probing.handle([request(f"/p?id&{name}", urls)])
+    publish(probing, first.published)
+    assert first.published is not None
+    return first.published
+
+
+async def new_tracked_combination(
+    probing: Probing, name: str, value: str
+) -> tuple[str, list[str], ProbeOutcome]:
+    """Ask for ``/p?id&{name}&utm_source``, a combination the map has evidence for."""
+    combined = f"/p?id&{name}&utm_source"
+    tracked = [f"http://drift.test/p?id={n}&{name}={value}&utm_source=m{n}"
+               for n in range(60, 64)]
+    [outcome] = await probing.handle([request(combined, tracked)])
+    return combined, tracked, outcome
+
+
 async def test_a_new_combination_verifies_the_default_values_it_inherits(
     probing: Probing, drifting_web: tuple[DriftingSite, str]
 ) -> None:
     site, _ = drifting_web
-    languages = ["en"] * 9 + ["de", "fr", "it"]
-    urls = [f"http://drift.test/p?id={n}&lang={lang}" for n, lang in enumerate(languages)]
-    urls += [f"http://drift.test/p?id={n}&utm_source=s{n}" for n in range(20, 28)]
-    [first] = await probing.handle([request("/p?id&lang", urls)])
-    publish(probing, first.published)
-    assert first.published is not None
-    assert first.published.patterns["/p?id&lang"].params["lang"].default_values == ["lang=en"]
+    first = await learn_with_tracking(probing, "lang", ["en"] * 9 + ["de", "fr", "it"])
+    assert first.patterns["/p?id&lang"].params["lang"].default_values == ["lang=en"]
     site.default_lang = "de"
-    combined = "/p?id&lang&utm_source"
-    tracked = [f"http://drift.test/p?id={n}&lang=en&utm_source=m{n}" for n in range(60, 64)]
-    [outcome] = await probing.handle([request(combined, tracked)])
+    combined, tracked, outcome = await new_tracked_combination(probing, "lang", "en")
     assert outcome.published is not None
     decision = outcome.published.patterns[combined]
     assert "lang" in decision.kept and "utm_source" in decision.dropped
@@ -128,17 +142,10 @@ async def test_a_new_combination_verifies_the_default_values_it_inherits(
 async def test_a_new_combination_inherits_an_allowlisted_parameters_default(
     probing: Probing,
 ) -> None:
-    starts = ["0"] * 9 + ["15", "30", "45"]
-    urls = [f"http://drift.test/p?id={n}&start={start}" for n, start in enumerate(starts)]
-    urls += [f"http://drift.test/p?id={n}&utm_source=s{n}" for n in range(20, 28)]
-    [first] = await probing.handle([request("/p?id&start", urls)])
-    publish(probing, first.published)
-    assert first.published is not None
-    learned = first.published.patterns["/p?id&start"].params["start"]
+    first = await learn_with_tracking(probing, "start", ["0"] * 9 + ["15", "30", "45"])
+    learned = first.patterns["/p?id&start"].params["start"]
     assert learned.layer == Layer.ALLOWLIST and learned.default_values == ["start=0"]
-    combined = "/p?id&start&utm_source"
-    tracked = [f"http://drift.test/p?id={n}&start=0&utm_source=m{n}" for n in range(60, 64)]
-    [outcome] = await probing.handle([request(combined, tracked)])
+    combined, tracked, outcome = await new_tracked_combination(probing, "start", "0")
     assert outcome.published is not None
     decision = outcome.published.patterns[combined]
     assert decision.params["start"].default_values == ["start=0"]
