@@ -1,40 +1,113 @@
-"""Content IDs: what a page shows, hashed with xxhash, blind to page noise.
+"""Content IDs: the item a person sees on a page, hashed with xxhash, blind to page noise.
 
-A page becomes a *snapshot*: for each DOM path (``body>div#main.product>h1``) the hash of
-the visible text under it. Attributes are never read, so tracking values echoed into link
-hrefs, hidden inputs and script URLs cannot change a snapshot; scripts, styles and
-templates are skipped. Timestamps, nonces, rotating recommendations and ads do change the
-text, so they are not guessed but *learned*: fetching the same URL twice shows which paths
-change by themselves (see :class:`VolatilityModel`). The content ID is the hash of the
-HTTP status and every non-volatile block.
+A page becomes a *snapshot*: a set of *blocks*, each a 64-bit key naming where on the page
+something is and the xxhash of what is there. What a snapshot sees:
+
+- **visible text**, grouped by the DOM path of its element (``body>main#p.product>h1``);
+  scripts, styles, templates, ``noscript`` and hidden subtrees are skipped;
+- **the item's images**: ``og:image``, ``twitter:image``, ``link rel=image_src``, and every
+  ``img`` (``src``, ``srcset``, ``data-src``) and ``picture``/``source`` of the body, except
+  1×1 and 0×0 pixels. An image is identified by its host and path: query strings (resizes,
+  cache busters, tracking values echoed into pixels) and fragments are dropped;
+- **structured data**: JSON-LD, ``application/json`` data blobs (``__NEXT_DATA__``,
+  ``__NUXT_DATA__``), microdata ``itemprop`` values and RDFa/Open Graph ``property`` values,
+  flattened to one block per leaf (``props.pageProps.product.offers[0].price``);
+- **the state of variant controls**: which ``option`` is ``selected`` and which radio or
+  checkbox ``input`` is ``checked``.
+
+What it never sees, because it is an echo of the request rather than content: any other
+attribute (link ``href``, hidden inputs, script URLs), the query string and fragment of any
+URL-valued leaf (JSON-LD ``url`` and ``@id``, ``og:url``, ``asPath``, image URLs are compared
+by host and path only, matrix parameters dropped), and data objects that mirror the request's
+query (``"query": {"id": "42", "utm_source": "mail"}``).
+
+Timestamps, nonces, rotating ads and carousels change blocks by themselves; they are not
+guessed but *learned*: fetching the same URL again shows which blocks change on their own
+(:class:`VolatilityModel`). The content ID is the hash of the HTTP status and every
+non-volatile block.
+
+Some pages are evidence of nothing (:attr:`Snapshot.unjudgeable`): bot, consent and challenge
+interstitials, client-side shells whose item is fetched by scripts, and pages over the parsing
+caps (DOM depth, element count, data leaves). Block keys are chained hashes of the parent's
+key and the element's label, so memory stays linear in the depth of the page.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
+import orjson
 import xxhash
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
+MAX_DEPTH = 256
+MAX_ELEMENTS = 150_000
+MAX_DATA_LEAVES = 20_000
+MAX_DATA_DEPTH = 64
+# Below this many characters of visible text outside header, nav, footer and aside, with no
+# structured data and no content image, a page with scripts is a client-side shell.
+SHELL_TEXT_CHARS = 160
+# Interstitials are small pages: markers in a long page are a page talking about them.
+INTERSTITIAL_MAX_TEXT_CHARS = 6000
+
 _SKIPPED_SELECTOR = "script, style, noscript, template, svg, iframe, [hidden]"
-_BODY_BLOCK = "#body"
-_TITLE_BLOCK = "title"
+_DATA_SCRIPT_SELECTOR = 'script[type="application/ld+json"], script[type="application/json"]'
+_CHROME_TAGS = frozenset(("header", "nav", "footer", "aside"))
+_PIXEL_SIZES = frozenset(("0", "1", "0px", "1px"))
+_QUERY_MIRROR_KEYS = frozenset(
+    ("query", "searchparams", "search", "params", "queryparams", "querystring", "route")
+)
+_IMAGE_META = frozenset(
+    ("og:image", "og:image:url", "og:image:secure_url", "twitter:image", "twitter:image:src")
+)
+_INTERSTITIAL_MARKERS = re.compile(
+    r"checking your browser|checking if the site connection is secure|just a moment\.\.\."
+    r"|verify(?:ing)? (?:that )?you are (?:a )?human|attention required|ray id:?\s*[0-9a-f]{6,}"
+    r"|enable javascript and cookies to continue|ddos protection by|are you a robot"
+    r"|unusual traffic from your|complete the security check|please complete the captcha"
+    r"|pardon our interruption|press (?:&|and) hold|request unsuccessful\. incapsula"
+    r"|access to this page has been denied|before you continue to|bot protection"
+    r"|human verification|please wait while we verify",
+    re.IGNORECASE,
+)
+_TITLE_KEY_LABEL = "title"
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     status: int
     final_url: str
-    blocks: Mapping[str, int]
+    blocks: Mapping[int, int]
     canonical_hint: str | None = None
     redirects: int = 0
+    unjudgeable: str | None = None
 
 
-def _node_label(node: LexborNode) -> str:
-    tag = node.tag or "?"
-    attributes = node.attributes
+def _chain(parent: int, label: str) -> int:
+    return xxhash.xxh3_64_intdigest(label.encode("utf-8", "replace"), parent)
+
+
+def block_key(path: str) -> int:
+    """The key of the block at ``path``, labels joined by ``>``: ``body>main#p>h1``,
+    ``body>main>img>@img``, ``head>meta>og:image``, ``data>#__NEXT_DATA__>.props.id``."""
+    key = 0
+    for label in path.split(">"):
+        key = _chain(key, label)
+    return key
+
+
+_BODY_KEY = block_key("body")
+_HEAD_META_KEY = block_key("head>meta")
+_DATA_KEY = block_key("data")
+_BYTES_KEY = block_key("#body")
+
+
+def _node_label(tag: str, attributes: Mapping[str, str | None]) -> str:
     label = tag
     node_id = attributes.get("id")
     if node_id:
@@ -45,98 +118,316 @@ def _node_label(node: LexborNode) -> str:
     return label
 
 
-def snapshot_html(status: int, final_url: str, body: bytes, redirects: int = 0) -> Snapshot:
+def resource(value: str) -> str:
+    """A URL-valued string as host and path only (no scheme, query, fragment or matrix
+    parameters); any other string unchanged."""
+    if not value.startswith(("http://", "https://", "//", "/", "./", "../", "?")):
+        return value
+    if value.startswith("?"):
+        return ""
+    try:
+        parts = urlsplit(value.strip())
+    except ValueError:
+        return value
+    path = "/".join(segment.partition(";")[0] for segment in parts.path.split("/"))
+    return parts.netloc.lower().rpartition("@")[2] + path
+
+
+def _srcset_urls(srcset: str) -> list[str]:
+    return [candidate.split()[0] for candidate in srcset.split(",") if candidate.split()]
+
+
+@dataclass(slots=True)
+class _Page:
+    """What a snapshot collects while it walks one document."""
+
+    request: dict[str, set[str]]
+    parts: dict[int, list[str]] = field(default_factory=dict)
+    data_leaves: int = 0
+    content_images: int = 0
+    main_text: int = 0
+    all_text: list[str] = field(default_factory=list)
+    all_text_chars: int = 0
+
+    def add(self, key: int, value: str) -> None:
+        self.parts.setdefault(key, []).append(value)
+
+
+def request_params(*urls: str) -> dict[str, set[str]]:
+    """The decoded query values of the given URLs, by name: what a page may echo."""
+    params: dict[str, set[str]] = {}
+    for url in urls:
+        query = url.partition("?")[2].partition("#")[0]
+        for name, value in parse_qsl(query, keep_blank_values=True):
+            params.setdefault(name, set()).add(value)
+    return params
+
+
+def snapshot_html(
+    status: int, final_url: str, body: bytes, redirects: int = 0, request_url: str = ""
+) -> Snapshot:
+    """The snapshot of an HTML page; ``request_url`` (and ``final_url``) name the query
+    values the page may echo."""
+    page = _Page(request_params(request_url, final_url))
     tree = LexborHTMLParser(body)
-    texts: dict[str, list[str]] = {}
     title = tree.css_first("title")
     if title is not None:
-        texts[_TITLE_BLOCK] = [" ".join(title.text(deep=True).split())]
+        title_text = " ".join(title.text(deep=True).split())
+        page.add(block_key(_TITLE_KEY_LABEL), title_text)
+        page.all_text.append(title_text)
     canonical = tree.css_first('link[rel="canonical"]')
     hint = canonical.attributes.get("href") if canonical is not None else None
+    has_scripts = tree.css_first("script") is not None
+    problem = _collect_head(tree, page) or _collect_data_scripts(tree, page)
     root = tree.body
-    if root is not None:
+    if problem is None and root is not None:
         for node in root.css(_SKIPPED_SELECTOR):
             node.decompose()
-        _collect(root, texts)
-    blocks = {path: _text_digest("\x1f".join(parts)) for path, parts in texts.items()}
-    return Snapshot(status, final_url, blocks, hint, redirects)
+        problem = _collect_body(root, page)
+    if problem is None:
+        problem = _unjudgeable(status, page, has_scripts)
+    blocks = {key: _digest("\x1f".join(values)) for key, values in page.parts.items()}
+    return Snapshot(status, final_url, blocks, hint, redirects, problem)
 
 
-def _text_digest(text: str) -> int:
+def _digest(text: str) -> int:
     return xxhash.xxh3_64_intdigest(text.encode("utf-8", "replace"))
 
 
-def _collect(root: LexborNode, texts: dict[str, list[str]]) -> None:
-    """Visible text grouped by the DOM path of its element, in document order."""
-    paths = {root.mem_id: "body"}
+def _collect_head(tree: LexborHTMLParser, page: _Page) -> str | None:
+    for node in tree.css("meta[property], meta[itemprop], meta[name], link[rel]"):
+        attributes = node.attributes
+        if node.tag == "link":
+            rel = (attributes.get("rel") or "").lower().split()
+            href = attributes.get("href")
+            if "image_src" in rel and href:
+                page.add(_chain(_HEAD_META_KEY, "image_src"), resource(href))
+                page.content_images += 1
+            continue
+        name = (
+            attributes.get("property") or attributes.get("itemprop") or attributes.get("name")
+            or ""
+        ).lower()
+        content = attributes.get("content")
+        if content is None or not _is_item_meta(name, attributes):
+            continue
+        page.add(_chain(_HEAD_META_KEY, name), resource(content))
+        page.data_leaves += 1
+        if name in _IMAGE_META:
+            page.content_images += 1
+    return None
+
+
+def _is_item_meta(name: str, attributes: Mapping[str, str | None]) -> bool:
+    """Open Graph, RDFa and microdata properties and the Twitter card describe the item;
+    other named metas (viewport, csrf tokens, verification codes) do not."""
+    if attributes.get("property") is not None or attributes.get("itemprop") is not None:
+        return True
+    return name.startswith("twitter:") or name == "description"
+
+
+def _collect_data_scripts(tree: LexborHTMLParser, page: _Page) -> str | None:
+    for index, node in enumerate(tree.css(_DATA_SCRIPT_SELECTOR)):
+        attributes = node.attributes
+        kind = (attributes.get("type") or "").lower()
+        label = "#" + (attributes.get("id") or f"{kind}[{index}]")
+        try:
+            data = orjson.loads(node.text(deep=True))
+        except orjson.JSONDecodeError:
+            continue
+        blob = _chain(_DATA_KEY, label)
+        for path, value in _leaves(data, "", page.request, 0):
+            page.data_leaves += 1
+            if page.data_leaves > MAX_DATA_LEAVES:
+                return f"more than {MAX_DATA_LEAVES} structured-data leaves"
+            page.add(_chain(blob, path), value)
+    return None
+
+
+def _leaves(
+    value: Any, path: str, request: Mapping[str, set[str]], depth: int
+) -> Iterator[tuple[str, str]]:
+    """``(path, value)`` for every scalar of a JSON document, URL values as host and path,
+    objects that mirror the request's query left out."""
+    if depth > MAX_DATA_DEPTH:
+        yield path, "<too deep>"
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, dict) and _mirrors_query(str(key), item, request):
+                continue
+            yield from _leaves(item, f"{path}.{key}", request, depth + 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _leaves(item, f"{path}[{index}]", request, depth + 1)
+    elif isinstance(value, str):
+        yield path, resource(value)
+    else:
+        yield path, orjson.dumps(value).decode()
+
+
+def _mirrors_query(key: str, item: Mapping[str, Any], request: Mapping[str, set[str]]) -> bool:
+    """An object holding every parameter of the request with its value, under a query-ish
+    key or with at least two of them, is the request's query repeated, not content."""
+    if not request:
+        return False
+    for name, values in request.items():
+        echoed = item.get(name)
+        if isinstance(echoed, list):
+            if not {str(v) for v in echoed} & values:
+                return False
+        elif echoed is None or str(echoed) not in values:
+            return False
+    return len(request) >= 2 or key.lower() in _QUERY_MIRROR_KEYS
+
+
+def _collect_body(root: LexborNode, page: _Page) -> str | None:
+    """Visible text by DOM path, images, microdata and control state, in document order."""
+    # Per element: its key, its depth, and whether it is page chrome (header, nav, ...).
+    known: dict[int, tuple[int, int, bool]] = {root.mem_id: (_BODY_KEY, 0, False)}
+    elements = 0
     for node in root.traverse(include_text=True):
         parent = node.parent
         if parent is None:
             continue
-        parent_path = paths.get(parent.mem_id)
-        if parent_path is None:
+        parent_info = known.get(parent.mem_id)
+        if parent_info is None:
             continue
-        if node.tag == "-text":
+        parent_key, depth, chrome = parent_info
+        tag = node.tag
+        if tag == "-text":
             text = node.text_content
             if text and not text.isspace():
-                texts.setdefault(parent_path, []).append(" ".join(text.split()))
-        else:
-            paths[node.mem_id] = parent_path + ">" + _node_label(node)
+                words = " ".join(text.split())
+                page.add(parent_key, words)
+                if not chrome:
+                    page.main_text += len(words)
+                if page.all_text_chars < INTERSTITIAL_MAX_TEXT_CHARS:
+                    page.all_text.append(words)
+                page.all_text_chars += len(words)
+            continue
+        if tag is None or tag.startswith("-"):
+            continue
+        elements += 1
+        if elements > MAX_ELEMENTS:
+            return f"more than {MAX_ELEMENTS} elements"
+        if depth + 1 > MAX_DEPTH:
+            return f"DOM deeper than {MAX_DEPTH}"
+        attributes = node.attributes
+        key = _chain(parent_key, _node_label(tag, attributes))
+        in_chrome = chrome or tag in _CHROME_TAGS
+        known[node.mem_id] = (key, depth + 1, in_chrome)
+        _collect_element(tag, attributes, key, parent_key, in_chrome, page)
+    return None
+
+
+def _collect_element(
+    tag: str,
+    attributes: Mapping[str, str | None],
+    key: int,
+    parent_key: int,
+    chrome: bool,
+    page: _Page,
+) -> None:
+    if tag in ("img", "source"):
+        if attributes.get("width") in _PIXEL_SIZES or attributes.get("height") in _PIXEL_SIZES:
+            return
+        urls = [attributes.get("src"), attributes.get("data-src")]
+        urls.extend(_srcset_urls(attributes.get("srcset") or ""))
+        images = sorted({resource(url) for url in urls if url})
+        if images:
+            page.add(_chain(key, "@img"), " ".join(images))
+            if not chrome:
+                page.content_images += 1
+    elif tag == "option":
+        if "selected" in attributes:
+            page.add(_chain(parent_key, "@selected"), attributes.get("value") or "")
+    elif tag == "input":
+        kind = (attributes.get("type") or "").lower()
+        if kind in ("radio", "checkbox") and "checked" in attributes:
+            name, value = attributes.get("name") or "", attributes.get("value") or "on"
+            page.add(_chain(parent_key, "@checked"), f"{name}={value}")
+    prop = attributes.get("itemprop") or attributes.get("property")
+    content = attributes.get("content")
+    if prop and content is not None:
+        page.add(_chain(key, "@" + prop), resource(content))
+        page.data_leaves += 1
+
+
+def _unjudgeable(status: int, page: _Page, has_scripts: bool) -> str | None:
+    if page.all_text_chars <= INTERSTITIAL_MAX_TEXT_CHARS:
+        marker = _INTERSTITIAL_MARKERS.search(" ".join(page.all_text))
+        if marker is not None:
+            return f"interstitial (HTTP {status}, {marker.group(0)[:40]!r})"
+    if (
+        has_scripts
+        and page.main_text < SHELL_TEXT_CHARS
+        and not page.data_leaves
+        and not page.content_images
+    ):
+        return "client-side shell: no data and almost no text"
+    return None
 
 
 def snapshot_bytes(status: int, final_url: str, body: bytes, redirects: int = 0) -> Snapshot:
     """A snapshot of a non-HTML body: one block, the hash of the bytes."""
-    return Snapshot(status, final_url, {_BODY_BLOCK: xxhash.xxh3_64_intdigest(body)}, None,
+    return Snapshot(status, final_url, {_BYTES_KEY: xxhash.xxh3_64_intdigest(body)}, None,
                     redirects)
 
 
-def differing_paths(a: Snapshot, b: Snapshot) -> set[str]:
+def differing_paths(a: Snapshot, b: Snapshot) -> set[int]:
     blocks_a, blocks_b = a.blocks, b.blocks
     paths = {path for path, digest in blocks_a.items() if blocks_b.get(path) != digest}
     paths.update(path for path in blocks_b if path not in blocks_a)
     return paths
 
 
-def content_id(snapshot: Snapshot, volatile: Iterable[str] = ()) -> int:
-    """The xxhash content ID of a snapshot, ignoring the given volatile paths."""
+def content_id(snapshot: Snapshot, volatile: Iterable[int] = ()) -> int:
+    """The xxhash content ID of a snapshot, ignoring the given volatile blocks."""
     skip = frozenset(volatile)
     digest = xxhash.xxh3_64()
     digest.update(str(snapshot.status).encode())
     for path in sorted(snapshot.blocks):
         if path not in skip:
-            digest.update(b"\x1e" + path.encode("utf-8", "replace"))
+            digest.update(path.to_bytes(8, "little"))
             digest.update(snapshot.blocks[path].to_bytes(8, "little"))
     return digest.intdigest()
 
 
 @dataclass(slots=True)
 class VolatilityModel:
-    """Paths seen changing between two fetches of the same URL, per page template.
+    """Blocks seen changing between two fetches of the same URL, per page template.
 
     A template is a domain and a path shape: pages of one shape share their layout, so
     noise learned on one page applies to its siblings, but never across layouts where the
     same DOM path may hold real content.
     """
 
-    volatile: dict[str, set[str]] = field(default_factory=dict)
-    stable: dict[str, Counter[str]] = field(default_factory=dict)
+    volatile: dict[str, set[int]] = field(default_factory=dict)
+    stable: dict[str, Counter[int]] = field(default_factory=dict)
     max_noisy_share: float = 0.5
-    stable_after: int = 2
+    stable_after: int = 4
 
-    def paths(self, template: str) -> set[str]:
+    def paths(self, template: str) -> set[int]:
         return self.volatile.setdefault(template, set())
 
-    def learn(self, template: str, first: Snapshot, second: Snapshot) -> None:
+    def learn(self, template: str, first: Snapshot, second: Snapshot) -> set[int]:
+        """Learn from two fetches of one URL; returns the blocks that changed."""
         changing = differing_paths(first, second)
         self.paths(template).update(changing)
         self.stable.setdefault(template, Counter()).update(first.blocks.keys() - changing)
+        return changing
 
-    def known_stable(self, template: str, paths: Iterable[str]) -> bool:
+    def stable_count(self, template: str, path: int) -> int:
+        counts = self.stable.get(template)
+        return counts[path] if counts else 0
+
+    def known_stable(self, template: str, paths: Iterable[int]) -> bool:
         """True if at least two of ``paths`` were each seen unchanged across refetches
         ``stable_after`` times and never changing: a difference there is content, not
-        noise. One is not enough: a rotating block (an ad among a few) can repeat by chance
-        on the first refetches, and a single such path, taken for content, would make
-        every page of the template look different without ever being refetched again."""
+        noise. One is not enough, and neither are a few refetches: a block rotating among
+        a few variants repeats by chance on some refetches, and taken for content it would
+        make every page of the template look different without ever being refetched."""
         counts = self.stable.get(template)
         if not counts:
             return False

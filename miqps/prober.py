@@ -1,24 +1,44 @@
 """Comparing a URL with and without some parameters, on evidence from real fetches.
 
-Each URL is fetched at most twice per learning run: once for its snapshot and, only when a
-comparison shows a difference that is not yet known to be noise, once more to learn which
-parts of the page change by themselves. Timeouts, failures, non-2xx originals and pages
-that are mostly noise are *inconclusive*, never "unchanged".
+Each URL is fetched once for its snapshot. When a comparison shows a difference that is not
+yet known to be noise, the original is fetched again to learn which blocks change by
+themselves; when what is left is confined to blocks hardly ever seen stable, once more, so
+that a block rotating among a few variants, which repeats by chance on one refetch, is not
+taken for content. Timeouts, failures, non-2xx originals, pages that are mostly noise,
+interstitials (retried with backoff) and client-side shells are *inconclusive*, never
+"unchanged".
+
+HTML is parsed off the event loop, in a small thread pool, under a time cap.
 """
 
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from enum import Enum
 
 from miqps.content import (
     Snapshot,
     VolatilityModel,
+    block_key,
     differing_paths,
     snapshot_bytes,
     snapshot_html,
 )
-from miqps.fetch import Fetcher, FetchFailed
+from miqps.fetch import Fetcher, FetchFailed, FetchResult
+
+# The key that stands for "the HTTP status differs": never volatile.
+STATUS_KEY = block_key("@status")
+PARSE_TIMEOUT = 10.0
+_parser_pool: ThreadPoolExecutor | None = None
+
+
+def _parsers() -> ThreadPoolExecutor:
+    global _parser_pool
+    if _parser_pool is None:
+        _parser_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="miqps-parse")
+    return _parser_pool
 
 
 class Outcome(Enum):
@@ -27,12 +47,36 @@ class Outcome(Enum):
     INCONCLUSIVE = "inconclusive"
 
 
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """An outcome and, when the page changed, the blocks that made the difference."""
+
+    outcome: Outcome
+    differences: frozenset[int] = frozenset()
+
+
+_INCONCLUSIVE = Comparison(Outcome.INCONCLUSIVE)
+_UNCHANGED = Comparison(Outcome.UNCHANGED)
+
+
 class PageProber:
-    def __init__(self, fetcher: Fetcher, volatility: VolatilityModel | None = None) -> None:
+    def __init__(
+        self,
+        fetcher: Fetcher,
+        volatility: VolatilityModel | None = None,
+        *,
+        interstitial_retries: int = 2,
+        max_refetches: int = 2,
+        confirm_after: int = 2,
+    ) -> None:
         self.fetcher = fetcher
         self.volatility = volatility or VolatilityModel()
+        self.interstitial_retries = interstitial_retries
+        self.max_refetches = max_refetches
+        self.confirm_after = confirm_after
         self._first: dict[str, asyncio.Task[Snapshot | None]] = {}
-        self._second: dict[str, asyncio.Task[Snapshot | None]] = {}
+        self._again: dict[tuple[str, int], asyncio.Task[Snapshot | None]] = {}
+        self._learned: set[tuple[str, int]] = set()
         self.failures: dict[str, str] = {}
 
     def has_snapshot(self, url: str) -> bool:
@@ -51,50 +95,86 @@ class PageProber:
             task = self._first[url] = asyncio.ensure_future(self._take(url))
         return await task
 
-    async def _second_snapshot(self, url: str) -> Snapshot | None:
-        task = self._second.get(url)
+    async def _refetch(self, url: str, attempt: int) -> Snapshot | None:
+        task = self._again.get((url, attempt))
         if task is None:
-            task = self._second[url] = asyncio.ensure_future(self._take(url))
+            task = self._again[url, attempt] = asyncio.ensure_future(self._take(url))
         return await task
 
     async def _take(self, url: str) -> Snapshot | None:
-        try:
-            result = await self.fetcher.fetch(url)
-        except FetchFailed as error:
-            self.failures[url] = error.reason
-            return None
-        if "html" in result.content_type or not result.content_type:
+        """A judgeable snapshot of ``url``, or None with the reason in :attr:`failures`.
+        An interstitial is fetched again after a backoff; every try is a fetch."""
+        for attempt in range(self.interstitial_retries + 1):
+            if attempt:
+                await asyncio.sleep(self.fetcher.config.backoff_base * 2 ** (attempt - 1))
             try:
-                return snapshot_html(result.status, result.final_url, result.body,
-                                     result.redirects)
-            except Exception as error:  # a broken page is missing evidence, not a crash
-                self.failures[url] = f"unparsable page: {type(error).__name__}"
+                result = await self.fetcher.fetch(url)
+                snapshot = await self._parse(result)
+            except FetchFailed as error:
+                self.failures[url] = error.reason
                 return None
-        return snapshot_bytes(result.status, result.final_url, result.body, result.redirects)
+            if snapshot.unjudgeable is None:
+                return snapshot
+            self.failures[url] = snapshot.unjudgeable
+            if not snapshot.unjudgeable.startswith("interstitial"):
+                return None
+        return None
+
+    async def _parse(self, result: FetchResult) -> Snapshot:
+        if result.content_type and "html" not in result.content_type:
+            return snapshot_bytes(result.status, result.final_url, result.body,
+                                  result.redirects)
+        loop = asyncio.get_running_loop()
+        work = loop.run_in_executor(
+            _parsers(), snapshot_html, result.status, result.final_url, result.body,
+            result.redirects, result.url,
+        )
+        try:
+            return await asyncio.wait_for(work, PARSE_TIMEOUT)
+        except TimeoutError:
+            raise FetchFailed(f"page took over {PARSE_TIMEOUT:g}s to parse") from None
+        except Exception as error:  # a page the parser chokes on is missing evidence
+            raise FetchFailed(f"unparsable page: {type(error).__name__}") from None
 
     async def compare(self, template: str, original: str, reduced: str) -> Outcome:
         """Does ``reduced`` (``original`` minus some parameters) show another page?"""
+        return (await self.compare_detail(template, original, reduced)).outcome
+
+    async def compare_detail(self, template: str, original: str, reduced: str) -> Comparison:
+        """:meth:`compare`, with the blocks that made a difference."""
         if original == reduced:
-            return Outcome.UNCHANGED
+            return _UNCHANGED
         first, other = await asyncio.gather(self.snapshot(original), self.snapshot(reduced))
         if first is None or other is None or not 200 <= first.status < 300:
-            return Outcome.INCONCLUSIVE
+            return _INCONCLUSIVE
         if first.status != other.status:
-            return Outcome.CHANGED
-        noise = self.volatility.paths(template)
-        difference = differing_paths(first, other) - noise
+            return Comparison(Outcome.CHANGED, frozenset((STATUS_KEY,)))
+        volatility = self.volatility
+        difference = differing_paths(first, other) - volatility.paths(template)
+        if difference and not volatility.known_stable(template, difference):
+            for attempt in range(self.max_refetches):
+                again = await self._refetch(original, attempt)
+                if again is None or again.status != first.status:
+                    return _INCONCLUSIVE
+                if (original, attempt) not in self._learned:
+                    # one refetch is one observation, however many comparisons share it
+                    self._learned.add((original, attempt))
+                    volatility.learn(template, first, again)
+                difference -= volatility.paths(template)
+                if not difference or not self._needs_confirmation(template, difference):
+                    break
+        if volatility.too_noisy(template, first):
+            return _INCONCLUSIVE
         if not difference:
-            return self._unless_noisy(template, first, Outcome.UNCHANGED)
-        if self.volatility.known_stable(template, difference):
-            return self._unless_noisy(template, first, Outcome.CHANGED)
-        second = await self._second_snapshot(original)
-        if second is None or second.status != first.status:
-            return Outcome.INCONCLUSIVE
-        self.volatility.learn(template, first, second)
-        remaining = differing_paths(first, other) - self.volatility.paths(template)
-        return self._unless_noisy(
-            template, first, Outcome.CHANGED if remaining else Outcome.UNCHANGED
-        )
+            return _UNCHANGED
+        return Comparison(Outcome.CHANGED, frozenset(difference))
 
-    def _unless_noisy(self, template: str, page: Snapshot, outcome: Outcome) -> Outcome:
-        return Outcome.INCONCLUSIVE if self.volatility.too_noisy(template, page) else outcome
+    def _needs_confirmation(self, template: str, difference: set[int]) -> bool:
+        """A difference confined to blocks seen stable fewer than ``confirm_after`` times
+        may be a rotating block that repeated by chance: look once more."""
+        count = self.volatility.stable_count
+        return all(count(template, path) < self.confirm_after for path in difference)
+
+    def still_changed(self, template: str, comparison: Comparison) -> bool:
+        """Whether a CHANGED comparison still stands now that more noise may be known."""
+        return bool(comparison.differences - self.volatility.paths(template))

@@ -1,9 +1,13 @@
 from miqps.content import (
+    Snapshot,
     VolatilityModel,
     content_id,
     differing_paths,
     snapshot_bytes,
     snapshot_html,
+)
+from miqps.content import (
+    block_key as K,
 )
 
 
@@ -36,12 +40,12 @@ def test_noise_is_learned_from_two_fetches_not_guessed() -> None:
     model = VolatilityModel()
     model.learn("shop.example/p/*", first, second)
     noise = model.paths("shop.example/p/*")
-    assert noise == {"body>aside.recs>ul>li", "body>footer>span.generated"}
+    assert noise == {K("body>aside.recs>ul>li"), K("body>footer>span.generated")}
     assert content_id(first, noise) == content_id(second, noise)
 
 
 def test_another_product_or_variant_is_told_apart_despite_learned_noise() -> None:
-    noise = {"body>aside.recs>ul>li", "body>footer>span.generated"}
+    noise = {K("body>aside.recs>ul>li"), K("body>footer>span.generated")}
     red = snapshot_html(200, "u", page("Shoe (red)", "$10"))
     blue = snapshot_html(200, "u", page("Shoe (blue)", "$10", stamp="9", recs="Z"))
     pricier = snapshot_html(200, "u", page("Shoe (red)", "$12", stamp="9", recs="Z"))
@@ -86,8 +90,131 @@ def test_a_rotating_block_that_repeated_by_chance_is_not_taken_for_content() -> 
         # the recommendations happened to repeat on every refetch so far
         model.learn(template, snapshot_html(200, "u", page("Shoe", "$10", stamp=stamp)),
                     snapshot_html(200, "u", page("Shoe", "$10", stamp=stamp + "0")))
-    assert "body>aside.recs>ul>li" not in model.paths(template)
-    assert not model.known_stable(template, {"body>aside.recs>ul>li"})
-    assert model.known_stable(template, {"body>main#product>h1", "body>main#product>p.price"})
-    assert not model.known_stable(template, {"body>main#product>h1",
-                                             "body>footer>span.generated"})
+    assert K("body>aside.recs>ul>li") not in model.paths(template)
+    assert not model.known_stable(template, {K("body>aside.recs>ul>li")})
+    assert model.known_stable(template, {K("body>main#product>h1"), K("body>main#product>p.price")})
+    assert not model.known_stable(template, {K("body>main#product>h1"),
+                                             K("body>footer>span.generated")})
+
+
+def product(
+    *,
+    image: str = "/img/shoe-red.jpg",
+    selected: str = "red",
+    size: str = "M",
+    echo: str = "",
+    nonce: str = "n1",
+    pixel: str = "",
+    data: bool = True,
+) -> bytes:
+    """A product page whose colour shows only in its images and selected option, and whose
+    size only in its structured data; ``echo`` is a query echoed where real sites echo it."""
+    query = f"?{echo}" if echo else ""
+    options = "".join(
+        f'<option value="{c}"{" selected" if c == selected else ""}>{c}</option>'
+        for c in ("red", "blue")
+    )
+    ld = (
+        '{"@context": "https://schema.org", "@type": "Product", "name": "Shoe",'
+        f' "url": "https://shop.example/p/1{query}", "@id": "https://shop.example/p/1{query}#p",'
+        f' "image": "https://cdn.example{image}?w=600&{echo}",'
+        f' "offers": {{"@type": "Offer", "sku": "1-{size}", "price": "10"}}}}'
+    )
+    query_object = ", ".join(
+        f'"{pair.split("=")[0]}": "{pair.split("=")[1]}"' for pair in echo.split("&") if pair
+    )
+    next_data = (
+        f'{{"props": {{"pageProps": {{"product": {{"id": 1, "size": "{size}"}}}}}},'
+        f' "query": {{{query_object}}}, "asPath": "/p/1{query}", "nonce": "{nonce}"}}'
+    )
+    scripts = (
+        f'<script type="application/ld+json">{ld}</script>'
+        f'<script id="__NEXT_DATA__" type="application/json">{next_data}</script>'
+        if data else ""
+    )
+    return f"""<html><head><title>Shoe</title>
+    <meta property="og:image" content="https://cdn.example{image}?v=3&{echo}">
+    <meta property="og:url" content="https://shop.example/p/1{query}">
+    {scripts}</head>
+    <body><main><h1>Shoe</h1><p>Comfortable shoe for every day.</p>
+    <img src="{image}?w=300&{echo}" srcset="{image}?w=600 2x" alt="Shoe">
+    <img src="/px.gif?{pixel or echo}" width="1" height="1" alt="">
+    <select name="color">{options}</select>
+    <input type="hidden" name="ref" value="{echo}">
+    </main></body></html>""".encode()
+
+
+def snap(body: bytes, request: str = "http://shop.example/p/1") -> Snapshot:
+    return snapshot_html(200, request, body, request_url=request)
+
+
+def test_a_variant_shown_only_by_its_image_and_selected_option_is_another_item() -> None:
+    red = snap(product())
+    blue = snap(product(image="/img/shoe-blue.jpg", selected="blue"))
+    assert content_id(red) != content_id(blue)
+    only_image = snap(product(image="/img/shoe-blue.jpg"))
+    only_option = snap(product(selected="blue"))
+    assert content_id(only_image) != content_id(red)
+    assert content_id(only_option) != content_id(red)
+
+
+def test_a_variant_shown_only_in_structured_data_is_another_item() -> None:
+    assert content_id(snap(product(size="M"))) != content_id(snap(product(size="L")))
+
+
+def test_tracking_echoed_into_images_pixels_urls_data_and_hidden_inputs_is_not_content() -> None:
+    bare = snap(product())
+    echo = "utm_source=mail&gclid=abc123"
+    tracked = snap(product(echo=echo, pixel="sid=zz9"), f"http://shop.example/p/1?{echo}")
+    assert differing_paths(bare, tracked) == set()
+
+
+def test_a_query_mirror_is_left_out_only_when_it_mirrors_the_request() -> None:
+    """The same object is an echo when the request carries those values, content when not."""
+    echo = "size=L&utm_source=x"
+    mirrored = snap(product(echo=echo), f"http://shop.example/p/1?{echo}")
+    assert differing_paths(snap(product()), mirrored) == set()
+    unrelated = snap(product(echo=echo))  # the same page, requested without a query
+    assert K("data>#__NEXT_DATA__>.query.size") in differing_paths(snap(product()), unrelated)
+
+
+def test_noise_inside_a_data_blob_is_learned_per_leaf() -> None:
+    first, second = snap(product(nonce="a1")), snap(product(nonce="b2"))
+    model = VolatilityModel()
+    changed = model.learn("shop.example/p/*", first, second)
+    assert changed == {K("data>#__NEXT_DATA__>.nonce")}
+    other_size = snap(product(nonce="c3", size="L"))
+    noise = model.paths("shop.example/p/*")
+    assert content_id(first, noise) == content_id(second, noise)
+    assert content_id(first, noise) != content_id(other_size, noise)
+
+
+CHALLENGE = b"""<html><head><title>Just a moment...</title></head><body>
+<h1>Checking your browser before accessing shop.example.</h1>
+<p>This process is automatic. Your browser will redirect to your requested content shortly.</p>
+<p>Ray ID: 8c2f9a1b3d4e5f60</p><script src="/cdn-cgi/challenge-platform/h/b/orchestrate.js">
+</script></body></html>"""
+
+
+def test_interstitials_are_unjudgeable_whatever_their_status() -> None:
+    for status in (200, 403, 503):
+        assert (snapshot_html(status, "u", CHALLENGE).unjudgeable or "").startswith(
+            "interstitial")
+    assert snap(product()).unjudgeable is None
+
+
+def test_a_client_side_shell_is_unjudgeable_but_a_data_only_page_is_not() -> None:
+    shell = b"""<html><head><title>Shop</title></head><body><header><nav>Home Shop Cart
+    </nav></header><div id="root"></div><noscript>You need to enable JavaScript.</noscript>
+    <script src="/static/app.js"></script></body></html>"""
+    assert snapshot_html(200, "u", shell).unjudgeable == (
+        "client-side shell: no data and almost no text")
+    data_only = snap(product()).unjudgeable
+    assert data_only is None
+
+
+def test_pages_beyond_the_parsing_caps_are_unjudgeable_and_cost_linear_memory() -> None:
+    deep = b"<html><body>" + b"<div>x" * 40_000 + b"</body></html>"
+    assert "deeper" in (snapshot_html(200, "u", deep).unjudgeable or "")
+    wide = b"<html><body>" + b"<p>x</p>" * 200_000 + b"</body></html>"
+    assert "elements" in (snapshot_html(200, "u", wide).unjudgeable or "")
