@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from miqps.canonical import StaticLayers
 from miqps.content import content_id
 from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification, utc_now
-from miqps.prober import Outcome, PageProber
+from miqps.prober import Comparison, Outcome, PageProber
 from miqps.urls import NormalizedURL, path_shape
 
 # A path no site serves a real page at: what a site answers there tells a bot wall (the same
@@ -117,6 +117,17 @@ class _ShapePool:
     unchanged_removals: dict[str, set[frozenset[str]]] = field(default_factory=dict)
     covered_patterns: set[str] = field(default_factory=set)
     restore_contexts: list[tuple[str, frozenset[str]]] = field(default_factory=list)
+    samples: list[_Sample] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    """One parameter's outcome on one sampled URL."""
+
+    name: str
+    value: str
+    pattern: str
+    comparison: Comparison
 
 
 class Learner:
@@ -136,7 +147,7 @@ class Learner:
         started = time.monotonic()
         stats = self.prober.fetcher.stats
         fetches_before = stats.by_host[domain]
-        distinct = {url.url: url for url in urls if url.host == domain and url.pairs}
+        distinct = {url.url: url for url in urls if url.host == domain and url.names}
         by_shape: dict[str, list[NormalizedURL]] = defaultdict(list)
         for url in distinct.values():
             by_shape[path_shape(url.path)].append(url)
@@ -177,7 +188,8 @@ class Learner:
         for name in names:
             pool.evidence[name] = ParamEvidence()
             pool.value_outcomes[name] = {}
-        open_names = {name for name in names if name not in self.layers.allowlist}
+        learnable = [name for name in names if name not in self.layers.allowlist]
+        open_names = set(learnable)
         seen: dict[str, set[str]] = {name: set() for name in names}
         candidates = list(pool.urls)
         random.Random(f"{config.seed}:{pool.template}").shuffle(candidates)
@@ -198,14 +210,17 @@ class Learner:
             results = await asyncio.gather(
                 *(self._group_test(pool, url, group) for url, group in batch)
             )
-            for (url, _), outcomes in zip(batch, results, strict=True):
-                for name, outcome in outcomes.items():
-                    _count(pool.evidence[name], outcome)
-                    pool.value_outcomes[name][url.value_of(name)] = outcome
-                    pool.pattern_outcomes.setdefault((url.pattern, name), []).append(outcome)
+            for (url, _), comparisons in zip(batch, results, strict=True):
+                pool.samples.extend(
+                    _Sample(name, url.value_of(name), url.pattern, comparison)
+                    for name, comparison in comparisons.items()
+                )
+            self._tally(pool)
+            # every learnable name, not just the open ones: a change that turned out to be
+            # noise can reopen a name that looked settled
             open_names = {
                 name
-                for name in open_names
+                for name in learnable
                 if not config.settled(pool.evidence[name]) and _has_unseen(candidates, name, seen)
             }
         for name, evidence in pool.evidence.items():
@@ -216,6 +231,24 @@ class Learner:
                     evidence.changed, evidence.conclusive, evidence.samples
                 )
         await self._confirm_defaults(pool)
+
+    def _tally(self, pool: _ShapePool) -> None:
+        """Count every parameter's outcomes anew, in the light of the noise known now: a
+        change seen before its blocks were found to change by themselves (a rotating ad that
+        repeated on the refetches of that time) no longer counts as a change."""
+        for name, evidence in pool.evidence.items():
+            evidence.changed = evidence.unchanged = evidence.inconclusive = 0
+            pool.value_outcomes[name] = {}
+        pool.pattern_outcomes.clear()
+        for sample in pool.samples:
+            outcome = sample.comparison.outcome
+            if outcome is Outcome.CHANGED and not self.prober.still_changed(
+                pool.template, sample.comparison
+            ):
+                outcome = Outcome.UNCHANGED
+            _count(pool.evidence[sample.name], outcome)
+            pool.value_outcomes[sample.name][sample.value] = outcome
+            pool.pattern_outcomes.setdefault((sample.pattern, sample.name), []).append(outcome)
 
     async def _answers_one_page(self, pools: Sequence[_ShapePool]) -> bool:
         """Every URL of the domain fetched so far showed one and the same page, and so does
@@ -301,12 +334,12 @@ class Learner:
 
     async def _group_test(
         self, pool: _ShapePool, url: NormalizedURL, group: list[str]
-    ) -> dict[str, Outcome]:
-        outcome = await self.prober.compare(pool.template, url.url, url.without(group))
-        if outcome is Outcome.UNCHANGED:
+    ) -> dict[str, Comparison]:
+        comparison = await self.prober.compare_detail(pool.template, url.url, url.without(group))
+        if comparison.outcome is Outcome.UNCHANGED:
             pool.unchanged_removals.setdefault(url.url, set()).add(frozenset(group))
-        if outcome is not Outcome.CHANGED or len(group) == 1:
-            return dict.fromkeys(group, outcome)
+        if comparison.outcome is not Outcome.CHANGED or len(group) == 1:
+            return dict.fromkeys(group, comparison)
         half = len(group) // 2
         first, second = await asyncio.gather(
             self._group_test(pool, url, group[:half]), self._group_test(pool, url, group[half:])
