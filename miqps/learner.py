@@ -118,6 +118,7 @@ class _ShapePool:
     covered_patterns: set[str] = field(default_factory=set)
     restore_contexts: list[tuple[str, frozenset[str]]] = field(default_factory=list)
     samples: list[_Sample] = field(default_factory=list)
+    walled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +161,7 @@ class Learner:
         if one_page:
             _keep_everything(pools)
         else:
+            await self._walled_shapes(pools)
             self._borrow_domain_evidence(pools)
         fetches_pooled = stats.by_host[domain]
         results = await asyncio.gather(*(self._decide_patterns(pool) for pool in pools))
@@ -250,13 +252,16 @@ class Learner:
             pool.value_outcomes[sample.name][sample.value] = outcome
             pool.pattern_outcomes.setdefault((sample.pattern, sample.name), []).append(outcome)
 
-    async def _answers_one_page(self, pools: Sequence[_ShapePool]) -> bool:
-        """Every URL of the domain fetched so far showed one and the same page, and so does
-        a path no site has: a bot wall, a login or maintenance page, a parked domain.
-        Removing any parameter then looks harmless, and trusting that would merge every
-        page of the site; with no contrast at all there is nothing to learn from. (A site
-        whose sampled URLs are all one real page, say its home page with tracking
-        parameters, answers the made-up path with something else, often a 404.)"""
+    async def _answers_one_page(
+        self, pools: Sequence[_ShapePool], contrast_path: str = "/" + CONTRAST_PATH
+    ) -> bool:
+        """Every URL of ``pools`` fetched so far showed one and the same page, and so does
+        a path no site has: a bot wall, a login or maintenance page, a parked domain, or a
+        client-side app that answers every path with its shell. Removing any parameter
+        then looks harmless, and trusting that would merge every page; with no contrast at
+        all there is nothing to learn from. (A site whose sampled URLs are all one real
+        page, say its home page with tracking parameters, answers the made-up path with
+        something else, often a 404.)"""
         noise = set().union(*(self.prober.volatility.paths(pool.template) for pool in pools))
         pages: set[int] = set()
         fetched: list[NormalizedURL] = []
@@ -271,9 +276,20 @@ class Learner:
                 fetched.append(url)
         if len(fetched) < self.config.min_conclusive:
             return False
-        contrast = f"{fetched[0].origin}/{CONTRAST_PATH}"
-        snapshot = await self.prober.snapshot(contrast)
+        snapshot = await self.prober.snapshot(fetched[0].origin + contrast_path)
         return snapshot is None or content_id(snapshot, noise) in pages
+
+    async def _walled_shapes(self, pools: Sequence[_ShapePool]) -> None:
+        """A path shape whose every fetched URL shows one page, which a made-up path under
+        the shape shows too, keeps every parameter: an app shell or an interstitial that
+        answers every URL there, not evidence that no parameter matters."""
+        for pool in pools:
+            made_up = pool.shape.replace("*", CONTRAST_PATH)
+            if "*" not in pool.shape:
+                made_up = made_up.rstrip("/") + "/" + CONTRAST_PATH
+            if await self._answers_one_page([pool], made_up):
+                pool.walled = True
+                _keep_everything([pool])
 
     def _borrow_domain_evidence(self, pools: Sequence[_ShapePool]) -> None:
         """A parameter with too few samples under one path shape (``/?gclid`` seen twice)
@@ -289,6 +305,8 @@ class Learner:
                 if evidence.decision == "drop" and evidence.layer is Layer.LEARNED:
                     learned_neutral.add(name)
         for pool in pools:
+            if pool.walled:
+                continue
             for name, evidence in pool.evidence.items():
                 if (
                     evidence.layer is Layer.INSUFFICIENT

@@ -73,8 +73,8 @@ class LocalSampler:
         novel = False
         limit = self.values_per_name
         values = entry.values
-        for pair in url.pairs:
-            name, _, value = pair.partition("=")
+        for name in url.names:
+            value = url.value_of(name)
             seen = values.get(name)
             if seen is None:
                 seen = values[name] = set()

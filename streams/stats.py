@@ -188,8 +188,8 @@ class ShapeStats:
             return
         own = sum(1 for key, _ in self.pool if key == pattern)
         fresh: list[tuple[str, int]] = []
-        for pair in url.pairs:
-            name, _, value = pair.partition("=")
+        for name in url.names:
+            value = url.value_of(name)
             if name in allowlist:
                 continue
             seen = self.values.get(name, ())

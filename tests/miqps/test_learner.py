@@ -429,3 +429,39 @@ def test_an_allowlisted_parameter_is_kept_but_its_default_value_is_elided() -> N
         outcomes[is_default, pager.name in decision.kept] += 1
     assert outcomes[False, False] == 0, "a page other than the first lost its pager"
     assert outcomes[True, False] > 0 and outcomes[True, True] == 0, outcomes
+
+
+class _AppShellBesideRealPages(_SamePageForEverything):
+    """Real product pages under /p/, and a client-side app that answers every other path
+    with one shell whose chrome has plenty of text: its item is fetched by scripts."""
+
+    def do_GET(self) -> None:
+        split = urlsplit(self.path)
+        if split.path.startswith("/p/"):
+            item = escape(split.path.rsplit("/", 1)[-1])
+            body = (f"<html><body><h1>Product {item}</h1><p>Made to last.</p></body>"
+                    "</html>").encode()
+        else:
+            chrome = " ".join(f"Section {n} of our catalogue" for n in range(20))
+            body = (f"<html><body><div class='top'>{chrome}</div><div id='app'></div>"
+                    "<script src='/app.js'></script></body></html>").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_an_app_shell_answering_every_url_of_a_route_keeps_its_parameters() -> None:
+    urls = [parse(f"http://spa.test/app?item={n}&utm_source=s{n}") for n in range(8)]
+    urls += [parse(f"http://spa.test/p/{n}?utm_source=s{n}") for n in range(8)]
+
+    async def learn() -> None:
+        for proxy in _serve(_AppShellBesideRealPages):
+            async with Fetcher(FetchConfig(proxy=proxy)) as fetcher:
+                spa, report = await Learner(PageProber(fetcher)).learn_domain("spa.test", urls)
+            assert not report.one_page
+            assert spa.patterns["/app?item&utm_source"].kept >= {"item"}
+            assert spa.patterns["/p/*?utm_source"].dropped == {"utm_source"}
+
+    asyncio.run(learn())

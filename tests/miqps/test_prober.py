@@ -1,0 +1,147 @@
+"""The prober against real loopback sites whose noise and interstitials are adversarial."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+
+from miqps.fetch import FetchConfig, Fetcher
+from miqps.learner import Learner
+from miqps.prober import Outcome, PageProber
+from miqps.urls import parse
+
+_ADS = (("Save big today", "On shoes"), ("Limited offer", "On boots"))
+
+
+class _RepeatingAd(BaseHTTPRequestHandler):
+    """Product pages with a two-variant ad block that shows the same variant on the first
+    two fetches of a URL and the other one after: one refetch says "stable"."""
+
+    fetches: Counter[str] = Counter()
+    lock = threading.Lock()
+    interstitial_every = 0
+
+    def do_GET(self) -> None:
+        with self.lock:
+            type(self).fetches[self.path] += 1
+            count = type(self).fetches[self.path]
+            total = sum(type(self).fetches.values())
+        split = urlsplit(self.path)
+        if not split.path.startswith("/p/"):
+            self._send(404, b"<html><body><h1>Not found</h1></body></html>")
+            return
+        if self.interstitial_every and total % self.interstitial_every == 0:
+            self._send(200, b"<html><head><title>Just a moment...</title></head><body>"
+                            b"<h1>Checking your browser before accessing</h1>"
+                            b"<p>Ray ID: 8c2f9a1b3d4e</p></body></html>")
+            return
+        variant = zlib.crc32(self.path.encode()) % 2
+        if count >= 3:
+            variant = 1 - variant
+        title, line = _ADS[variant]
+        item = split.path.rsplit("/", 1)[-1]
+        colour = dict(parse_qsl(split.query)).get("color", "black")
+        body = (
+            f"<html><head><title>Item {item}</title></head><body><main><h1>Item {item}</h1>"
+            f"<p>A fine {colour} item.</p><p>Sturdy and light.</p></main>"
+            f"<aside class='ad'><h3>{title}</h3><p>{line}</p></aside></body></html>"
+        ).encode()
+        self._send(200, body)
+
+    def _send(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+@pytest.fixture
+def repeating_ad_proxy() -> Iterator[str]:
+    _RepeatingAd.fetches = Counter()
+    _RepeatingAd.interstitial_every = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _RepeatingAd)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _first_ads_differ(original: str, reduced: str) -> bool:
+    return zlib.crc32(original.encode()) % 2 != zlib.crc32(reduced.encode()) % 2
+
+
+def test_a_rotating_ad_that_repeats_on_one_refetch_is_not_taken_for_content(
+    repeating_ad_proxy: str,
+) -> None:
+    pairs = []
+    for n in range(40):
+        url = parse(f"http://ads.test/p/{n}?utm_source=s{n}")
+        pairs.append((url.url, url.without(["utm_source"])))
+    pairs = [(o, r) for o, r in pairs if _first_ads_differ(o, r)][:3]
+    assert pairs, "the fixture needs URLs whose first fetches show different ads"
+
+    async def compare() -> list[Outcome]:
+        async with Fetcher(FetchConfig(proxy=repeating_ad_proxy, per_host_rate=100)) as fetcher:
+            prober = PageProber(fetcher)
+            return [await prober.compare("ads.test/p/*", o, r) for o, r in pairs]
+
+    assert asyncio.run(compare()) == [Outcome.UNCHANGED] * len(pairs)
+
+
+def test_tracking_is_dropped_and_colour_kept_despite_a_repeating_ad(
+    repeating_ad_proxy: str,
+) -> None:
+    urls = [
+        parse(f"http://ads.test/p/{n}?color={c}&gclid=g{n}{c}&utm_source=s{n}")
+        for n in range(12)
+        for c in ("red", "blue")
+    ]
+
+    async def learn() -> None:
+        async with Fetcher(FetchConfig(proxy=repeating_ad_proxy, per_host_rate=100)) as fetcher:
+            domain_map, _ = await Learner(PageProber(fetcher)).learn_domain("ads.test", urls)
+        [decision] = domain_map.patterns.values()
+        assert decision.dropped == {"gclid", "utm_source"}, decision.to_json()
+        assert "color" in decision.kept
+
+    asyncio.run(learn())
+
+
+def test_an_interstitial_is_retried_and_never_counts_as_unchanged(
+    repeating_ad_proxy: str,
+) -> None:
+    _RepeatingAd.interstitial_every = 2  # every other answer is a challenge page
+    original = parse("http://ads.test/p/7?color=red")
+
+    async def compare() -> tuple[Outcome, int]:
+        config = FetchConfig(proxy=repeating_ad_proxy, per_host_rate=100, backoff_base=0.01)
+        async with Fetcher(config) as fetcher:
+            prober = PageProber(fetcher)
+            outcome = await prober.compare("ads.test/p/*", original.url,
+                                           original.without(["color"]))
+            return outcome, fetcher.stats.requests
+
+    outcome, requests = asyncio.run(compare())
+    assert outcome is Outcome.CHANGED, "retries got past the interstitials to the pages"
+    assert requests > 2, "every retry is a fetch and is counted"
+    _RepeatingAd.interstitial_every = 1  # nothing but challenge pages
+
+    async def walled() -> Outcome:
+        config = FetchConfig(proxy=repeating_ad_proxy, per_host_rate=100, backoff_base=0.01)
+        async with Fetcher(config) as fetcher:
+            return await PageProber(fetcher).compare("ads.test/p/*", original.url,
+                                                     original.without(["color"]))
+
+    assert asyncio.run(walled()) is Outcome.INCONCLUSIVE
