@@ -39,7 +39,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote_plus, urlsplit
 
 import orjson
 import xxhash
@@ -73,6 +73,12 @@ _INTERSTITIAL_MARKERS = re.compile(
     r"|pardon our interruption|press (?:&|and) hold|request unsuccessful\. incapsula"
     r"|access to this page has been denied|before you continue to|bot protection"
     r"|human verification|please wait while we verify",
+    re.IGNORECASE,
+)
+_INTERSTITIAL_TITLES = re.compile(
+    r"^\s*(?:just a moment|attention required|access denied|security check|are you a robot"
+    r"|verify(?:ing)? you are human|please wait|one more step|checking your browser"
+    r"|ddos-guard|before you continue|bot verification|human verification|captcha)",
     re.IGNORECASE,
 )
 _TITLE_KEY_LABEL = "title"
@@ -137,30 +143,43 @@ def _srcset_urls(srcset: str) -> list[str]:
     return [candidate.split()[0] for candidate in srcset.split(",") if candidate.split()]
 
 
+@dataclass(frozen=True, slots=True)
+class Echoes:
+    """What a page may echo of its request: the query string, and its values by name."""
+
+    params: Mapping[str, frozenset[str]]
+    queries: frozenset[str]
+
+    @classmethod
+    def of(cls, *urls: str) -> Echoes:
+        params: dict[str, set[str]] = {}
+        queries: set[str] = set()
+        for url in urls:
+            query = url.partition("?")[2].partition("#")[0]
+            if not query:
+                continue
+            queries.update((query, unquote_plus(query)))
+            for name, value in parse_qsl(query, keep_blank_values=True):
+                params.setdefault(name, set()).add(value)
+        return cls({name: frozenset(values) for name, values in params.items()},
+                   frozenset(queries))
+
+
 @dataclass(slots=True)
 class _Page:
     """What a snapshot collects while it walks one document."""
 
-    request: dict[str, set[str]]
+    request: Echoes
     parts: dict[int, list[str]] = field(default_factory=dict)
     data_leaves: int = 0
     content_images: int = 0
     main_text: int = 0
     all_text: list[str] = field(default_factory=list)
     all_text_chars: int = 0
+    title: str = ""
 
     def add(self, key: int, value: str) -> None:
         self.parts.setdefault(key, []).append(value)
-
-
-def request_params(*urls: str) -> dict[str, set[str]]:
-    """The decoded query values of the given URLs, by name: what a page may echo."""
-    params: dict[str, set[str]] = {}
-    for url in urls:
-        query = url.partition("?")[2].partition("#")[0]
-        for name, value in parse_qsl(query, keep_blank_values=True):
-            params.setdefault(name, set()).add(value)
-    return params
 
 
 def snapshot_html(
@@ -168,13 +187,14 @@ def snapshot_html(
 ) -> Snapshot:
     """The snapshot of an HTML page; ``request_url`` (and ``final_url``) name the query
     values the page may echo."""
-    page = _Page(request_params(request_url, final_url))
+    page = _Page(Echoes.of(request_url, final_url))
     tree = LexborHTMLParser(body)
     title = tree.css_first("title")
     if title is not None:
         title_text = " ".join(title.text(deep=True).split())
         page.add(block_key(_TITLE_KEY_LABEL), title_text)
         page.all_text.append(title_text)
+        page.title = title_text
     canonical = tree.css_first('link[rel="canonical"]')
     hint = canonical.attributes.get("href") if canonical is not None else None
     has_scripts = tree.css_first("script") is not None
@@ -244,11 +264,9 @@ def _collect_data_scripts(tree: LexborHTMLParser, page: _Page) -> str | None:
     return None
 
 
-def _leaves(
-    value: Any, path: str, request: Mapping[str, set[str]], depth: int
-) -> Iterator[tuple[str, str]]:
+def _leaves(value: Any, path: str, request: Echoes, depth: int) -> Iterator[tuple[str, str]]:
     """``(path, value)`` for every scalar of a JSON document, URL values as host and path,
-    objects that mirror the request's query left out."""
+    the request's query string and objects that mirror it left out."""
     if depth > MAX_DATA_DEPTH:
         yield path, "<too deep>"
         return
@@ -261,24 +279,25 @@ def _leaves(
         for index, item in enumerate(value):
             yield from _leaves(item, f"{path}[{index}]", request, depth + 1)
     elif isinstance(value, str):
-        yield path, resource(value)
+        yield path, "" if value.lstrip("?") in request.queries else resource(value)
     else:
         yield path, orjson.dumps(value).decode()
 
 
-def _mirrors_query(key: str, item: Mapping[str, Any], request: Mapping[str, set[str]]) -> bool:
+def _mirrors_query(key: str, item: Mapping[str, Any], request: Echoes) -> bool:
     """An object holding every parameter of the request with its value, under a query-ish
     key or with at least two of them, is the request's query repeated, not content."""
-    if not request:
+    params = request.params
+    if not params:
         return False
-    for name, values in request.items():
+    for name, values in params.items():
         echoed = item.get(name)
         if isinstance(echoed, list):
             if not {str(v) for v in echoed} & values:
                 return False
         elif echoed is None or str(echoed) not in values:
             return False
-    return len(request) >= 2 or key.lower() in _QUERY_MIRROR_KEYS
+    return len(params) >= 2 or key.lower() in _QUERY_MIRROR_KEYS
 
 
 def _collect_body(root: LexborNode, page: _Page) -> str | None:
@@ -356,7 +375,9 @@ def _collect_element(
 
 def _unjudgeable(status: int, page: _Page, has_scripts: bool) -> str | None:
     if page.all_text_chars <= INTERSTITIAL_MAX_TEXT_CHARS:
-        marker = _INTERSTITIAL_MARKERS.search(" ".join(page.all_text))
+        marker = _INTERSTITIAL_TITLES.search(page.title) or _INTERSTITIAL_MARKERS.search(
+            " ".join(page.all_text)
+        )
         if marker is not None:
             return f"interstitial (HTTP {status}, {marker.group(0)[:40]!r})"
     if (

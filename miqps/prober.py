@@ -14,6 +14,7 @@ HTML is parsed off the event loop, in a small thread pool, under a time cap.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
@@ -68,12 +69,15 @@ class PageProber:
         interstitial_retries: int = 2,
         max_refetches: int = 2,
         confirm_after: int = 2,
+        audit_every: int = 4,
     ) -> None:
         self.fetcher = fetcher
         self.volatility = volatility or VolatilityModel()
         self.interstitial_retries = interstitial_retries
         self.max_refetches = max_refetches
         self.confirm_after = confirm_after
+        self.audit_every = audit_every
+        self._shortcuts: Counter[str] = Counter()
         self._first: dict[str, asyncio.Task[Snapshot | None]] = {}
         self._again: dict[tuple[str, int], asyncio.Task[Snapshot | None]] = {}
         self._learned: set[tuple[str, int]] = set()
@@ -151,7 +155,7 @@ class PageProber:
             return Comparison(Outcome.CHANGED, frozenset((STATUS_KEY,)))
         volatility = self.volatility
         difference = differing_paths(first, other) - volatility.paths(template)
-        if difference and not volatility.known_stable(template, difference):
+        if difference and not self._trusted_stable(template, difference):
             for attempt in range(self.max_refetches):
                 again = await self._refetch(original, attempt)
                 if again is None or again.status != first.status:
@@ -168,6 +172,15 @@ class PageProber:
         if not difference:
             return _UNCHANGED
         return Comparison(Outcome.CHANGED, frozenset(difference))
+
+    def _trusted_stable(self, template: str, difference: set[int]) -> bool:
+        """Known-stable blocks spare a refetch, except every ``audit_every``-th time: a
+        block rotating among two variants can look stable after a few lucky refetches, and
+        only a refetch can show it moving again."""
+        if not self.volatility.known_stable(template, difference):
+            return False
+        self._shortcuts[template] += 1
+        return self._shortcuts[template] % self.audit_every != 0
 
     def _needs_confirmation(self, template: str, difference: set[int]) -> bool:
         """A difference confined to blocks seen stable fewer than ``confirm_after`` times

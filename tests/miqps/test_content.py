@@ -218,3 +218,23 @@ def test_pages_beyond_the_parsing_caps_are_unjudgeable_and_cost_linear_memory() 
     assert "deeper" in (snapshot_html(200, "u", deep).unjudgeable or "")
     wide = b"<html><body>" + b"<p>x</p>" * 200_000 + b"</body></html>"
     assert "elements" in (snapshot_html(200, "u", wide).unjudgeable or "")
+
+
+def test_a_data_blob_repeating_the_query_string_is_not_content() -> None:
+    def blob(search: str) -> bytes:
+        return (f'<html><body><main><h1>Shoe</h1><p>{"Fine shoe. " * 20}</p></main>'
+                f'<script id="state" type="application/json">{{"search": "{search}"}}'
+                "</script></body></html>").encode()
+
+    plain = snapshot_html(200, "u", blob(""), request_url="http://s.example/p/1")
+    echoed = snapshot_html(200, "u", blob("utm_source=x&gclid=1"),
+                           request_url="http://s.example/p/1?utm_source=x&gclid=1")
+    assert differing_paths(plain, echoed) == set()
+    other = snapshot_html(200, "u", blob("q=boots"), request_url="http://s.example/p/1")
+    assert differing_paths(plain, other)
+
+
+def test_an_interstitial_is_known_by_its_title_too() -> None:
+    page = b"<html><head><title>Attention Required! | Cloudflare</title></head><body>" \
+           b"<h1>Sorry, you have been blocked</h1></body></html>"
+    assert (snapshot_html(403, "u", page).unjudgeable or "").startswith("interstitial")

@@ -8,13 +8,16 @@ import zlib
 from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
+from miqps.content import VolatilityModel
+from miqps.content import block_key as K
 from miqps.fetch import FetchConfig, Fetcher
 from miqps.learner import Learner
-from miqps.prober import Outcome, PageProber
+from miqps.prober import Comparison, Outcome, PageProber
 from miqps.urls import parse
 
 _ADS = (("Save big today", "On shoes"), ("Limited offer", "On boots"))
@@ -24,9 +27,10 @@ class _RepeatingAd(BaseHTTPRequestHandler):
     """Product pages with a two-variant ad block that shows the same variant on the first
     two fetches of a URL and the other one after: one refetch says "stable"."""
 
-    fetches: Counter[str] = Counter()
+    fetches: ClassVar[Counter[str]] = Counter()
     lock = threading.Lock()
     interstitial_every = 0
+    flip_from = 3
 
     def do_GET(self) -> None:
         with self.lock:
@@ -43,7 +47,7 @@ class _RepeatingAd(BaseHTTPRequestHandler):
                             b"<p>Ray ID: 8c2f9a1b3d4e</p></body></html>")
             return
         variant = zlib.crc32(self.path.encode()) % 2
-        if count >= 3:
+        if count >= self.flip_from:
             variant = 1 - variant
         title, line = _ADS[variant]
         item = split.path.rsplit("/", 1)[-1]
@@ -70,6 +74,7 @@ class _RepeatingAd(BaseHTTPRequestHandler):
 def repeating_ad_proxy() -> Iterator[str]:
     _RepeatingAd.fetches = Counter()
     _RepeatingAd.interstitial_every = 0
+    _RepeatingAd.flip_from = 3
     server = ThreadingHTTPServer(("127.0.0.1", 0), _RepeatingAd)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -145,3 +150,30 @@ def test_an_interstitial_is_retried_and_never_counts_as_unchanged(
                                                      original.without(["color"]))
 
     assert asyncio.run(walled()) is Outcome.INCONCLUSIVE
+
+
+def test_blocks_taken_for_stable_are_still_audited_by_a_refetch_now_and_then(
+    repeating_ad_proxy: str,
+) -> None:
+    _RepeatingAd.flip_from = 2  # the ad moves on every refetch
+    template = "ads.test/p/*"
+    ad = {K("body>aside.ad>h3"), K("body>aside.ad>p")}
+    model = VolatilityModel()
+    model.stable[template] = Counter(dict.fromkeys(ad, 10))  # lucky refetches made it "stable"
+    pairs = []
+    for n in range(60):
+        url = parse(f"http://ads.test/p/{n}?utm_source=s{n}")
+        pairs.append((url.url, url.without(["utm_source"])))
+    pairs = [(o, r) for o, r in pairs if _first_ads_differ(o, r)][:4]
+
+    async def compare() -> list[Comparison]:
+        async with Fetcher(FetchConfig(proxy=repeating_ad_proxy, per_host_rate=100)) as fetcher:
+            prober = PageProber(fetcher, model, audit_every=4)
+            found = [await prober.compare_detail(template, o, r) for o, r in pairs]
+            assert not any(prober.still_changed(template, c) for c in found)
+            return found
+
+    found = asyncio.run(compare())
+    assert [c.outcome for c in found[:3]] == [Outcome.CHANGED] * 3, "the shortcut was taken"
+    assert found[3].outcome is Outcome.UNCHANGED, "the audit refetched and saw the ad move"
+    assert ad <= model.paths(template)
