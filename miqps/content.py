@@ -286,10 +286,9 @@ def _leaves(value: Any, path: str, request: Echoes, depth: int) -> Iterator[tupl
 
 def _mirrors_query(key: str, item: Mapping[str, Any], request: Echoes) -> bool:
     """An object holding every parameter of the request with its value, under a query-ish
-    key or with at least two of them, is the request's query repeated, not content."""
+    key (``query``: then also when the request has none) or with at least two of them, is
+    the request's query repeated, not content."""
     params = request.params
-    if not params:
-        return False
     for name, values in params.items():
         echoed = item.get(name)
         if isinstance(echoed, list):

@@ -174,8 +174,10 @@ def test_a_query_mirror_is_left_out_only_when_it_mirrors_the_request() -> None:
     echo = "size=L&utm_source=x"
     mirrored = snap(product(echo=echo), f"http://shop.example/p/1?{echo}")
     assert differing_paths(snap(product()), mirrored) == set()
-    unrelated = snap(product(echo=echo))  # the same page, requested without a query
-    assert K("data>#__NEXT_DATA__>.query.size") in differing_paths(snap(product()), unrelated)
+    other = "size=M&utm_source=y"
+    unrelated = snap(product(echo=echo), f"http://shop.example/p/1?{other}")
+    assert K("data>#__NEXT_DATA__>.query.size") in differing_paths(
+        snap(product(echo=other), f"http://shop.example/p/1?{other}"), unrelated)
 
 
 def test_noise_inside_a_data_blob_is_learned_per_leaf() -> None:
@@ -238,3 +240,18 @@ def test_an_interstitial_is_known_by_its_title_too() -> None:
     page = b"<html><head><title>Attention Required! | Cloudflare</title></head><body>" \
            b"<h1>Sorry, you have been blocked</h1></body></html>"
     assert (snapshot_html(403, "u", page).unjudgeable or "").startswith("interstitial")
+
+
+def test_a_query_object_is_an_echo_also_when_the_request_has_no_query() -> None:
+    """Next.js puts route parameters in ``query`` beside the request's own."""
+
+    def page(query: str) -> bytes:
+        return (f'<html><body><main><h1>Shelf</h1><p>{"Steel shelf. " * 20}</p></main>'
+                '<script id="__NEXT_DATA__" type="application/json">'
+                f'{{"props": {{"sku": "E-1"}}, "query": {{"sku": "E-1"{query}}}}}'
+                "</script></body></html>").encode()
+
+    tracked = snapshot_html(200, "u", page(', "sid": "9f0c"'),
+                            request_url="http://s.example/products/E-1?sid=9f0c")
+    bare = snapshot_html(200, "u", page(""), request_url="http://s.example/products/E-1")
+    assert differing_paths(tracked, bare) == set()
