@@ -91,7 +91,8 @@ def test_tracking_echoes_into_images_and_pixels_are_not_content(
         [pixel] = _attrs(tagged, 'img[src^="/px.gif"]', "src")
         assert "zz-echo-77" in pixel
         buster = f"{site.markup.image_buster}="
-        first, second = _attrs(clean, "img.product-image", "src"), _attrs(again, "img.product-image", "src")
+        first = _attrs(clean, "img.product-image", "src")
+        second = _attrs(again, "img.product-image", "src")
         assert first != second and [_path(u) for u in first] == [_path(u) for u in second]
         assert all(buster in src and f"{site.markup.resize_name}=600" in src for src in first)
 
@@ -195,12 +196,12 @@ def test_promo_blocks_rotate_among_few_variants(
         route = next(r for r in site.routes if r.rendering is Rendering.SERVER and r.key
                      and not r.hang)
         url = item_url(site, route, 2)
-        promos = Counter()
+        promos: Counter[str] = Counter()
         for _ in range(40):
             tree = LexborHTMLParser(client.get(url).text)
             block = tree.css_first(f"{site.template.main_selector} .{site.template.promo_class}")
             assert block is not None and len(block.css("p")) >= 2 and block.css_first("img")
-            promos[block.html] += 1
+            promos[str(block.html)] += 1
         assert 2 <= len(promos) <= site.template.promo_variants
 
 
