@@ -33,6 +33,19 @@ def _tracking(site: Site, route: Route) -> str:
     )
 
 
+def _echo_fetches(
+    client: httpx.Client, site: Site, route: Route, idx: int, echo: str
+) -> tuple[str, str, str, str]:
+    """A tracking parameter of ``route`` and the pages of item ``idx``: clean, tagged with
+    that parameter set to ``echo``, and clean again; the tag never changes the content key."""
+    tracking = _tracking(site, route)
+    clean_url = item_url(site, route, idx)
+    tagged_url = item_url(site, route, idx, f"{tracking}={echo}")
+    assert content_key_for(site, clean_url) == content_key_for(site, tagged_url)
+    clean, tagged, again = (client.get(u).text for u in (clean_url, tagged_url, clean_url))
+    return tracking, clean, tagged, again
+
+
 def _attrs(html: str, selector: str, name: str) -> list[str]:
     return [str(n.attributes.get(name)) for n in LexborHTMLParser(html).css(selector)]
 
@@ -80,11 +93,7 @@ def test_tracking_echoes_into_images_and_pixels_are_not_content(
     client: httpx.Client, all_sites: list[Site]
 ) -> None:
     for site, route in _trap_routes(all_sites, "image-variant"):
-        tracking = _tracking(site, route)
-        clean_url = item_url(site, route, 8)
-        tagged_url = item_url(site, route, 8, f"{tracking}=zz-echo-77")
-        clean, tagged, again = (client.get(u).text for u in (clean_url, tagged_url, clean_url))
-        assert content_key_for(site, clean_url) == content_key_for(site, tagged_url)
+        _, clean, tagged, again = _echo_fetches(client, site, route, 8, "zz-echo-77")
         assert main_view(site, clean) == main_view(site, tagged) == main_view(site, again)
         tagged_images = _attrs(tagged, "img.product-image", "src")
         assert all("zz-echo-77" in src for src in tagged_images)
@@ -131,11 +140,7 @@ def test_data_page_echoes_and_nonce_are_not_content(
     client: httpx.Client, all_sites: list[Site]
 ) -> None:
     for site, route in _trap_routes(all_sites, "data-item"):
-        tracking = _tracking(site, route)
-        clean_url = item_url(site, route, 5)
-        tagged_url = item_url(site, route, 5, f"{tracking}=zz-echo-31")
-        assert content_key_for(site, clean_url) == content_key_for(site, tagged_url)
-        clean, again, tagged = (client.get(u).text for u in (clean_url, clean_url, tagged_url))
+        tracking, clean, tagged, again = _echo_fetches(client, site, route, 5, "zz-echo-31")
         ld, blob = _json_scripts(tagged)
         assert "zz-echo-31" in str(ld["url"]) and "zz-echo-31" in str(ld["@id"])
         assert f'"{tracking}"' in blob and "zz-echo-31" in blob
