@@ -14,6 +14,10 @@ with every method and prints one table. Every figure is over the set of distinct
 - missed: redundant URLs still kept apart, as a share of distinct URLs;
 - fetches/URL: probe fetches spent per distinct URL (learning cost);
 - seconds: wall time of learning plus canonicalizing.
+
+After the main table, one row per trap of the simulated web (``simweb.sites.TRAPS``): the
+distinct URLs that touch it, and the false merges and missed duplicates among them of the
+learned maps, of the per-parameter oracle and of the cold-start prior.
 """
 
 from __future__ import annotations
@@ -33,10 +37,10 @@ from miqps.learner import LearnConfig, Learner, learn_all
 from miqps.maps import DomainMap, merge_update
 from miqps.prober import PageProber
 from miqps.urls import InvalidURL, parse
-from simweb.corpus import CorpusURL, generate_corpus
-from simweb.resolve import match_route
+from simweb.corpus import CorpusURL, generate_corpus, url_traps
+from simweb.resolve import match_route, split_matrix, split_target
 from simweb.server import SimWeb
-from simweb.sites import FAMILIES, Site, build_sites, param_roles
+from simweb.sites import FAMILIES, MATRIX_MARK, TRAPS, Site, build_sites, param_roles
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,14 +128,41 @@ async def learn_maps(
     )
 
 
+def drop_neutral_matrix(site: Site, text: str) -> str:
+    """``text`` without its neutral matrix parameters (``/thread;jsessionid=AB?t=1`` ->
+    ``/thread?t=1``); content ones such as ``/docs/x;os=linux`` stay in their segment."""
+    if MATRIX_MARK not in text:
+        return text
+    _, path, _ = split_target(text)
+    matched = match_route(site, path)
+    if matched is None or not split_matrix(path)[1]:
+        return text
+    roles = param_roles(site)
+    segments = []
+    for segment in path.split("/"):
+        head, *params = segment.split(MATRIX_MARK)
+        kept = [
+            raw
+            for raw in params
+            if not (role := roles.get((matched[0].hint, MATRIX_MARK + raw.partition("=")[0])))
+            or not role.neutral
+        ]
+        segments.append(MATRIX_MARK.join([head, *kept]))
+    start = text.index(path, text.index("//") + 2)
+    return text[:start] + "/".join(segments) + text[start + len(path) :]
+
+
 def parameter_oracle(sites: Sequence[Site]) -> Callable[[str], str]:
     """The best any per-parameter canonicalizer can do, from the simulated web's ground truth:
-    drop every neutral parameter and every default value, and one of two aliases present
-    together. What it still misses (a page reached through either alias alone) is out of
-    reach for any canonicalizer that only keeps or drops parameters."""
+    drop every neutral parameter (query or matrix) and every default value, and one of two
+    aliases present together. What it still misses (a page reached through either alias
+    alone) is out of reach for any canonicalizer that only keeps or drops parameters."""
     by_host = {site.host: site for site in sites}
 
     def canonical(text: str) -> str:
+        host_site = by_host.get(split_target(text)[0])
+        if host_site is not None:
+            text = drop_neutral_matrix(host_site, text)
         url = parse(text)
         site = by_host.get(url.host)
         matched = match_route(site, url.path) if site else None
@@ -185,6 +216,41 @@ def format_table(rows: Sequence[Quality]) -> str:
     return "\n".join(lines)
 
 
+def trap_rows(
+    corpus: Sequence[CorpusURL], methods: Sequence[tuple[str, Callable[[str], str]]]
+) -> str:
+    """One row per trap: its distinct URLs, then false merges and missed duplicates of each
+    of ``methods`` (name, canonical function) among them."""
+    names = " / ".join(name for name, _ in methods)
+    lines = [
+        f"| trap | distinct URLs | false merges ({names}) | missed duplicates ({names}) |",
+        "|---|---|---|---|",
+    ]
+    for trap in TRAPS:
+        subset = [entry for entry in corpus if trap in entry.traps]
+        if not subset:
+            lines.append(f"| {trap} | 0 | — | — |")
+            continue
+        rows = [score(name, subset, function) for name, function in methods]
+        merges = " / ".join(f"{r.false_merges} ({r.false_merge_share:.2%})" for r in rows)
+        missed = " / ".join(f"{r.missed} ({r.missed_share:.2%})" for r in rows)
+        distinct = len({entry.url for entry in subset})
+        lines.append(f"| {trap} | {distinct} | {merges} | {missed} |")
+    return "\n".join(lines)
+
+
+def with_traps(corpus: Sequence[CorpusURL], sites: Sequence[Site]) -> list[CorpusURL]:
+    """``corpus`` with every URL tagged with the traps it touches (for corpora read back
+    from a file, which carry no tags)."""
+    by_host = {site.host: site for site in sites}
+    out = []
+    for entry in corpus:
+        site = by_host.get(split_target(entry.url)[0])
+        traps = url_traps(site, entry.url) if site is not None else frozenset()
+        out.append(CorpusURL(entry.url, entry.content_key, traps))
+    return out
+
+
 def score_run(
     corpus_path: Path, canonical_path: Path | None, fetches: int, sites: Sequence[Site]
 ) -> int:
@@ -192,11 +258,17 @@ def score_run(
     if canonical_path is None:
         print("--score needs --canonical", file=sys.stderr)
         return 2
-    corpus = [
-        CorpusURL(*line.rstrip("\n").split("\t", 1))
-        for line in corpus_path.read_text(encoding="utf-8").splitlines()
-        if "\t" in line
-    ]
+    corpus = with_traps(
+        [
+            CorpusURL(url, key)
+            for url, _, key in (
+                line.partition("\t")
+                for line in corpus_path.read_text(encoding="utf-8").splitlines()
+            )
+            if key
+        ],
+        sites,
+    )
     canonical_lines = canonical_path.read_text(encoding="utf-8").splitlines()
     if len(canonical_lines) != len(corpus):
         print(f"{canonical_path} has {len(canonical_lines)} lines for {len(corpus)} URLs",
@@ -209,6 +281,10 @@ def score_run(
     rows.append(score("miqps learn + canonicalize", corpus, answers.__getitem__,
                       fetches=fetches))
     print(format_table(rows))
+    print()
+    print(trap_rows(corpus, [("learned", answers.__getitem__),
+                             ("oracle", parameter_oracle(sites)),
+                             ("prior", _safe(Canonicalizer().canonical_text))]))
     return 0
 
 
@@ -269,6 +345,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"learn_seconds={learn_seconds:.1f}"
     )
     print(format_table(rows))
+    print()
+    print(trap_rows(corpus, [("learned", _safe(with_maps)),
+                             ("oracle", parameter_oracle(sites)),
+                             ("prior", _safe(prior_only))]))
     return 0
 
 

@@ -27,6 +27,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--rate-limit", type=float, default=50.0, help="requests/s per host")
     serve.add_argument("--flaky-rate", type=float, default=0.02)
     serve.add_argument("--hang-seconds", type=float, default=30.0)
+    serve.add_argument(
+        "--interstitials",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="answer some requests of the sites that have them with challenge pages",
+    )
 
     corpus = sub.add_parser("corpus", help="write url<TAB>content_key lines")
     corpus.add_argument("--family", choices=FAMILIES, default="tuning")
@@ -54,6 +60,7 @@ def _serve(args: argparse.Namespace) -> int:
         flaky_rate=args.flaky_rate,
         hang_seconds=args.hang_seconds,
         seed=args.seed,
+        interstitials=args.interstitials,
     )
     with web:
         hosts = " ".join(site.host for site in sites)

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import quote_plus
 
-from simweb.resolve import page_key, split_target
-from simweb.sites import Item, NoiseParam, PageKind, Role, Route, Site
+from simweb.resolve import match_route, page_key, split_target
+from simweb.sites import MATRIX_MARK, Item, NoiseParam, PageKind, Role, Route, Site, route_traps
 from simweb.vocab import CAMPAIGN_WORDS, CITIES, COLORS, REF_SOURCES, UTM_MEDIUMS, UTM_SOURCES
 
 
@@ -20,6 +20,8 @@ from simweb.vocab import CAMPAIGN_WORDS, CITIES, COLORS, REF_SOURCES, UTM_MEDIUM
 class CorpusURL:
     url: str
     content_key: str
+    traps: frozenset[str] = frozenset()
+    """The traps of ``simweb.sites.TRAPS`` this URL touches."""
 
 
 def content_key_for(site: Site, url: str) -> str:
@@ -28,6 +30,15 @@ def content_key_for(site: Site, url: str) -> str:
     if host != site.host:
         raise ValueError(f"{url!r} is not on {site.host}")
     return page_key(site, path, query)
+
+
+def url_traps(site: Site, url: str) -> frozenset[str]:
+    """The traps ``url`` touches: those of the route it is on."""
+    host, path, _ = split_target(url)
+    if host != site.host:
+        raise ValueError(f"{url!r} is not on {site.host}")
+    match = match_route(site, path)
+    return frozenset() if match is None else route_traps(site, match[0])
 
 
 def generate_corpus(sites: Sequence[Site], urls_per_site: int, seed: int = 0) -> list[CorpusURL]:
@@ -41,7 +52,7 @@ def generate_corpus(sites: Sequence[Site], urls_per_site: int, seed: int = 0) ->
 
 _SAFE = re.compile(r"[A-Za-z0-9_.~=&-]*")
 _ALNUM = "abcdefghijklmnopqrstuvwxyz0123456789"
-_HEX_STYLES = {"hex": 40, "hex32": 128}
+_HEX_STYLES = {"hex": 40, "hex32": 128, "HEX32": 128}
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,7 @@ class _RoutePlan:
     key_attrs: dict[str, str]
     params: tuple[_ParamPlan, ...]
     noise: tuple[NoiseParam, ...]
+    traps: frozenset[str]
 
 
 class _SiteCorpus:
@@ -115,7 +127,12 @@ class _SiteCorpus:
             key_cum=key_cum,
             key_attrs={p.name: p.attr for p in route.params if p.name in route.key},
             params=tuple(params),
-            noise=tuple(n for n in site.noise if n.name not in route.by_name),
+            noise=tuple(
+                n
+                for n in site.noise
+                if n.name not in route.by_name and not (n.matrix and route.path == "/")
+            ),
+            traps=route_traps(site, route),
         )
 
     def generate(self, count: int) -> list[CorpusURL]:
@@ -209,12 +226,15 @@ class _SiteCorpus:
         elif len(pairs) > 1 and rand() < self.site.shuffle_share:
             rng.shuffle(pairs)
         url = self.base + route.path + segment
+        if any(name.startswith(MATRIX_MARK) for name, _ in pairs):
+            url += "".join(f"{n}={v}" for n, v in pairs if n.startswith(MATRIX_MARK))
+            pairs = [(n, v) for n, v in pairs if not n.startswith(MATRIX_MARK)]
         if pairs:
             query = "&".join([f"{n}={v}" for n, v in pairs])
             if not _SAFE.fullmatch(query):
                 query = "&".join([f"{quote_plus(n)}={quote_plus(v)}" for n, v in pairs])
             url += "?" + query
-        return CorpusURL(url, "|".join(key))
+        return CorpusURL(url, "|".join(key), plan.traps)
 
     def _tag(self) -> str:
         cum = self.tag_cum
@@ -226,7 +246,8 @@ class _SiteCorpus:
         style = n.style
         bits = _HEX_STYLES.get(style)
         if bits:
-            return f"{rng.getrandbits(bits):0{bits // 4}x}"
+            text = f"{rng.getrandbits(bits):0{bits // 4}x}"
+            return text.upper() if style.isupper() else text
         if style == "source":
             return self._pick(UTM_SOURCES)
         if style == "medium":

@@ -8,15 +8,28 @@ import time
 import zlib
 from collections.abc import Sequence
 from html import escape
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
+from simweb import structured
 from simweb.resolve import Page, canonical_url
-from simweb.sites import CanonicalMode, Item, PageKind, Role, Route, Site
-from simweb.vocab import AD_SPONSORS, CURRENCIES, UI_WORDS
+from simweb.sites import (
+    CanonicalMode,
+    Display,
+    Item,
+    PageKind,
+    Param,
+    Rendering,
+    Role,
+    Route,
+    Site,
+)
+from simweb.vocab import AD_SPONSORS, CURRENCIES, PROMO_LINES, UI_WORDS
 
 AD_MARK = "<!--ad-->"
 _Q = "\x01"
 _AMP = "\x02"
+_IMG = "\x03"
+"""Ends an image URL's query: a per-fetch cache-buster, then the echoed tracking values."""
 
 _CSS = (
     "body{font-family:system-ui,sans-serif;margin:0;color:#222}header.top{display:flex;"
@@ -81,6 +94,24 @@ class _Kit:
             r.name: any(p.role is Role.PAGINATION and p.attr == "pages" for p in r.params)
             for r in site.routes
         }
+        self.promos = self._promos()
+
+    def _promos(self) -> list[str]:
+        """The few variants the promo block rotates among, each with several text nodes."""
+        site = self.site
+        r = random.Random(site.seed ^ 0x960)
+        variants = []
+        for n in range(site.template.promo_variants):
+            headline, line, cta = r.choice(PROMO_LINES)
+            noun = r.choice(site.vocab.nouns)
+            percent = r.choice((10, 15, 20, 25, 30, 40))
+            variants.append(
+                f'<div class="slide"><img src="{site.markup.image_root}promo/{n + 1}.jpg" '
+                f'alt="{escape(headline)}" width="600" height="200"><h3>{escape(headline)}</h3>'
+                f"<p>{escape(line)}</p><p>Up to {percent}% off every {escape(noun)}.</p>"
+                f'<a class="button" href="/offers/{n + 1}{_Q}">{escape(cta)}</a></div>'
+            )
+        return variants
 
     def _item_href(self, item: Item) -> str:
         for route in self.site.routes:
@@ -256,7 +287,20 @@ def render_main(site: Site, page: Page) -> str:
         return _not_found(site)
     if kind is PageKind.LISTING:
         return _listing(k, page)
+    if page.route is not None and page.route.rendering is Rendering.DATA:
+        return _app_item(k)
     return _item(k, page)
+
+
+def _app_item(k: _Kit) -> str:
+    """What a client-rendered item page shows before its scripts run: the same on every item."""
+    t = k.site.template
+    return (
+        '<div id="__next"><div class="skeleton" aria-busy="true">'
+        f'<h1 class="{t.title_class}">Loading…</h1>'
+        '<div class="skeleton-image"></div><p>Free delivery on orders over 50. '
+        "Free returns within 30 days.</p></div></div>"
+    )
 
 
 def _home(k: _Kit) -> str:
@@ -304,10 +348,10 @@ def _item(k: _Kit, page: Page) -> str:
     page_no = ""
     for name, value in page.values:
         param = route.param(name)
-        if param is None:
+        if param is None or param.display is Display.IMAGE:
             continue
         if param.role is Role.VARIANT:
-            cents += (stable_hash(f"{name}={value}") % 7) * 150
+            cents += variant_cents(name, value)
             suffix.append(value.upper() if len(value) <= 3 else value.title())
         if param.role is Role.PAGINATION:
             page_no = value
@@ -355,13 +399,83 @@ def _item(k: _Kit, page: Page) -> str:
     if page_no or k.pagination_pages[route.name]:
         pages_note = f'<p class="pages">Page {escape(page_no or "1")} of {item.pages}</p>'
     spec_rows = "".join(f"<tr><th>{n}</th><td>{escape(v)}</td></tr>" for n, v in specs)
+    gallery = _gallery(site, page) if page.kind is PageKind.ITEM else ""
     return (
-        f'{crumbs}<h1 class="{t.title_class}">{title}</h1>{"".join(lines)}'
+        f'{crumbs}<h1 class="{t.title_class}">{title}</h1>{gallery}{"".join(lines)}'
         f'<p class="{t.price_class}">{price_label}: {_money(currency, cents)}</p>'
         f'<div class="{t.desc_class}"><h2>{desc_label}</h2>{desc}</div>{AD_MARK}{pages_note}'
         f'{compare}<h2>{details_label}</h2><table class="specs">{spec_rows}</table>'
-        f'<button class="cta">{cta}</button>'
+        f"{_buy_form(site, route, page, cta)}"
     )
+
+
+def variant_cents(name: str, value: str) -> int:
+    """What choosing ``value`` for the variant ``name`` adds to an item's price."""
+    return (stable_hash(f"{name}={value}") % 7) * 150
+
+
+def image_variant(route: Route) -> Param | None:
+    return next((p for p in route.params if p.display is Display.IMAGE), None)
+
+
+def item_image(site: Site, page: Page, width: int, ext: str = "jpg") -> str:
+    """The URL of an item page's main image: its path names the item and the image-only
+    variant shown; resize, cache-buster and echoed values follow in the query."""
+    item = site.catalog.items[page.item]
+    view = "main"
+    route = page.route
+    variant = image_variant(route) if route is not None else None
+    if variant is not None:
+        view = dict(page.values).get(variant.name, view)
+    markup = site.markup
+    return f"{markup.image_root}{item.sku.lower()}/{view}.{ext}?{markup.resize_name}={width}{_IMG}"
+
+
+def _gallery(site: Site, page: Page) -> str:
+    name = escape(site.catalog.items[page.item].name)
+    src, big = item_image(site, page, 600), item_image(site, page, 1200)
+    img = (
+        f'<img class="product-image" src="{src}" srcset="{src} 1x, {big} 2x" alt="{name}" '
+        'width="600" height="600">'
+    )
+    if site.markup.picture:
+        webp, webp_big = item_image(site, page, 600, "webp"), item_image(site, page, 1200, "webp")
+        img = (
+            f'<picture><source type="image/webp" srcset="{webp} 1x, {webp_big} 2x">'
+            f"{img}</picture>"
+        )
+    return f'<figure class="gallery">{img}</figure>'
+
+
+def _buy_form(site: Site, route: Route, page: Page, cta: str) -> str:
+    """The add-to-cart form; an image-only variant shows here only as the chosen control."""
+    variant = image_variant(route)
+    picker = ""
+    if variant is not None:
+        chosen = dict(page.values).get(variant.name, "")
+        name = escape(variant.name)
+        if site.markup.picker == "radio":
+            picker = f"<fieldset><legend>{escape(variant.label)}</legend>" + "".join(
+                f'<label><input type="radio" name="{name}" value="{v}"'
+                f'{" checked" if v == chosen else ""}> {v.title()}</label>'
+                for v in variant.values
+            ) + "</fieldset>"
+        else:
+            picker = (
+                f'<label for="pick-{name}">{escape(variant.label)}</label>'
+                f'<select id="pick-{name}" name="{name}">'
+                f'<option value=""{"" if chosen else " selected"}>Choose</option>'
+                + "".join(
+                    f'<option value="{v}"{" selected" if v == chosen else ""}>{v.title()}</option>'
+                    for v in variant.values
+                )
+                + "</select>"
+            )
+    return (
+        f'<form class="buy" action="/cart/add" method="post">{picker}'
+        f'<button class="cta">{cta}</button></form>'
+    )
+
 
 
 def _key_format(route: Route) -> str:
@@ -455,28 +569,19 @@ def render_document(
     main: str,
     echo: Sequence[tuple[str, str]],
     rng: random.Random,
+    request_url: str = "",
 ) -> str:
-    """The full HTML of one fetch: ``main`` wrapped in chrome with fresh noise."""
+    """The full HTML of one fetch of ``request_url``: ``main`` wrapped in chrome with fresh
+    noise, echoes of the request, and the structured data of a client-rendered page."""
     k = kit(site)
     t = site.template
     catalog = site.catalog
     encoded = urlencode(echo) if echo else ""
     q_suffix = "?" + encoded if encoded else ""
     amp_suffix = "&" + encoded if encoded else ""
-    if site.canonical is CanonicalMode.HOME:
-        canonical = f"http://{site.host}/"
-    else:
-        canonical = canonical_url(site, page)
-        if site.canonical is CanonicalMode.TRACKING and encoded:
-            canonical += ("&" if "?" in canonical else "?") + encoded
-    canonical_tag = (
-        f'<link rel="canonical" href="{escape(canonical)}">'
-        if page.kind is not PageKind.NOT_FOUND
-        else ""
-    )
-    hidden = "".join(
-        f'<input type="hidden" name="{escape(n)}" value="{escape(v)}">' for n, v in echo
-    )
+    route = page.route
+    data_page = route is not None and route.rendering is Rendering.DATA and page.item >= 0
+    head = _head_links(site, page, request_url, data_page)
     token = f"{rng.getrandbits(128):032x}"
     nonce = f"{rng.getrandbits(64):016x}"
     currency = _currency(page)
@@ -496,26 +601,97 @@ def render_document(
     if t.ads_in_main:
         main = main.replace(AD_MARK, ad)
         ad = ""
+    promo = f'<section class="{t.promo_class}">{k.promos[rng.randrange(len(k.promos))]}</section>'
+    body_data = ""
+    if data_page:
+        product = _product(site, page)
+        head += structured.json_ld(product, request_url)
+        if site.markup.microdata:
+            main += structured.microdata(product, request_url)
+        body_data = _data_blob(site, page, product, request_url, rng)
+    hidden = "".join(
+        f'<input type="hidden" name="{escape(n)}" value="{escape(v)}">' for n, v in echo
+    )
     state = ",".join(f'"{escape(n)}":"{escape(v)}"' for n, v in echo)
     html = (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>{escape(_head_title(site, page))} | {k.name}</title>"
         f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"{canonical_tag}<style>{_CSS}</style>"
+        f"{head}<style>{_CSS}</style>"
         f'<script src="/static/app.js?build=7{_AMP}"></script></head>{k.chrome_top}'
         f'<input type="hidden" name="{t.csrf_name}" value="{token}">{hidden}'
         f"<button>Go</button></form></header>"
-        f'<{t.main_tag} class="{t.main_class}">{main}</{t.main_tag}>'
+        f'<{t.main_tag} class="{t.main_class}">{main}{promo}</{t.main_tag}>'
         f'<aside class="{t.recs_class}"><h3>Recommended for you</h3><ul>{recs}</ul></aside>{ad}'
         f"{k.chrome_bottom}"
         f'<p class="{t.time_class}">{_timestamp(t.time_format, rng)}</p>'
         f'<p class="{t.reqid_class}">Request ID: {nonce}</p></footer>'
-        f'<script>window.__STATE__={{"rid":"{nonce}",{state}}};</script></body></html>'
+        f'<img src="/px.gif?e=pv&amp;cb={rng.getrandbits(31)}{_AMP}" width="1" height="1" '
+        'alt="" style="display:none">'
+        f'<script>window.__STATE__={{"rid":"{nonce}",{state}}};</script>{body_data}</body></html>'
     )
-    return html.replace(AD_MARK, "").replace(_Q, q_suffix).replace(_AMP, amp_suffix)
+    image_suffix = f"&{site.markup.image_buster}={rng.getrandbits(31)}{amp_suffix}"
+    return (
+        html.replace(AD_MARK, "")
+        .replace(_Q, q_suffix)
+        .replace(_AMP, amp_suffix)
+        .replace(_IMG, image_suffix)
+    )
+
+
+def _head_links(site: Site, page: Page, request_url: str, data_page: bool) -> str:
+    """Canonical link and Open Graph tags. ``og:url`` echoes the requested URL as it came;
+    a client-rendered page has no canonical link and no item image in its head."""
+    tags = []
+    if page.kind is not PageKind.NOT_FOUND and not data_page:
+        if site.canonical is CanonicalMode.HOME:
+            canonical = f"http://{site.host}/"
+        else:
+            canonical = canonical_url(site, page)
+            if site.canonical is CanonicalMode.TRACKING:
+                canonical += _Q if "?" not in canonical else _AMP
+        tags.append(f'<link rel="canonical" href="{escape(canonical)}">')
+    tags.append(f'<meta property="og:site_name" content="{kit(site).name}">')
+    if request_url:
+        tags.append(f'<meta property="og:url" content="{escape(request_url)}">')
+    if page.kind is PageKind.ITEM and not data_page:
+        image = f"http://{site.host}{item_image(site, page, 1200)}"
+        tags.append(f'<meta property="og:image" content="{image}">')
+        tags.append(f'<meta name="twitter:image" content="{image}">')
+        tags.append('<meta name="twitter:card" content="summary_large_image">')
+    return "".join(tags)
+
+
+def _product(site: Site, page: Page) -> structured.JSON:
+    route = page.route
+    assert route is not None
+    item = site.catalog.items[page.item]
+    size = ""
+    cents = item.price
+    for name, value in page.values:
+        size = value
+        cents += variant_cents(name, value)
+    image = f"http://{site.host}{item_image(site, page, 1200).replace(_IMG, '')}"
+    return structured.product_offer(site, item, image, size, cents, "USD")
+
+
+def _data_blob(
+    site: Site, page: Page, product: structured.JSON, request_url: str, rng: random.Random
+) -> str:
+    route = page.route
+    assert route is not None
+    sizes = next((p.values for p in route.params if p.role is Role.VARIANT), ())
+    selected = next((v for _, v in page.values), "")
+    query = {"sku": page.segment}
+    query.update(parse_qsl(urlsplit(request_url).query, keep_blank_values=True))
+    return structured.data_blob(
+        site.markup.data_blob, route.path, product, selected, sizes, request_url, query, rng
+    )
 
 
 def _head_title(site: Site, page: Page) -> str:
+    if page.route is not None and page.route.rendering is not Rendering.SERVER:
+        return "Shop"
     if page.kind is PageKind.ITEM or page.kind is PageKind.COMPARE:
         return site.catalog.items[page.item].name
     if page.kind is PageKind.NOT_FOUND:

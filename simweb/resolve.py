@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 from urllib.parse import quote, unquote_plus
 
-from simweb.sites import PageKind, Param, Role, Route, Site, UnknownKey
+from simweb.sites import MATRIX_MARK, PageKind, Param, Rendering, Role, Route, Site, UnknownKey
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,35 @@ def first_values(pairs: Sequence[QueryPair]) -> dict[str, str]:
     return values
 
 
+def split_matrix(path: str) -> tuple[str, list[QueryPair]]:
+    """``/a;x=1/b;y=2;z=3`` -> (``/a/b``, its matrix parameters named ``;x``, ``;y``, ``;z``)."""
+    if MATRIX_MARK not in path:
+        return path, []
+    segments = []
+    pairs = []
+    for segment in path.split("/"):
+        head, *params = segment.split(MATRIX_MARK)
+        segments.append(head)
+        for raw in params:
+            if raw:
+                name, _, value = raw.partition("=")
+                pairs.append(QueryPair(MATRIX_MARK + _unquote(name), _unquote(value), raw))
+    return "/".join(segments), pairs
+
+
+def request_values(path: str, query: str) -> tuple[str, dict[str, str]]:
+    """The path without matrix parameters, and the first value of every query and matrix
+    parameter (matrix names keep their leading ``;``)."""
+    clean, matrix = split_matrix(path)
+    values = first_values(parse_query(query))
+    for pair in matrix:
+        values.setdefault(pair.name, pair.value)
+    return clean, values
+
+
 def match_route(site: Site, path: str) -> tuple[Route, str] | None:
+    """The route serving ``path`` (matrix parameters ignored) and its key segment."""
+    path = split_matrix(path)[0]
     for route in site.routes:
         if route.path_key:
             if path.startswith(route.path) and len(path) > len(route.path):
@@ -183,18 +211,20 @@ def page_for(site: Site, route: Route, segment: str, params: Mapping[str, str]) 
 
 def page_key(site: Site, path: str, query: str) -> str:
     """The content key of the page ``path?query`` ends on (redirects followed)."""
-    match = match_route(site, path)
+    clean, values = request_values(path, query)
+    match = match_route(site, clean)
     if match is None:
         return f"{site.host}|notfound"
     route, segment = match
-    page = page_for(site, route, segment, first_values(parse_query(query)))
+    page = page_for(site, route, segment, values)
     return f"{site.host}|home" if page is None else page.key
 
 
 def resolve(site: Site, path: str, query: str) -> Resolution:
     """What the site answers for ``path?query``: a page, a redirect or a not-found."""
     pairs = parse_query(query)
-    match = match_route(site, path)
+    clean, values = request_values(path, query)
+    match = match_route(site, clean)
     if match is None:
         return not_found(site)
     route, segment = match
@@ -203,7 +233,8 @@ def resolve(site: Site, path: str, query: str) -> Resolution:
         for p in pairs
         if site.noise_role(route, p.name) in (Role.TRACKING, Role.SESSION)
     )
-    if site.tracking_redirect:
+    # The client-rendered front ends run on an app server without the legacy redirect.
+    if site.tracking_redirect and route.rendering is Rendering.SERVER:
         kept = [p.raw for p in pairs if site.noise_role(route, p.name) is not Role.TRACKING]
         if len(kept) < len(pairs):
             clean_query = "&".join(kept)
@@ -212,7 +243,7 @@ def resolve(site: Site, path: str, query: str) -> Resolution:
             if clean_query:
                 location += "?" + clean_query
             return Resolution(site.tracking_redirect, target.page, location, echo)
-    page = page_for(site, route, segment, first_values(pairs))
+    page = page_for(site, route, segment, values)
     if page is None:
         return Resolution(302, home_page(site), f"http://{site.host}/", echo)
     if page.kind is PageKind.NOT_FOUND:
@@ -238,7 +269,11 @@ def canonical_url(site: Site, page: Page) -> str:
     second = route.second
     if second is not None and page.other >= 0:
         query.append((second.name, catalog.items[page.other].key(second.attr)))
-    query.extend(page.values)
+    for name, value in page.values:
+        if name.startswith(MATRIX_MARK):
+            path += f"{MATRIX_MARK}{quote(name[1:])}={quote(value)}"
+        else:
+            query.append((name, value))
     if not query:
         return base + path
     return base + path + "?" + "&".join(f"{quote(n)}={quote(v)}" for n, v in query)

@@ -16,9 +16,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import cast
 
+from simweb.challenge import client_shell, interstitial
 from simweb.render import render_document, render_main
 from simweb.resolve import normalize_host, resolve, split_target
-from simweb.sites import PageKind, Site
+from simweb.sites import Interstitial, PageKind, Rendering, Site
 
 _MAX_CACHED_PAGES = 50_000
 _FAILURES: tuple[tuple[int, list[tuple[str, str]]], ...] = (
@@ -34,6 +35,8 @@ class SimWeb:
     ``rate_limit_per_second`` <= 0 or infinite disables the 429 answers; ``flaky_rate`` is
     the fraction of requests answered with a 5xx, chosen by a seeded hash of the URL and of
     how often it has been fetched; routes marked ``hang`` answer after ``hang_seconds``.
+    With ``interstitials``, sites that have them answer their ``interstitial_rate`` of
+    requests (drawn the same way) with a challenge or consent page instead.
     """
 
     def __init__(
@@ -46,6 +49,7 @@ class SimWeb:
         flaky_rate: float = 0.02,
         hang_seconds: float = 30.0,
         seed: int = 0,
+        interstitials: bool = True,
     ) -> None:
         self.sites: dict[str, Site] = {}
         for site in sites:
@@ -56,6 +60,7 @@ class SimWeb:
         self.flaky_rate = flaky_rate
         self.hang_seconds = hang_seconds
         self.seed = seed
+        self.interstitials = interstitials
         self._bind = (host, port)
         self._lock = threading.Lock()
         self._total = 0
@@ -161,13 +166,26 @@ class SimWeb:
             self._fetches[url] = fetches + 1
         return True, fetches
 
+    def _draw(self, url: str, fetches: int, salt: str) -> bytes:
+        """Random bytes for this fetch of ``url``: the same in every run with this seed."""
+        text = f"{self.seed}|{fetches}|{url}{salt}"
+        return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
     def _flaky(self, url: str, fetches: int) -> tuple[int, list[tuple[str, str]]] | None:
         if self.flaky_rate <= 0:
             return None
-        digest = hashlib.blake2b(f"{self.seed}|{fetches}|{url}".encode(), digest_size=16).digest()
+        digest = self._draw(url, fetches, "")
         if int.from_bytes(digest[:8], "big") / 2**64 >= self.flaky_rate:
             return None
         return _FAILURES[digest[8] % len(_FAILURES)]
+
+    def _interstitial(self, site: Site, url: str, fetches: int) -> Interstitial | None:
+        if not self.interstitials or site.interstitial_rate <= 0 or not site.interstitials:
+            return None
+        digest = self._draw(url, fetches, "|challenge")
+        if int.from_bytes(digest[:8], "big") / 2**64 >= site.interstitial_rate:
+            return None
+        return site.interstitials[digest[8] % len(site.interstitials)]
 
     def handle(self, handler: _Handler, head: bool) -> None:
         target = handler.path
@@ -199,6 +217,13 @@ class SimWeb:
             status, headers = failure
             _send(handler, status, headers, f"{HTTPStatus(status).phrase}\n".encode(), head)
             return
+        request_url = f"http://{host}{path}" + (f"?{query}" if query else "")
+        rng = random.Random(self.seed * 1_000_003 + next(self._sequence))
+        challenge = self._interstitial(site, url, fetches)
+        if challenge is not None:
+            answer = interstitial(site, challenge, request_url, rng)
+            _send(handler, answer.status, answer.headers, answer.html.encode(), head)
+            return
         result = resolve(site, path, query)
         if result.location:
             body = f'<a href="{result.location}">Moved</a>\n'.encode()
@@ -208,15 +233,17 @@ class SimWeb:
         if page.route is not None and page.route.hang and self._stopping.wait(self.hang_seconds):
             handler.close_connection = True
             return
+        headers = [("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store")]
+        if page.route is not None and page.route.rendering is Rendering.SHELL:
+            _send(handler, result.status, headers, client_shell(site, rng).encode(), head)
+            return
         main = self._pages.get(page.key)
         if main is None:
             main = render_main(site, page)
             if len(self._pages) >= _MAX_CACHED_PAGES:
                 self._pages.clear()
             self._pages[page.key] = main
-        rng = random.Random(self.seed * 1_000_003 + next(self._sequence))
-        html = render_document(site, page, main, result.echo, rng)
-        headers = [("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store")]
+        html = render_document(site, page, main, result.echo, rng, request_url)
         if page.kind is PageKind.NOT_FOUND:
             headers.append(("X-Robots-Tag", "noindex"))
         _send(handler, result.status, headers, html.encode(), head)
@@ -229,13 +256,15 @@ def _send(
     body: bytes,
     head: bool,
 ) -> None:
+    names = {name for name, _ in headers}
     lines = [
         f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
         f"Date: {handler.date_time_string()}",
-        "Server: SimWeb/1.0",
         f"Content-Length: {len(body)}",
     ]
-    if "Content-Type" not in (name for name, _ in headers):
+    if "Server" not in names:
+        lines.append("Server: SimWeb/1.0")
+    if "Content-Type" not in names:
         lines.append("Content-Type: text/plain; charset=utf-8")
     lines.extend(f"{name}: {value}" for name, value in headers)
     if handler.close_connection:

@@ -1,10 +1,11 @@
 """Synthetic websites: their routes, parameters, catalogues, templates and misbehaviours.
 
 Every site is built from one of six archetypes, so any family of at least six sites holds
-every trap. The tuning and holdout families use the same archetypes but draw hosts, paths,
-parameter names, probabilities and templates from their own seeds and name pools. The
-validation family mixes the two pools, choice by choice, on seeds of its own: a third set of
-sites to check a learner change against without looking at the holdout.
+every trap (``TRAPS``; ``route_traps`` says which traps a route holds). The tuning and
+holdout families use the same archetypes but draw hosts, paths, parameter names,
+probabilities, markup and templates from their own seeds and name pools. The validation
+family mixes the two pools, choice by choice, on seeds of its own: a third set of sites to
+check a learner change against without looking at the holdout.
 """
 
 from __future__ import annotations
@@ -20,6 +21,19 @@ from simweb.vocab import CITIES, COLORS, SIZES, THEMES, Theme
 
 FAMILIES = ("tuning", "holdout", "validation")
 ARCHETYPES = 6
+TRAPS = (
+    "image-variant",
+    "data-item",
+    "interstitial",
+    "shell",
+    "matrix-session",
+    "matrix-content",
+    "rotating-noise",
+)
+MATRIX_MARK = ";"
+"""A parameter name that starts with this sits in the path (``/seg;name=value``)."""
+FEW_PROMO_VARIANTS = 3
+"""Sites whose promo block rotates among at most this many variants hold "rotating-noise"."""
 
 
 class Role(enum.Enum):
@@ -57,6 +71,37 @@ class CanonicalMode(enum.Enum):
     TRACKING = "tracking"
 
 
+class Display(enum.Enum):
+    """How a variant parameter shows on the page."""
+
+    TEXT = "text"
+    IMAGE = "image"
+    """Only the item's images and the selected state of the variant picker change."""
+
+
+class Rendering(enum.Enum):
+    """How a route's pages are built."""
+
+    SERVER = "server"
+    DATA = "data"
+    """The same visible shell on every page; the item lives in JSON-LD and a data blob."""
+    SHELL = "shell"
+    """An empty client-side shell; scripts fetch the item."""
+
+
+class Interstitial(enum.Enum):
+    """Bot-protection and consent pages a site may answer instead of the real page."""
+
+    BROWSER_CHECK = "browser-check"
+    BLOCKED = "blocked"
+    JUST_A_MOMENT = "just-a-moment"
+    CONSENT = "consent"
+
+    @property
+    def status(self) -> int:
+        return {"blocked": 403, "just-a-moment": 503}.get(self.value, 200)
+
+
 class UnknownKey(enum.Enum):
     NOT_FOUND = "404"
     SOFT = "soft404"
@@ -80,6 +125,11 @@ class Param:
     attr: str = ""
     label: str = ""
     step: int = 1
+    display: Display = Display.TEXT
+
+    @property
+    def matrix(self) -> bool:
+        return self.name.startswith(MATRIX_MARK)
 
 
 @dataclass(frozen=True)
@@ -94,6 +144,7 @@ class Route:
     weight: float = 1.0
     rare: int = 0
     hang: bool = False
+    rendering: Rendering = Rendering.SERVER
 
     @property
     def hint(self) -> str:
@@ -122,6 +173,10 @@ class NoiseParam:
     style: str
     requires: str = ""
 
+    @property
+    def matrix(self) -> bool:
+        return self.name.startswith(MATRIX_MARK)
+
 
 @dataclass(frozen=True)
 class Template:
@@ -143,6 +198,8 @@ class Template:
     ads_in_main: bool
     time_format: int
     per_page: int
+    promo_class: str
+    promo_variants: int
 
     @property
     def main_selector(self) -> str:
@@ -156,9 +213,23 @@ class Template:
             f".{self.ads_class}",
             f".{self.time_class}",
             f".{self.reqid_class}",
+            f".{self.promo_class}",
             "script",
             "input",
         )
+
+
+@dataclass(frozen=True)
+class Markup:
+    """How a site writes images, variant pickers and structured data."""
+
+    image_root: str
+    resize_name: str
+    image_buster: str
+    picker: str
+    picture: bool
+    data_blob: str
+    microdata: bool
 
 
 @dataclass(frozen=True)
@@ -216,8 +287,11 @@ class Site:
     routes: tuple[Route, ...]
     noise: tuple[NoiseParam, ...]
     template: Template
+    markup: Markup
     vocab: Theme = field(compare=False, repr=False)
     catalog: Catalog = field(compare=False, repr=False)
+    interstitial_rate: float = 0.0
+    interstitials: tuple[Interstitial, ...] = ()
     tracking_redirect: int = 0
     unknown_key: UnknownKey = UnknownKey.NOT_FOUND
     canonical: CanonicalMode = CanonicalMode.CORRECT
@@ -238,6 +312,26 @@ class Site:
         if name in route.by_name:
             return None
         return self.noise_roles.get(name)
+
+
+def route_traps(site: Site, route: Route) -> frozenset[str]:
+    """Ground truth: the traps of ``TRAPS`` that URLs of ``route`` on ``site`` touch."""
+    traps = set()
+    if site.interstitial_rate > 0:
+        traps.add("interstitial")
+    if any(p.display is Display.IMAGE for p in route.params):
+        traps.add("image-variant")
+    if route.rendering is Rendering.DATA:
+        traps.add("data-item")
+    if route.rendering is Rendering.SHELL:
+        traps.add("shell")
+    if route.path != "/" and any(n.matrix for n in site.noise):
+        traps.add("matrix-session")
+    if any(p.matrix for p in route.params):
+        traps.add("matrix-content")
+    if site.template.promo_variants <= FEW_PROMO_VARIANTS:
+        traps.add("rotating-noise")
+    return frozenset(traps)
 
 
 def param_roles(site: Site) -> dict[tuple[str, str], Role]:
@@ -375,7 +469,10 @@ class _Builder:
             seed=self.seed,
             routes=routes,
             noise=spec.noise,
-            template=self._template(),
+            template=self._template(spec.few_promos),
+            markup=self._markup(),
+            interstitial_rate=spec.interstitial_rate,
+            interstitials=spec.interstitials,
             tracking_redirect=spec.tracking_redirect,
             unknown_key=spec.unknown_key,
             canonical=spec.canonical,
@@ -477,6 +574,15 @@ class _Builder:
             key=(key_a,),
             rare=2,
         )
+        app_product = Route(
+            "app-product",
+            self.pick("/products/", "/dp/"),
+            PageKind.ITEM,
+            params=(_variant(self.pick("size", "option"), SIZES, self.p(0.2, 0.35), "Size"),),
+            path_key="sku",
+            weight=0.18,
+            rendering=Rendering.DATA,
+        )
         noise = [
             *self._utm(0.2, 0.3),
             *self._clickids(2),
@@ -487,7 +593,7 @@ class _Builder:
         return _Spec(
             theme_name=self.pick("shop", "market"),
             vocab="goods",
-            routes=(product, compare, search, gift),
+            routes=(product, compare, search, gift, app_product),
             noise=tuple(noise),
             tracking_redirect=301,
             unknown_key=UnknownKey.NOT_FOUND,
@@ -508,6 +614,14 @@ class _Builder:
                     tuple(str(39400 + i) for i in range(8)),
                     self.p(0.15, 0.3),
                     "Variant",
+                ),
+                Param(
+                    self.pick("color", "swatch"),
+                    Role.VARIANT,
+                    values=COLORS,
+                    presence=self.p(0.3, 0.45),
+                    label="Colour",
+                    display=Display.IMAGE,
                 ),
                 _defaulted(
                     self.pick("currency", "cur"),
@@ -627,6 +741,15 @@ class _Builder:
             unknown_key=UnknownKey.NOT_FOUND,
             canonical=CanonicalMode.CORRECT,
             items=self.rng.randint(1500, 3000),
+            interstitial_rate=self.p(0.1, 0.14),
+            interstitials=(Interstitial.BROWSER_CHECK,)
+            if self.tuned("interstitial-kinds")
+            else (
+                Interstitial.BROWSER_CHECK,
+                Interstitial.BLOCKED,
+                Interstitial.JUST_A_MOMENT,
+                Interstitial.CONSENT,
+            ),
         )
 
     def _events(self) -> _Spec:
@@ -688,6 +811,15 @@ class _Builder:
             key=("eid",),
             rare=2,
         )
+        app_event = Route(
+            "app-event",
+            self.pick("/m/event", "/app/show"),
+            PageKind.ITEM,
+            params=(_key("eid", "int"),),
+            key=("eid",),
+            weight=0.06,
+            rendering=Rendering.SHELL,
+        )
         noise = [
             *self._utm(0.2, 0.3),
             *self._clickids(2),
@@ -698,7 +830,7 @@ class _Builder:
         return _Spec(
             theme_name=self.pick("events", "tickets"),
             vocab="events",
-            routes=(event, listing, venue),
+            routes=(event, listing, venue, app_event),
             noise=tuple(noise),
             tracking_redirect=0,
             unknown_key=UnknownKey.NOT_FOUND,
@@ -725,6 +857,14 @@ class _Builder:
                     self.p(0.4, 0.6),
                     self.p(0.85, 0.92),
                     "lang",
+                ),
+                _variant(
+                    MATRIX_MARK + self.pick("os", "platform"),
+                    ("linux", "macos", "windows")
+                    if self.tuned("docs-platforms")
+                    else ("android", "ios", "web", "desktop"),
+                    self.p(0.15, 0.3),
+                    "Platform",
                 ),
             ),
             path_key="slug",
@@ -839,6 +979,12 @@ class _Builder:
             NoiseParam(self.pick("sessionid", "sess"), Role.SESSION, self.p(0.03, 0.06), "alnum"),
             NoiseParam("ref", Role.TRACKING, self.p(0.04, 0.08), "ref"),
             NoiseParam("_", Role.CACHE_BUSTER, self.p(0.03, 0.06), "ms"),
+            NoiseParam(
+                MATRIX_MARK + self.pick("jsessionid", "sid", "forum-matrix-session"),
+                Role.SESSION,
+                self.p(0.36, 0.44),
+                self.pick("HEX32", "hex32", "forum-matrix-session"),
+            ),
         ]
         return _Spec(
             theme_name=self.pick("forum", "board"),
@@ -849,9 +995,21 @@ class _Builder:
             unknown_key=UnknownKey.NOT_FOUND,
             canonical=CanonicalMode.CORRECT,
             items=self.rng.randint(500, 1800),
+            few_promos=True,
         )
 
-    def _template(self) -> Template:
+    def _markup(self) -> Markup:
+        return Markup(
+            image_root=self.pick("/img/", "/media/catalog/product/"),
+            resize_name=self.pick("w", "width"),
+            image_buster=self.pick("v", "t", "markup-buster"),
+            picker=self.pick("select", "radio"),
+            picture=not self.tuned("markup-picture"),
+            data_blob=self.pick("next", "nuxt"),
+            microdata=not self.tuned("markup-microdata"),
+        )
+
+    def _template(self, few_promos: bool) -> Template:
         r = self.rng
         layout = r.randrange(3)
         return Template(
@@ -873,6 +1031,8 @@ class _Builder:
             ads_in_main=r.random() < 0.5,
             time_format=r.randrange(3),
             per_page=r.choice((12, 16, 20, 24)),
+            promo_class=r.choice(("promo", "hero-banner", "campaign", "teaser")),
+            promo_variants=r.randint(2, FEW_PROMO_VARIANTS if few_promos else 8),
         )
 
     def _catalog(self, vocab: Theme, n: int) -> Catalog:
@@ -942,3 +1102,6 @@ class _Spec:
     unknown_key: UnknownKey
     canonical: CanonicalMode
     items: int
+    interstitial_rate: float = 0.0
+    interstitials: tuple[Interstitial, ...] = ()
+    few_promos: bool = False

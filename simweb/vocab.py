@@ -159,3 +159,16 @@ CAMPAIGN_WORDS = _words(
 )
 REF_SOURCES = _words("homepage footer nav search email related widget sidebar app")
 AD_SPONSORS = _words("Brightmobile QuickLoans FlyCheap Streamly MegaMart Vitaboost Homey Gigabank")
+
+PROMO_LINES = (
+    ("Summer sale", "Our biggest sale of the season has started.", "Shop the sale"),
+    ("Members save more", "Join for free and unlock member-only prices.", "Join now"),
+    ("Free next-day delivery", "Order before 10pm and get it tomorrow.", "Find out more"),
+    ("New collection", "Fresh picks just landed in store.", "Discover"),
+    ("Refer a friend", "Give 10, get 10 when your friend orders.", "Invite friends"),
+    ("Download our app", "Track orders and get app-only deals.", "Get the app"),
+    ("Gift guide", "Ideas for everyone on your list.", "See the guide"),
+    ("Last chance", "Final reductions end this weekend.", "Shop now"),
+    ("Weekly newsletter", "The best stories and deals in your inbox.", "Subscribe"),
+    ("Trade in and save", "Bring your old one and save on a new one.", "Learn how"),
+)

@@ -43,7 +43,9 @@ def all_sites(tuning_sites: list[Site], holdout_sites: list[Site]) -> list[Site]
 
 @pytest.fixture(scope="module")
 def web(all_sites: list[Site]) -> Iterator[SimWeb]:
-    with SimWeb(all_sites, rate_limit_per_second=0, flaky_rate=0, hang_seconds=1.0) as server:
+    with SimWeb(
+        all_sites, rate_limit_per_second=0, flaky_rate=0, hang_seconds=1.0, interstitials=False
+    ) as server:
         yield server
 
 

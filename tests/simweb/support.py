@@ -20,6 +20,23 @@ def main_text(site: Site, html: str) -> str:
     return " ".join(main.text(separator=" ").split())
 
 
+def main_view(site: Site, html: str) -> str:
+    """What a person sees of the item: the main text, the paths of the item's images (their
+    queries are resize, cache-buster and echo) and the chosen variant controls."""
+    tree = LexborHTMLParser(html)
+    images = sorted(
+        str(node.attributes.get("src") or "").split("?")[0]
+        for node in tree.css("img.product-image")
+    )
+    chosen = sorted(
+        f"{node.attributes.get('name')}={node.attributes.get('value')}"
+        for node in tree.css("form.buy input[checked]")
+    ) + sorted(
+        str(node.attributes.get("value")) for node in tree.css("form.buy option[selected]")
+    )
+    return " | ".join([main_text(site, html), *images, *chosen])
+
+
 def css_text(html: str, selector: str) -> str:
     node = LexborHTMLParser(html).css_first(selector)
     assert node is not None, selector

@@ -70,6 +70,7 @@ def test_serve_command_serves_until_sigterm() -> None:
             "0",
             "--flaky-rate",
             "0",
+            "--no-interstitials",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
