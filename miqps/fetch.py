@@ -525,6 +525,11 @@ class Fetcher:
                 ) from None
             except httpx.HTTPError as error:
                 raise _Retryable(f"transport error: {type(error).__name__}") from None
+            except (httpx.InvalidURL, ValueError) as error:
+                # The URL was checked: the client choked on the response, such as a
+                # redirect Location it cannot parse while it prepares the next request.
+                raise FetchFailed(f"malformed response: {type(error).__name__}: {error}"[:200],
+                                  "malformed response") from None
 
     async def _read(self, url: httpx.URL) -> tuple[int, Mapping[str, str], bytes]:
         assert self._client is not None
@@ -550,10 +555,13 @@ class Fetcher:
 def _client_url(url: str) -> httpx.URL:
     """``url`` as the HTTP client takes it; some hosts the WHATWG parser accepts, it refuses."""
     try:
-        return httpx.URL(url)
+        parsed = httpx.URL(url)
+        if parsed.host:  # httpx decodes an IDNA host only when asked for it
+            return parsed
     except (httpx.InvalidURL, ValueError) as error:
         raise FetchFailed(f"URL refused by the HTTP client: {error}"[:200],
                           "URL refused by the HTTP client") from None
+    raise FetchFailed("URL refused by the HTTP client: no host", "URL refused by the HTTP client")
 
 
 def _redirect_target(url: httpx.URL, location: str) -> str:
