@@ -14,12 +14,14 @@ import threading
 import tracemalloc
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from miqps.cli import main
 from miqps.fetch import AddressGuard, AddressRefused, FetchConfig, Fetcher, FetchFailed
 from simweb.hostile import MIB, HostileWeb
 
@@ -288,3 +290,23 @@ def test_no_response_makes_a_fetch_raise_anything_but_fetch_failed(
         assert outcome.kind != "unexpected error", outcome.__cause__
     else:
         assert len(outcome.content) <= CAP
+
+
+def test_learn_on_a_hostile_site_writes_maps_and_counts_failures_by_kind(
+    hostile: HostileWeb, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fetch_only = [route for route in HostileWeb.ROUTES
+                  if not route.startswith(("nested-divs", "random-bytes", "slow-body"))]
+    urls = [f"{hostile.base_url}/{route}?item={n}&ref=r{n}"
+            for route in fetch_only for n in range(2)]
+    urls += ["http://xn--zz-.attacker.test/p?item=1&ref=2", *hostile.benign_urls(8)]
+    url_file, maps_file = tmp_path / "urls.txt", tmp_path / "maps.jsonl"
+    url_file.write_text("\n".join(urls) + "\n")
+    code = main(["learn", "--urls", str(url_file), "--out", str(maps_file), "--allow-private",
+                 "--no-progress", "--rate", "500", "--concurrency", "8", "--timeout", "2"])
+    summary = capsys.readouterr().out
+    assert code == 0
+    assert "127.0.0.1" in maps_file.read_text()
+    for kind in ("stacked content encodings", "body too large", "HTTP 503",
+                 "Retry-After too long", "URL refused by the HTTP client"):
+        assert f"inconclusive fetches, {kind}: " in summary
