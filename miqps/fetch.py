@@ -115,6 +115,9 @@ class FetchResult:
 
 def refusal_reason(address: IPAddress) -> str | None:
     """Why an address must not be fetched, or None if it is a global unicast address."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        inner = refusal_reason(address.ipv4_mapped)  # the very same host, reached over IPv6
+        return None if inner is None else f"{inner} inside an IPv4-mapped address"
     reason = _own_refusal_reason(address)
     if reason is None and isinstance(address, ipaddress.IPv6Address):
         for form, embedded in _embedded_ipv4(address):
@@ -147,8 +150,6 @@ def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[tuple[str, ipaddress.
     """The IPv4 addresses an IPv6 address carries, each with the name of its form."""
     low32 = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     found: list[tuple[str, ipaddress.IPv4Address]] = []
-    if address.ipv4_mapped is not None:
-        found.append(("an IPv4-mapped address", address.ipv4_mapped))
     if address in _IPV4_COMPATIBLE:
         found.append(("an IPv4-compatible address", low32))
     if address in _IPV4_TRANSLATED:

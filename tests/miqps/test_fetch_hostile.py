@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import ipaddress
-import socket
-import threading
 import tracemalloc
 import zlib
 from collections.abc import Iterator
@@ -24,6 +22,7 @@ from hypothesis import strategies as st
 from miqps.cli import main
 from miqps.fetch import AddressGuard, AddressRefused, FetchConfig, Fetcher, FetchFailed
 from simweb.hostile import MIB, HostileWeb
+from tests.miqps.loopback import CountingListener
 
 CAP = MIB
 
@@ -112,44 +111,9 @@ def test_a_slow_body_is_cut_by_the_time_cap(hostile: HostileWeb) -> None:
     assert fetch_failure(f"{hostile.base_url}/slow-body", config).kind == "timed out"
 
 
-class RawServer:
-    """Answers every connection on loopback with ``response``, byte for byte, then closes."""
-
-    def __init__(self) -> None:
-        self.response = b""
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.1)
-        self.port = self.sock.getsockname()[1]
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(1.0)
-                try:
-                    conn.recv(65536)
-                    conn.sendall(self.response)
-                    conn.shutdown(socket.SHUT_WR)
-                except OSError:
-                    continue
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self.sock.close()
-
-
 @pytest.fixture(scope="module")
-def raw_server() -> Iterator[RawServer]:
-    server = RawServer()
+def raw_server() -> Iterator[CountingListener]:
+    server = CountingListener(read_request=True)
     yield server
     server.close()
 
@@ -171,7 +135,7 @@ class _OnlyThisServer(AddressGuard):
             raise AddressRefused("not the test server")
 
 
-def raw_fetch(server: RawServer, response: bytes) -> httpx.Response | FetchFailed:
+def raw_fetch(server: CountingListener, response: bytes) -> httpx.Response | FetchFailed:
     """Fetch from ``server`` answering ``response``: the page as a Response, or the failure."""
     server.response = response
     config = FetchConfig(allow_private=True, max_attempts=1, timeout=2.0, max_bytes=CAP)
@@ -208,7 +172,7 @@ def _raw_deflate(data: bytes) -> bytes:
      ("GZIP , identity", gzip.compress(PAGE)), ("deflate", zlib.compress(PAGE)),
      ("deflate", _raw_deflate(PAGE)), ("", PAGE)],
 )
-def test_one_content_encoding_is_decoded(raw_server: RawServer, encoding: str,
+def test_one_content_encoding_is_decoded(raw_server: CountingListener, encoding: str,
                                          body: bytes) -> None:
     page = raw_fetch(raw_server, _head(encoding, body))
     assert isinstance(page, httpx.Response) and page.content == PAGE
@@ -222,13 +186,15 @@ def test_one_content_encoding_is_decoded(raw_server: RawServer, encoding: str,
      ("deflate", b"\xff" * 100, "corrupt compressed body")],
 )
 def test_other_encodings_and_corrupt_bodies_are_inconclusive(
-    raw_server: RawServer, encoding: str, body: bytes, kind: str
+    raw_server: CountingListener, encoding: str, body: bytes, kind: str
 ) -> None:
     failure = raw_fetch(raw_server, _head(encoding, body))
     assert isinstance(failure, FetchFailed) and failure.kind == kind
 
 
-def test_a_body_at_the_cap_is_kept_and_one_byte_more_is_refused(raw_server: RawServer) -> None:
+def test_a_body_at_the_cap_is_kept_and_one_byte_more_is_refused(
+    raw_server: CountingListener,
+) -> None:
     exact = bytes(CAP)
     page = raw_fetch(raw_server, _head("gzip", gzip.compress(exact)))
     assert isinstance(page, httpx.Response) and page.content == exact
@@ -283,7 +249,7 @@ def raw_responses(draw: st.DrawFn) -> bytes:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(response=raw_responses())
 def test_no_response_makes_a_fetch_raise_anything_but_fetch_failed(
-    raw_server: RawServer, response: bytes
+    raw_server: CountingListener, response: bytes
 ) -> None:
     outcome = raw_fetch(raw_server, response)
     if isinstance(outcome, FetchFailed):

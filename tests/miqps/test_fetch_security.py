@@ -16,37 +16,7 @@ from miqps.fetch import (
     PinnedBackend,
     refusal_reason,
 )
-
-
-class CountingListener:
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.sock.settimeout(0.1)
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.accepted += 1
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self.sock.close()
+from tests.miqps.loopback import CountingListener
 
 
 @pytest.fixture
@@ -192,6 +162,7 @@ def test_internal_addresses_have_a_refusal_reason(address: str) -> None:
 @pytest.mark.parametrize(
     ("address", "reason"),
     [("::127.0.0.1", "loopback address inside an IPv4-compatible address"),
+     ("::ffff:10.0.0.1", "private or reserved address inside an IPv4-mapped address"),
      ("::ffff:0:169.254.169.254", "link-local or metadata address inside an IPv4-translated"),
      ("64:ff9b::a9fe:a9fe", "link-local or metadata address inside a NAT64 address"),
      ("2002:a9fe:a9fe::", "link-local or metadata address inside a 6to4 address"),
@@ -203,7 +174,8 @@ def test_the_refusal_reason_names_the_embedded_address(address: str, reason: str
 
 
 @pytest.mark.parametrize(
-    "address", ["93.184.216.34", "2606:4700::1111", "64:ff9b::5db8:d822", "2002:5db8:d822::1"]
+    "address", ["93.184.216.34", "2606:4700::1111", "::ffff:93.184.216.34", "64:ff9b::5db8:d822",
+                "2002:5db8:d822::1"]
 )
 def test_public_addresses_are_allowed(address: str) -> None:
     assert refusal_reason(ipaddress.ip_address(address)) is None
