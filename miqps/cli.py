@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from miqps.canonical import Canonicalizer, StaticLayers
-from miqps.fetch import FetchConfig, Fetcher
+from miqps.fetch import FetchConfig, Fetcher, FetchStats
 from miqps.learner import DomainReport, LearnConfig, Learner, learn_all
 from miqps.maps import DomainMap, anomaly_gate, merge_update, read_maps, write_maps
 from miqps.prober import PageProber
@@ -187,7 +187,7 @@ def run_learn(args: argparse.Namespace) -> int:
 async def _learn(
     urls: list[NormalizedURL], config: LearnConfig, fetch_config: FetchConfig,
     *, show_progress: bool,
-) -> tuple[dict[str, DomainMap], list[DomainReport], dict[str, int]]:
+) -> tuple[dict[str, DomainMap], list[DomainReport], FetchStats]:
     domains = len({url.host for url in urls if url.pairs})
     progress = _progress(domains, show_progress)
     async with Fetcher(fetch_config) as fetcher:
@@ -201,7 +201,7 @@ async def _learn(
         maps, reports = await learn_all(learner, urls, done)
         if progress is not None:
             progress.close()
-        return maps, reports, fetcher.stats.to_json()
+        return maps, reports, fetcher.stats
 
 
 def _progress(total: int, wanted: bool) -> Any:
@@ -218,7 +218,7 @@ def _print_summary(
     blank: int,
     invalid: int,
     reports: list[DomainReport],
-    fetch_stats: dict[str, int],
+    fetch_stats: FetchStats,
     rejected: list[str],
     seconds: float,
     path: Path,
@@ -230,9 +230,14 @@ def _print_summary(
         f"patterns: {sum(r.patterns for r in reports)}",
         f"parameters (per pattern): {sum(r.kept for r in reports)} kept, "
         f"{sum(r.dropped for r in reports)} dropped",
-        f"fetches: {fetch_stats['requests']} ({fetch_stats['requests'] / max(distinct, 1):.3f} "
-        f"per distinct URL), {fetch_stats['retries']} retries, "
-        f"{fetch_stats['failed']} failed, {fetch_stats['refused']} refused",
+        f"fetches: {fetch_stats.requests} ({fetch_stats.requests / max(distinct, 1):.3f} "
+        f"per distinct URL), {fetch_stats.retries} retries, "
+        f"{fetch_stats.failed} failed, {fetch_stats.refused} refused",
+        *(
+            f"inconclusive fetches, {kind}: {count}"
+            for kind, count in sorted(fetch_stats.failures_by_kind.items(),
+                                      key=lambda item: (-item[1], item[0]))
+        ),
         f"inconclusive samples: {sum(r.inconclusive for r in reports)}",
         *(
             f"{r.domain}: every URL fetched showed the same page (a bot wall?); "

@@ -6,14 +6,19 @@
   back off exponentially; tenacity bounds the attempts.
 - Every request has a total time cap, a body cap and at most ``max_redirects`` hops; every
   hop's target passes the address guard again.
-- The guard refuses loopback (in every spelling: the WHATWG parser already turns ``127.1``,
-  ``2130706433`` and ``0x7f000001`` into ``127.0.0.1``), private, link-local, multicast,
-  reserved and metadata addresses, for IP literals and for the addresses a name resolves
-  to. Without a proxy, the client connects only to an address it has just checked (its
+- The guard refuses every address that is not global (in every spelling: the WHATWG parser
+  already turns ``127.1``, ``2130706433`` and ``0x7f000001`` into ``127.0.0.1``), and looks
+  inside the IPv6 forms that carry an IPv4 address (IPv4-mapped, -compatible, -translated,
+  NAT64, 6to4, Teredo), for IP literals and for the addresses a name resolves to.
+  Without a proxy, the client connects only to an address it has just checked (its
   network backend resolves, checks and connects in one step), so a name that resolves to
   a public address for the check and to an internal one for the connection (DNS
   rebinding) is refused too. Through a proxy, names are resolved by the proxy, but IP
   literals and ``localhost`` are still refused.
+- A body is capped as it is decoded, so a compression bomb stops at the cap; at most one
+  content encoding (gzip or deflate) is accepted.
+- No response can end a run: whatever a server sends, :meth:`Fetcher.fetch` returns a
+  result or raises :class:`FetchFailed` with a reason and a short ``kind`` for summaries.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import email.utils
 import ipaddress
 import socket
 import time
+import zlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +47,18 @@ from miqps.urls import InvalidURL, parse
 
 REDIRECT_STATUSES = frozenset((301, 302, 303, 307, 308))
 METADATA_HOSTS = frozenset(("metadata.google.internal", "metadata", "instance-data"))
+ACCEPTED_ENCODINGS = "gzip, deflate"
+_GZIP_WBITS = 16 + zlib.MAX_WBITS
+_ZLIB_WBITS = {"gzip": _GZIP_WBITS, "x-gzip": _GZIP_WBITS, "deflate": zlib.MAX_WBITS}
+_RAW_DEFLATE_WBITS = -zlib.MAX_WBITS
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+_IETF_PROTOCOL_ASSIGNMENTS = ipaddress.IPv4Network("192.0.0.0/24")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+_IPV4_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")
+_NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")
+# RFC 8215: inside this prefix the IPv4 address may sit at any RFC 6052 offset.
+_NAT64_LOCAL_USE = ipaddress.IPv6Network("64:ff9b:1::/48")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,11 +79,16 @@ class FetchConfig:
 
 
 class FetchFailed(Exception):
-    """A fetch that gave no usable page: the evidence is inconclusive."""
+    """A fetch that gave no usable page: the evidence is inconclusive.
 
-    def __init__(self, reason: str) -> None:
+    ``reason`` says what happened to this fetch; ``kind`` is the same without its details
+    (hosts, sizes), so that failures can be counted by kind.
+    """
+
+    def __init__(self, reason: str, kind: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.kind = kind or reason
 
 
 class AddressRefused(FetchFailed):
@@ -73,8 +96,10 @@ class AddressRefused(FetchFailed):
 
 
 class _Retryable(FetchFailed):
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(reason)
+    def __init__(
+        self, reason: str, retry_after: float | None = None, kind: str | None = None
+    ) -> None:
+        super().__init__(reason, kind)
         self.retry_after = retry_after
 
 
@@ -88,12 +113,24 @@ class FetchResult:
     redirects: int
 
 
-def refusal_reason(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
-    """Why an address must not be fetched, or None if it is a public unicast address."""
-    if isinstance(address, ipaddress.IPv6Address):
-        mapped = address.ipv4_mapped or address.sixtofour
-        if mapped is not None:
-            return refusal_reason(mapped)
+def refusal_reason(address: IPAddress) -> str | None:
+    """Why an address must not be fetched, or None if it is a global unicast address."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        inner = refusal_reason(address.ipv4_mapped)  # the very same host, reached over IPv6
+        return None if inner is None else f"{inner} inside an IPv4-mapped address"
+    reason = _own_refusal_reason(address)
+    if reason is None and isinstance(address, ipaddress.IPv6Address):
+        for form, embedded in _embedded_ipv4(address):
+            inner = refusal_reason(embedded)
+            if inner:
+                return f"{inner} inside {form}"
+        reason = _refused_ipv6_form(address)
+    if reason is None and (address.is_private or not address.is_global):
+        reason = "private or reserved address"
+    return reason
+
+
+def _own_refusal_reason(address: IPAddress) -> str | None:
     if address.is_loopback:
         return "loopback address"
     if address.is_link_local:
@@ -102,19 +139,50 @@ def refusal_reason(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> st
         return "multicast address"
     if address.is_unspecified:
         return "unspecified address"
-    if address.is_private or not address.is_global:
-        return "private or reserved address"
+    if isinstance(address, ipaddress.IPv6Address) and address.is_site_local:
+        return "site-local address"
+    if address in _IETF_PROTOCOL_ASSIGNMENTS:
+        return "IETF protocol assignment"
     return None
 
 
-def _literal_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[tuple[str, ipaddress.IPv4Address]]:
+    """The IPv4 addresses an IPv6 address carries, each with the name of its form."""
+    low32 = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    found: list[tuple[str, ipaddress.IPv4Address]] = []
+    if address in _IPV4_COMPATIBLE:
+        found.append(("an IPv4-compatible address", low32))
+    if address in _IPV4_TRANSLATED:
+        found.append(("an IPv4-translated address", low32))
+    if address in _NAT64_WELL_KNOWN or address in _NAT64_LOCAL_USE:
+        found.append(("a NAT64 address", low32))
+    if address.sixtofour is not None:
+        found.append(("a 6to4 address", address.sixtofour))
+    if address.teredo is not None:
+        server, client = address.teredo
+        found += [("a Teredo address", server), ("a Teredo address", client)]
+    return found
+
+
+def _refused_ipv6_form(address: ipaddress.IPv6Address) -> str | None:
+    """Forms refused whatever they carry: none of them reaches a web server."""
+    if address in _IPV4_COMPATIBLE:
+        return "deprecated IPv4-compatible address"
+    if address in _IPV4_TRANSLATED:
+        return "IPv4-translated address"
+    if address in _NAT64_LOCAL_USE:
+        return "local-use NAT64 address"
+    return None
+
+
+def _literal_address(host: str) -> IPAddress | None:
     try:
         return ipaddress.ip_address(host.strip("[]"))
     except ValueError:
         return None
 
 
-Resolver = Callable[[str], Awaitable[list[ipaddress.IPv4Address | ipaddress.IPv6Address]]]
+Resolver = Callable[[str], Awaitable[list[IPAddress]]]
 
 
 class AddressGuard:
@@ -130,7 +198,7 @@ class AddressGuard:
         try:
             host = parse(url).host.rstrip(".")
         except InvalidURL as error:
-            raise FetchFailed(f"invalid URL: {error.reason}") from None
+            raise FetchFailed(f"invalid URL: {error.reason}", "invalid URL") from None
         if self.allow_private:
             return
         if self.via_proxy and _literal_address(host) is None:
@@ -138,7 +206,7 @@ class AddressGuard:
             return
         await self.approved_address(host)
 
-    async def approved_address(self, host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    async def approved_address(self, host: str) -> IPAddress:
         """The address to connect to for ``host``, if every address it has is public."""
         host = host.rstrip(".")
         _refuse_local_name(host)
@@ -146,21 +214,23 @@ class AddressGuard:
         if literal is not None:
             reason = refusal_reason(literal)
             if reason:
-                raise AddressRefused(f"refused {host}: {reason}")
+                raise AddressRefused(f"refused {host}: {reason}", f"refused: {reason}")
             return literal
         addresses = await self.resolver(host)
         if not addresses:
-            raise FetchFailed(f"cannot resolve {host}: no address")
+            raise FetchFailed(f"cannot resolve {host}: no address", "cannot resolve")
         for address in addresses:
             reason = refusal_reason(address)
             if reason:
-                raise AddressRefused(f"refused {host}: resolves to {address}, {reason}")
+                raise AddressRefused(
+                    f"refused {host}: resolves to {address}, {reason}", f"refused: {reason}"
+                )
         return addresses[0]
 
 
 def _refuse_local_name(host: str) -> None:
     if host == "localhost" or host.endswith(".localhost") or host in METADATA_HOSTS:
-        raise AddressRefused(f"refused {host}: local name")
+        raise AddressRefused(f"refused {host}: local name", "refused: local name")
 
 
 class PinnedBackend(httpcore.AsyncNetworkBackend):
@@ -199,26 +269,108 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
         await self.inner.sleep(seconds)
 
 
-async def _resolve(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+async def _resolve(host: str) -> list[IPAddress]:
     loop = asyncio.get_running_loop()
     try:
         infos = await loop.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except OSError as error:
-        raise FetchFailed(f"cannot resolve {host}: {error}") from None
+        raise FetchFailed(f"cannot resolve {host}: {error}", "cannot resolve") from None
     return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
 
 
 def _retry_after_seconds(value: str | None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value, or None if it is absent or malformed."""
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
         return float(value)
     try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        when = email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, OverflowError, OSError):
         return None
-    return max(0.0, when.timestamp() - time.time())
+    return max(0.0, when - time.time())
+
+
+class BoundedDecoder:
+    """Decodes a body with at most one content encoding, and fails as soon as the decoded
+    or the raw body grows past ``limit`` bytes: output is produced ``limit + 1`` bytes at a
+    time at most, so a compression bomb never gets to inflate."""
+
+    def __init__(self, content_encoding: str, limit: int) -> None:
+        codings = [
+            coding.strip().lower() for coding in content_encoding.split(",")
+            if coding.strip() and coding.strip().lower() != "identity"
+        ]
+        if len(codings) > 1:
+            raise FetchFailed(f"{len(codings)} stacked content encodings",
+                              "stacked content encodings")
+        if codings and codings[0] not in _ZLIB_WBITS:
+            raise FetchFailed(f"unsupported content encoding {codings[0][:32]!r}",
+                              "unsupported content encoding")
+        self.coding = codings[0] if codings else "identity"
+        self.limit = limit
+        self.raw_size = 0
+        self.size = 0
+        self._inflater = (
+            zlib.decompressobj(_ZLIB_WBITS[self.coding]) if codings else None
+        )
+        self._fed_any = False
+
+    def feed(self, raw: bytes) -> bytes:
+        self.raw_size += len(raw)
+        if self.raw_size > self.limit:
+            raise self._too_large()
+        if self._inflater is None:
+            return self._counted(raw)
+        try:
+            return self._inflate(raw)
+        except zlib.error:
+            if self.coding != "deflate" or self._fed_any:
+                raise self._corrupt() from None
+            # "deflate" is often sent without its zlib wrapper: read it as raw deflate.
+            self._inflater = zlib.decompressobj(_RAW_DEFLATE_WBITS)
+            self.size = 0
+            try:
+                return self._inflate(raw)
+            except zlib.error:
+                raise self._corrupt() from None
+        finally:
+            self._fed_any = True
+
+    def finish(self) -> bytes:
+        if self._inflater is None or self._inflater.eof:
+            return b""
+        try:
+            return self._counted(self._inflater.flush(self._room()))
+        except zlib.error:
+            raise self._corrupt() from None
+
+    def _inflate(self, data: bytes) -> bytes:
+        assert self._inflater is not None
+        pieces: list[bytes] = []
+        while data and not self._inflater.eof:
+            piece = self._inflater.decompress(data, self._room())
+            pieces.append(self._counted(piece))
+            if not piece and self._inflater.unconsumed_tail == data:
+                break
+            data = self._inflater.unconsumed_tail
+        return b"".join(pieces)
+
+    def _room(self) -> int:
+        return max(1, self.limit - self.size + 1)
+
+    def _counted(self, decoded: bytes) -> bytes:
+        self.size += len(decoded)
+        if self.size > self.limit:
+            raise self._too_large()
+        return decoded
+
+    def _too_large(self) -> FetchFailed:
+        return FetchFailed(f"body larger than {self.limit} bytes", "body too large")
+
+    def _corrupt(self) -> FetchFailed:
+        return FetchFailed(f"corrupt {self.coding} body", "corrupt compressed body")
 
 
 @dataclass(slots=True)
@@ -228,6 +380,7 @@ class FetchStats:
     refused: int = 0
     failed: int = 0
     retries: int = 0
+    failures_by_kind: Counter[str] = field(default_factory=Counter)
 
     def to_json(self) -> dict[str, int]:
         return {
@@ -272,7 +425,11 @@ class Fetcher:
             transport=transport,
             timeout=httpx.Timeout(config.timeout),
             follow_redirects=False,
-            headers={"User-Agent": config.user_agent, "Accept": "text/html,*/*;q=0.5"},
+            headers={
+                "User-Agent": config.user_agent,
+                "Accept": "text/html,*/*;q=0.5",
+                "Accept-Encoding": ACCEPTED_ENCODINGS,
+            },
             limits=limits,
             trust_env=False,
         )
@@ -292,23 +449,36 @@ class Fetcher:
         return slot, self._limiters[host]
 
     async def fetch(self, url: str) -> FetchResult:
-        """Fetch ``url`` following guarded redirects, or raise :class:`FetchFailed`."""
+        """Fetch ``url`` following guarded redirects, or raise :class:`FetchFailed`.
+
+        Nothing else escapes: whatever the server sends is at worst an inconclusive fetch.
+        """
         try:
             return await self._fetch_with_redirects(url)
-        except AddressRefused:
+        except AddressRefused as error:
             self.stats.refused += 1
+            self.stats.failures_by_kind[error.kind] += 1
             raise
-        except FetchFailed:
-            self.stats.failed += 1
+        except FetchFailed as error:
+            self._count_failure(error)
             raise
+        except Exception as error:  # a response no rule above foresaw must not end a run
+            failure = FetchFailed(f"unexpected {type(error).__name__}", "unexpected error")
+            self._count_failure(failure)
+            raise failure from error
+
+    def _count_failure(self, error: FetchFailed) -> None:
+        self.stats.failed += 1
+        self.stats.failures_by_kind[error.kind] += 1
 
     async def _fetch_with_redirects(self, url: str) -> FetchResult:
         current = url
         for hop in range(self.config.max_redirects + 1):
             await self.guard.check(current)
-            status, headers, body = await self._fetch_one(current)
+            target = _client_url(current)
+            status, headers, body = await self._fetch_one(target)
             if status in REDIRECT_STATUSES and "location" in headers:
-                current = str(httpx.URL(current).join(headers["location"]))
+                current = _redirect_target(target, headers["location"])
                 continue
             return FetchResult(
                 url=url,
@@ -318,9 +488,9 @@ class Fetcher:
                 body=body,
                 redirects=hop,
             )
-        raise FetchFailed(f"more than {self.config.max_redirects} redirects")
+        raise FetchFailed(f"more than {self.config.max_redirects} redirects", "too many redirects")
 
-    async def _fetch_one(self, url: str) -> tuple[int, Mapping[str, str], bytes]:
+    async def _fetch_one(self, url: httpx.URL) -> tuple[int, Mapping[str, str], bytes]:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.config.max_attempts),
             wait=self._wait,
@@ -340,39 +510,64 @@ class Fetcher:
             return error.retry_after
         return float(self.config.backoff_base * 2 ** (state.attempt_number - 1))
 
-    async def _attempt(self, url: str) -> tuple[int, Mapping[str, str], bytes]:
+    async def _attempt(self, url: httpx.URL) -> tuple[int, Mapping[str, str], bytes]:
         assert self._client is not None, "use Fetcher as an async context manager"
-        host = httpx.URL(url).host
-        slot, limiter = self._politeness(host)
+        slot, limiter = self._politeness(url.host)
         async with slot:
             await limiter.acquire()
             self.stats.requests += 1
-            self.stats.by_host[host] += 1
+            self.stats.by_host[url.host] += 1
             try:
                 async with asyncio.timeout(self.config.timeout):
                     return await self._read(url)
             except TimeoutError:
-                raise _Retryable(f"timed out after {self.config.timeout:g}s") from None
+                raise _Retryable(
+                    f"timed out after {self.config.timeout:g}s", kind="timed out"
+                ) from None
             except httpx.HTTPError as error:
                 raise _Retryable(f"transport error: {type(error).__name__}") from None
+            except (httpx.InvalidURL, ValueError) as error:
+                # The URL was checked: the client choked on the response, such as a
+                # redirect Location it cannot parse while it prepares the next request.
+                raise FetchFailed(f"malformed response: {type(error).__name__}: {error}"[:200],
+                                  "malformed response") from None
 
-    async def _read(self, url: str) -> tuple[int, Mapping[str, str], bytes]:
+    async def _read(self, url: httpx.URL) -> tuple[int, Mapping[str, str], bytes]:
         assert self._client is not None
         async with self._client.stream("GET", url) as response:
             status = response.status_code
             if status in (429, 503):
                 retry_after = _retry_after_seconds(response.headers.get("retry-after"))
                 if retry_after is not None and retry_after > self.config.max_retry_after:
-                    raise FetchFailed(f"HTTP {status}, Retry-After {retry_after:.0f}s too long")
+                    raise FetchFailed(f"HTTP {status}, Retry-After {retry_after:.0f}s too long",
+                                      "Retry-After too long")
                 raise _Retryable(f"HTTP {status}", retry_after)
             if status >= 500:
                 raise _Retryable(f"HTTP {status}")
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > self.config.max_bytes:
-                    raise FetchFailed(f"body larger than {self.config.max_bytes} bytes")
-                chunks.append(chunk)
+            decoder = BoundedDecoder(
+                response.headers.get("content-encoding", ""), self.config.max_bytes
+            )
+            chunks = [decoder.feed(raw) async for raw in response.aiter_raw()]
+            chunks.append(decoder.finish())
             headers = {key.lower(): value for key, value in response.headers.items()}
             return status, headers, b"".join(chunks)
+
+
+def _client_url(url: str) -> httpx.URL:
+    """``url`` as the HTTP client takes it; some hosts the WHATWG parser accepts, it refuses."""
+    try:
+        parsed = httpx.URL(url)
+        if parsed.host:  # httpx decodes an IDNA host only when asked for it
+            return parsed
+    except (httpx.InvalidURL, ValueError) as error:
+        raise FetchFailed(f"URL refused by the HTTP client: {error}"[:200],
+                          "URL refused by the HTTP client") from None
+    raise FetchFailed("URL refused by the HTTP client: no host", "URL refused by the HTTP client")
+
+
+def _redirect_target(url: httpx.URL, location: str) -> str:
+    try:
+        return str(url.join(location))
+    except (httpx.InvalidURL, ValueError) as error:
+        raise FetchFailed(f"malformed redirect Location: {error}"[:200],
+                          "malformed redirect Location") from None

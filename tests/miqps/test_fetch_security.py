@@ -16,37 +16,7 @@ from miqps.fetch import (
     PinnedBackend,
     refusal_reason,
 )
-
-
-class CountingListener:
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.sock.settimeout(0.1)
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.accepted += 1
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self.sock.close()
+from tests.miqps.loopback import CountingListener
 
 
 @pytest.fixture
@@ -54,6 +24,27 @@ def listener() -> Iterator[CountingListener]:
     server = CountingListener()
     yield server
     server.close()
+
+
+# IPv6 forms that carry an internal IPv4 address, and other non-global addresses.
+EMBEDDED_AND_NON_GLOBAL = [
+    "::127.0.0.1",
+    "::169.254.169.254",
+    "::ffff:0:127.0.0.1",
+    "64:ff9b::7f00:1",
+    "64:ff9b::a9fe:a9fe",
+    "64:ff9b:1::7f00:1",
+    "64:ff9b:1:7f00:1::",
+    "2002:7f00:1::",
+    "2002:a9fe:a9fe::1",
+    "2001:0:4136:e378:8000:63bf:80ff:fffe",
+    "fec0::1",
+    "192.0.0.192",
+]
+
+
+def host_of(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
 
 
 def loopback_spellings(port: int) -> list[str]:
@@ -68,6 +59,7 @@ def loopback_spellings(port: int) -> list[str]:
         f"http://localhost:{port}/",
         f"http://LOCALHOST.:{port}/",
         f"http://api.localhost:{port}/",
+        *(f"http://{host_of(address)}:{port}/" for address in EMBEDDED_AND_NON_GLOBAL),
     ]
 
 
@@ -101,29 +93,37 @@ async def test_allow_private_lifts_the_refusal(listener: CountingListener) -> No
     assert listener.accepted == 1
 
 
-async def test_a_redirect_to_an_internal_address_is_refused(listener: CountingListener) -> None:
+@pytest.mark.parametrize("address", ["127.0.0.1", *EMBEDDED_AND_NON_GLOBAL])
+async def test_a_redirect_to_an_internal_address_is_refused(
+    listener: CountingListener, address: str
+) -> None:
     redirector = socket.socket()
     redirector.bind(("127.0.0.1", 0))
     redirector.listen(1)
     port = redirector.getsockname()[1]
 
+    redirected: list[str] = []
+
     def answer() -> None:
         conn, _ = redirector.accept()
         conn.recv(4096)
-        location = f"http://127.0.0.1:{listener.port}/secret"
+        location = f"http://{host_of(address)}:{listener.port}/secret"
         conn.sendall(f"HTTP/1.1 302 Found\r\nLocation: {location}\r\n"
                      "Content-Length: 0\r\nConnection: close\r\n\r\n".encode())
         conn.close()
+        redirected.append(location)
 
     thread = threading.Thread(target=answer, daemon=True)
     thread.start()
-    guard_allows_first_hop_only = _FirstHopGuard()
-    async with Fetcher(FetchConfig(max_attempts=1)) as fetcher:
-        fetcher.guard = guard_allows_first_hop_only
+    fetcher = Fetcher(FetchConfig(max_attempts=1))
+    fetcher.guard = _FirstHopGuard()  # before the client starts: its backend asks the guard
+    async with fetcher:
         with pytest.raises(AddressRefused):
             await fetcher.fetch(f"http://127.0.0.1:{port}/start")
+        assert fetcher.stats.requests == 1
     thread.join(timeout=2)
     redirector.close()
+    assert redirected, "the first hop never reached the redirecting server"
     assert listener.accepted == 0
 
 
@@ -132,25 +132,51 @@ class _FirstHopGuard(AddressGuard):
 
     def __init__(self) -> None:
         super().__init__(allow_private=False, via_proxy=False)
-        self.first = True
+        self.checked_first = False
+        self.connected_first = False
 
     async def check(self, url: str) -> None:
-        if self.first:
-            self.first = False
+        if not self.checked_first:
+            self.checked_first = True
             return
         await super().check(url)
+
+    async def approved_address(self, host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+        if not self.connected_first:
+            self.connected_first = True
+            return ipaddress.ip_address(host)
+        return await super().approved_address(host)
 
 
 @pytest.mark.parametrize(
     "address",
     ["10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "224.0.0.1",
-     "0.0.0.0", "fd00:ec2::254", "fe80::1", "::ffff:10.0.0.1", "2002:7f00:1::", "ff02::1"],
+     "0.0.0.0", "fd00:ec2::254", "fe80::1", "::ffff:10.0.0.1", "2002:7f00:1::", "ff02::1",
+     *EMBEDDED_AND_NON_GLOBAL, "::93.184.216.34", "::ffff:0:93.184.216.34", "64:ff9b:1::5db8:d822",
+     "192.0.0.9", "fec0::5db8:d822"],
 )
 def test_internal_addresses_have_a_refusal_reason(address: str) -> None:
     assert refusal_reason(ipaddress.ip_address(address)) is not None
 
 
-@pytest.mark.parametrize("address", ["93.184.216.34", "2606:4700::1111"])
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [("::127.0.0.1", "loopback address inside an IPv4-compatible address"),
+     ("::ffff:10.0.0.1", "private or reserved address inside an IPv4-mapped address"),
+     ("::ffff:0:169.254.169.254", "link-local or metadata address inside an IPv4-translated"),
+     ("64:ff9b::a9fe:a9fe", "link-local or metadata address inside a NAT64 address"),
+     ("2002:a9fe:a9fe::", "link-local or metadata address inside a 6to4 address"),
+     ("fec0::1", "site-local address"),
+     ("192.0.0.192", "IETF protocol assignment")],
+)
+def test_the_refusal_reason_names_the_embedded_address(address: str, reason: str) -> None:
+    assert (refusal_reason(ipaddress.ip_address(address)) or "").startswith(reason)
+
+
+@pytest.mark.parametrize(
+    "address", ["93.184.216.34", "2606:4700::1111", "::ffff:93.184.216.34", "64:ff9b::5db8:d822",
+                "2002:5db8:d822::1"]
+)
 def test_public_addresses_are_allowed(address: str) -> None:
     assert refusal_reason(ipaddress.ip_address(address)) is None
 

@@ -1,0 +1,53 @@
+"""Raw loopback servers for the fetcher tests: they count connections and answer in bytes."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+
+class CountingListener:
+    """Accepts connections on 127.0.0.1, counts them and answers each with ``response``."""
+
+    def __init__(
+        self,
+        response: bytes = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+        *,
+        read_request: bool = False,
+    ) -> None:
+        self.response = response
+        self.read_request = read_request
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.accepted += 1
+            with conn:
+                conn.settimeout(1.0)
+                try:
+                    if self.read_request:
+                        conn.recv(65536)
+                    conn.sendall(self.response)
+                    conn.shutdown(socket.SHUT_WR)
+                except OSError:
+                    continue
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.sock.close()
