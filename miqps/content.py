@@ -46,6 +46,12 @@ import xxhash
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 MAX_DEPTH = 256
+# Parsing a document nested tens of thousands deep costs the HTML parser seconds to minutes:
+# such a document is refused before parsing when an estimate of its nesting (opening tags
+# less closing ones, void elements aside; an overestimate for sloppy HTML) goes past this.
+MAX_ESTIMATED_DEPTH = 4096
+# A body with more control bytes than this share is not an HTML page.
+MAX_CONTROL_SHARE = 0.01
 MAX_ELEMENTS = 150_000
 MAX_DATA_LEAVES = 20_000
 MAX_DATA_DEPTH = 64
@@ -187,6 +193,9 @@ def snapshot_html(
 ) -> Snapshot:
     """The snapshot of an HTML page; ``request_url`` (and ``final_url``) name the query
     values the page may echo."""
+    problem = _not_parsable(body)
+    if problem is not None:
+        return Snapshot(status, final_url, {}, None, redirects, problem)
     page = _Page(Echoes.of(request_url, final_url))
     tree = LexborHTMLParser(body)
     title = tree.css_first("title")
@@ -208,6 +217,29 @@ def snapshot_html(
         problem = _unjudgeable(status, page, has_scripts)
     blocks = {key: _digest("\x1f".join(values)) for key, values in page.parts.items()}
     return Snapshot(status, final_url, blocks, hint, redirects, problem)
+
+
+_TAG = re.compile(rb"<(/?)([A-Za-z][A-Za-z0-9]*)")
+_VOID_TAGS = frozenset(
+    b"area base br col embed hr img input link meta param source track wbr".split()
+)
+_CONTROL_BYTES = bytes(range(9)) + bytes(range(14, 32))
+
+
+def _not_parsable(body: bytes) -> str | None:
+    """Why ``body`` is refused before parsing, if it is: binary data, or nesting so deep
+    that parsing it would take the HTML parser too long."""
+    if len(body) - len(body.translate(None, _CONTROL_BYTES)) > MAX_CONTROL_SHARE * len(body):
+        return "not an HTML page: binary data"
+    depth = 0
+    for closing, name in _TAG.findall(body):
+        if closing:
+            depth = max(0, depth - 1)
+        elif name.lower() not in _VOID_TAGS:
+            depth += 1
+            if depth > MAX_ESTIMATED_DEPTH:
+                return f"DOM deeper than {MAX_DEPTH}"
+    return None
 
 
 def _digest(text: str) -> int:

@@ -1,3 +1,5 @@
+import random
+
 from miqps.content import (
     Snapshot,
     VolatilityModel,
@@ -218,6 +220,12 @@ def test_a_client_side_shell_is_unjudgeable_but_a_data_only_page_is_not() -> Non
 def test_pages_beyond_the_parsing_caps_are_unjudgeable_and_cost_linear_memory() -> None:
     deep = b"<html><body>" + b"<div>x" * 40_000 + b"</body></html>"
     assert "deeper" in (snapshot_html(200, "u", deep).unjudgeable or "")
+    not_too_deep = b"<html><body>" + b"<div>x" * 300 + b"</div>" * 300 + b"</body></html>"
+    assert "deeper" in (snapshot_html(200, "u", not_too_deep).unjudgeable or "")
+    shallow = b"<html><body>" + b"<div>x</div>" * 300 + b"</body></html>"
+    assert snapshot_html(200, "u", shallow).unjudgeable is None
+    noise = random.Random(1).randbytes(200_000)
+    assert "binary" in (snapshot_html(200, "u", noise).unjudgeable or "")
     wide = b"<html><body>" + b"<p>x</p>" * 200_000 + b"</body></html>"
     assert "elements" in (snapshot_html(200, "u", wide).unjudgeable or "")
 
