@@ -21,6 +21,7 @@ from jsonschema import Draft202012Validator, TypeChecker, validators
 from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 
+from miqps.schema_check import Check, compile_schema
 from miqps.urls import split_pattern
 
 SCHEMA_ID = "miqps.map/1"
@@ -267,10 +268,22 @@ def _exact_integer(checker: TypeChecker, instance: object) -> bool:
 
 
 @cache
-def _validator() -> Validator:
-    """The map schema's validator; ``1.0`` is not an integer here (JSON Schema says it is)."""
-    schema = json.loads(resources.files("miqps").joinpath(
+def _schema() -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(resources.files("miqps").joinpath(
         "data/miqps-map.schema.json").read_text("utf-8"))
+    return document
+
+
+@cache
+def _satisfies_schema() -> Check:
+    return compile_schema(_schema())
+
+
+@cache
+def _validator() -> Validator:
+    """The map schema's validator, for its messages; ``1.0`` is not an integer here (JSON
+    Schema says it is)."""
+    schema = _schema()
     strict_types = Draft202012Validator.TYPE_CHECKER.redefine("integer", _exact_integer)
     # The stubs of ``extend`` are untyped; it returns a validator class.
     strict: type[Validator] = validators.extend(  # type: ignore[no-untyped-call]
@@ -315,12 +328,8 @@ def parse_map(raw: bytes | str, key: str | None = None,
         raise InvalidMap("json", _shorten(str(error))) from None
     if not isinstance(document, dict):
         raise InvalidMap("schema", f"{_json_type(document)} instead of an object")
-    broken = best_match(_validator().iter_errors(document))
-    if broken is not None:
-        message = broken.message
-        if len(message) > MAX_DETAIL // 2:  # the message quotes the instance: say what failed
-            message = f"fails {broken.validator!r}: {broken.validator_value!r}"
-        raise InvalidMap("schema", _shorten(f"{broken.json_path}: {message}"))
+    if not _satisfies_schema()(document):
+        raise InvalidMap("schema", _schema_message(document))
     for pattern, decision in document["patterns"].items():
         kept, dropped = set(decision["kept"]), set(decision["dropped"])
         names = set(split_pattern(pattern)[1])
@@ -332,6 +341,16 @@ def parse_map(raw: bytes | str, key: str | None = None,
         raise InvalidMap("domain key", _shorten(
             f"a map of {document['domain']!r} filed under {key!r}"))
     return DomainMap.from_json(document, strings.__getitem__ if strings is not None else str)
+
+
+def _schema_message(document: dict[str, Any]) -> str:
+    broken = best_match(_validator().iter_errors(document))
+    if broken is None:
+        return "fails the schema"
+    message = broken.message
+    if len(message) > MAX_DETAIL // 2:  # the message quotes the instance: say what failed
+        message = f"fails {broken.validator!r}: {broken.validator_value!r}"
+    return _shorten(f"{broken.json_path}: {message}")
 
 
 def read_maps(path: Path,
