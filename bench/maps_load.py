@@ -78,7 +78,7 @@ def load_in_child(code_root: Path, maps: Path) -> Run:
     process = subprocess.Popen(
         [sys.executable, "-m", "miqps.cli", "canonicalize", "--maps", str(maps)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        env=environment,
+        env=environment, cwd=code_root,  # "-m" puts the working directory first on the path
     )
     _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - started

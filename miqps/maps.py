@@ -22,7 +22,6 @@ from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 
 from miqps.schema_check import Check, compile_schema
-from miqps.urls import split_pattern
 
 SCHEMA_ID = "miqps.map/1"
 
@@ -332,8 +331,8 @@ def parse_map(raw: bytes | str, key: str | None = None,
         raise InvalidMap("schema", _schema_message(document))
     for pattern, decision in document["patterns"].items():
         kept, dropped = set(decision["kept"]), set(decision["dropped"])
-        names = set(split_pattern(pattern)[1])
-        if kept & dropped or kept | dropped != names:
+        names = set(pattern.partition("?")[2].split("&"))  # "/p?" has one name, "", or none
+        if kept & dropped or (kept | dropped != names and (kept or dropped or names != {""})):
             raise InvalidMap("pattern names", _shorten(
                 f"pattern {pattern!r} has the parameters {sorted(names)} but keeps "
                 f"{sorted(kept)} and drops {sorted(dropped)}"))

@@ -266,3 +266,14 @@ def test_any_tampering_is_either_a_map_of_exact_types_or_an_invalid_map(
     for pattern in domain_map.patterns.values():
         assert all(isinstance(name, str) for name in pattern.kept | pattern.dropped)
         assert isinstance(domain_map.version, int)
+
+
+def test_a_parameter_with_an_empty_name_is_accounted_for(tmp_path: Path) -> None:
+    maps = [
+        DomainMap("empty-name.example", 1, "2026-12-02T00:00:00Z", {
+            "/*?": decision({""}, set()), "/a?&id": decision({"id"}, {""})}),
+        DomainMap("no-names.example", 1, "2026-12-02T00:00:00Z", {
+            "/*?": decision(set(), set())}),
+    ]
+    assert sorted(read_maps(maps_file(tmp_path, *(m.dumps() for m in maps)))) == [
+        "empty-name.example", "no-names.example"]
