@@ -25,8 +25,37 @@ from miqps.schema_check import Check, compile_schema
 
 SCHEMA_ID = "miqps.map/1"
 
-Share = Callable[[str], str]
-"""Returns the one string object to keep for a text (``str``: the text itself)."""
+
+
+class Interner:
+    """What a map keeps of each string and set of names it reads: here the objects as they
+    are; :class:`SharedValues` keeps one object per distinct value instead."""
+
+    def text(self, text: str) -> str:
+        return text
+
+    def names(self, names: Iterable[str]) -> frozenset[str]:
+        return frozenset(names)
+
+
+class SharedValues(Interner):
+    """One object per distinct string and set of names, for a whole maps file: the names,
+    timestamps and kept and dropped sets repeated across patterns are then stored once.
+    (Only immutable values: the evidence objects stay one per parameter.)"""
+
+    def __init__(self) -> None:
+        self._texts: dict[str, str] = {}
+        self._name_sets: dict[frozenset[str], frozenset[str]] = {}
+
+    def text(self, text: str) -> str:
+        return self._texts.setdefault(text, text)
+
+    def names(self, names: Iterable[str]) -> frozenset[str]:
+        name_set = frozenset(map(self.text, names))
+        return self._name_sets.setdefault(name_set, name_set)
+
+
+AS_READ = Interner()
 
 
 class Layer(StrEnum):
@@ -75,15 +104,15 @@ class ParamEvidence:
         return document
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], share: Share = str) -> ParamEvidence:
+    def from_json(cls, data: Mapping[str, Any], interner: Interner = AS_READ) -> ParamEvidence:
         return cls(
-            decision=share(str(data["decision"])),
+            decision=interner.text(str(data["decision"])),
             layer=Layer(data["layer"]),
             samples=int(data["samples"]),
             changed=int(data["changed"]),
             unchanged=int(data["unchanged"]),
             inconclusive=int(data["inconclusive"]),
-            default_values=[share(str(v)) for v in data.get("default_values", ())],
+            default_values=[interner.text(str(v)) for v in data.get("default_values", ())],
         )
 
 
@@ -105,12 +134,12 @@ class Verification:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], share: Share = str) -> Verification:
+    def from_json(cls, data: Mapping[str, Any], interner: Interner = AS_READ) -> Verification:
         return cls(
             samples=int(data["samples"]),
             changed=int(data["changed"]),
             inconclusive=int(data["inconclusive"]),
-            restored=[share(name) for name in data["restored"]],
+            restored=[interner.text(name) for name in data["restored"]],
         )
 
 
@@ -134,14 +163,14 @@ class PatternDecision:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], share: Share = str) -> PatternDecision:
+    def from_json(cls, data: Mapping[str, Any], interner: Interner = AS_READ) -> PatternDecision:
         return cls(
-            kept=frozenset(map(share, data["kept"])),
-            dropped=frozenset(map(share, data["dropped"])),
-            params={share(name): ParamEvidence.from_json(evidence, share)
+            kept=interner.names(data["kept"]),
+            dropped=interner.names(data["dropped"]),
+            params={interner.text(name): ParamEvidence.from_json(evidence, interner)
                     for name, evidence in data["params"].items()},
-            verification=Verification.from_json(data["verification"], share),
-            decided_at=share(str(data["decided_at"])),
+            verification=Verification.from_json(data["verification"], interner),
+            decided_at=interner.text(str(data["decided_at"])),
             urls_seen=int(data.get("urls_seen", 0)),
         )
 
@@ -169,7 +198,7 @@ class DomainMap:
         return json.dumps(self.to_json(), separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], share: Share = str) -> DomainMap:
+    def from_json(cls, data: Mapping[str, Any], interner: Interner = AS_READ) -> DomainMap:
         """The map of a document this program wrote; for one from outside, use
         :func:`parse_map`, which validates it first."""
         if data.get("schema") != SCHEMA_ID:
@@ -177,8 +206,8 @@ class DomainMap:
         return cls(
             domain=str(data["domain"]),
             version=int(data["version"]),
-            updated_at=share(str(data["updated_at"])),
-            patterns={key: PatternDecision.from_json(decision, share)
+            updated_at=interner.text(str(data["updated_at"])),
+            patterns={key: PatternDecision.from_json(decision, interner)
                       for key, decision in data["patterns"].items()},
         )
 
@@ -304,20 +333,12 @@ def _json_type(value: object) -> str:
     return "a string" if isinstance(value, str) else "an array"
 
 
-class SharedStrings(dict[str, str]):
-    """One string object per distinct text, so that the names and timestamps repeated in
-    every pattern of a maps file are stored once."""
-
-    def __missing__(self, text: str) -> str:
-        self[text] = text
-        return text
-
-
 def parse_map(raw: bytes | str, key: str | None = None,
-              strings: SharedStrings | None = None) -> DomainMap:
+              interner: Interner = AS_READ) -> DomainMap:
     """The map in ``raw``, one JSON document, after checking every rule of :data:`RULES`
-    but the last (which needs the whole file: :func:`read_maps` checks it); ``key`` is the
-    domain it is filed under, if any. Raises :class:`InvalidMap` (without ``where``).
+    but "one line per domain" (which needs the whole file: :func:`read_maps` checks it);
+    ``key`` is the domain it is filed under, if any. Raises :class:`InvalidMap` (without
+    ``where``).
 
     Every consumer of maps from outside the process (files, the maps topic) reads them
     through here."""
@@ -339,7 +360,7 @@ def parse_map(raw: bytes | str, key: str | None = None,
     if key is not None and document["domain"] != key:
         raise InvalidMap("domain key", _shorten(
             f"a map of {document['domain']!r} filed under {key!r}"))
-    return DomainMap.from_json(document, strings.__getitem__ if strings is not None else str)
+    return DomainMap.from_json(document, interner)
 
 
 def _schema_message(document: dict[str, Any]) -> str:
@@ -364,14 +385,14 @@ def read_maps(path: Path,
     maps: dict[str, DomainMap] = {}
     first_line: dict[str, int] = {}
     ambiguous: set[str] = set()
-    strings = SharedStrings()
+    shared = SharedValues()
     with path.open("rb") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
             where = f"{path}:{number}"
             try:
-                domain_map = parse_map(line, strings=strings)
+                domain_map = parse_map(line, interner=shared)
             except InvalidMap as error:
                 _refuse(error.at(where), on_invalid)
                 continue
@@ -380,7 +401,8 @@ def read_maps(path: Path,
             if seen_at != number:
                 ambiguous.add(domain)
                 _refuse(InvalidMap("one line per domain", _shorten(
-                    f"{domain!r} already has a map on line {seen_at}"), where), on_invalid)
+                    f"{domain!r} already has a map on line {seen_at}; skipping uses neither line"),
+                    where), on_invalid)
                 continue
             maps[domain] = domain_map
     for domain in ambiguous:
