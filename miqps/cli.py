@@ -172,7 +172,12 @@ def run_learn(args: argparse.Namespace) -> int:
         previous, skipped = loaded
         if skipped:
             kept_as = args.out.with_name(args.out.name + ".prev")
-            shutil.copyfile(args.out, kept_as)
+            try:
+                shutil.copyfile(args.out, kept_as)
+            except OSError as error:
+                print(f"miqps learn: cannot keep the previous maps as {kept_as}: "
+                      f"{error.strerror}", file=sys.stderr)
+                return 2
             print(f"miqps learn: the previous maps, skipped lines included, are kept as "
                   f"{kept_as}", file=sys.stderr)
     started = time.monotonic()
