@@ -7,6 +7,7 @@ import asyncio
 import importlib
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -16,7 +17,7 @@ from typing import Any, TextIO
 from miqps.canonical import Canonicalizer, StaticLayers
 from miqps.fetch import FetchConfig, Fetcher, FetchStats
 from miqps.learner import DomainReport, LearnConfig, Learner, learn_all
-from miqps.maps import DomainMap, anomaly_gate, merge_update, read_maps, write_maps
+from miqps.maps import DomainMap, InvalidMap, anomaly_gate, merge_update, read_maps, write_maps
 from miqps.prober import PageProber
 from miqps.urls import InvalidURL, NormalizedURL, parse
 
@@ -66,9 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="largest body read, in bytes")
     learn.add_argument("--seed", type=int, default=defaults.seed)
     learn.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_skip_invalid(learn, "of the previous --out (a copy of that file is kept as "
+                      "OUT.prev)")
 
     canon = commands.add_parser("canonicalize", help="print the canonical URL of each input")
     canon.add_argument("--maps", type=Path, help="maps written by 'miqps learn'")
+    _add_skip_invalid(canon, "of --maps")
     canon.add_argument("--json", action="store_true", help="print the decision details")
     canon.add_argument("--no-prior", action="store_true",
                        help="do not drop utm_*/gclid/fbclid/msclkid in unlearned patterns")
@@ -79,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     maps_cmd = commands.add_parser("maps", help="print current maps from the compacted topic")
     maps_cmd.add_argument("args", nargs=argparse.REMAINDER)
     return parser
+
+
+def _add_skip_invalid(command: argparse.ArgumentParser, which: str) -> None:
+    command.add_argument("--skip-invalid", action="store_true",
+                         help=f"skip the map lines {which} that break a rule, with a report "
+                         "on stderr, instead of stopping")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -156,11 +166,20 @@ def run_learn(args: argparse.Namespace) -> int:
         return 2
     previous: dict[str, DomainMap] = {}
     if args.out.exists():
-        try:
-            previous = read_maps(args.out)
-        except (OSError, ValueError) as error:
-            print(f"miqps learn: cannot read previous maps: {error}", file=sys.stderr)
+        loaded = _load_maps(args.out, args.skip_invalid, "miqps learn", "previous maps")
+        if loaded is None:
             return 2
+        previous, skipped = loaded
+        if skipped:
+            kept_as = args.out.with_name(args.out.name + ".prev")
+            try:
+                shutil.copyfile(args.out, kept_as)
+            except OSError as error:
+                print(f"miqps learn: cannot keep the previous maps as {kept_as}: "
+                      f"{error.strerror}", file=sys.stderr)
+                return 2
+            print(f"miqps learn: the previous maps, skipped lines included, are kept as "
+                  f"{kept_as}", file=sys.stderr)
     started = time.monotonic()
     learned, reports, fetch_stats = asyncio.run(
         _learn(urls, config, fetch_config, show_progress=not args.no_progress)
@@ -182,6 +201,32 @@ def run_learn(args: argparse.Namespace) -> int:
     _print_summary(sys.stdout, urls, blank, invalid, reports, fetch_stats, rejected,
                    time.monotonic() - started, args.out)
     return 0
+
+
+def _load_maps(path: Path, skip_invalid: bool, command: str,
+               what: str) -> tuple[dict[str, DomainMap], int] | None:
+    """The valid maps of ``path`` and how many lines were skipped, or None (reported on
+    stderr) if it cannot be read or, without ``skip_invalid``, has an invalid line."""
+    skipped: list[InvalidMap] = []
+
+    def skip(error: InvalidMap) -> None:
+        skipped.append(error)
+        if len(skipped) <= MAX_INVALID_MESSAGES:
+            print(f"{command}: skipped: {error}", file=sys.stderr)
+
+    try:
+        maps = read_maps(path, skip if skip_invalid else None)
+    except OSError as error:
+        print(f"{command}: cannot read {what}: {path}: {error.strerror}", file=sys.stderr)
+        return None
+    except InvalidMap as error:
+        print(f"{command}: cannot read {what}: {error}\n{command}: use --skip-invalid to "
+              "skip such lines", file=sys.stderr)
+        return None
+    if skipped:
+        print(f"{command}: {path}: {len(skipped)} invalid map lines skipped, "
+              f"{len(maps)} maps read", file=sys.stderr)
+    return maps, len(skipped)
 
 
 async def _learn(
@@ -258,12 +303,12 @@ def run_canonicalize(args: argparse.Namespace) -> int:
     if args.maps is not None:
         gc.disable()  # loading makes many objects that all live on: collecting is wasted
         try:
-            canonicalizer.load(read_maps(args.maps))
-        except (OSError, ValueError) as error:
-            print(f"miqps canonicalize: cannot read maps: {error}", file=sys.stderr)
-            return 2
+            loaded = _load_maps(args.maps, args.skip_invalid, "miqps canonicalize", "maps")
         finally:
             gc.enable()
+        if loaded is None:
+            return 2
+        canonicalizer.load(loaded[0])
         gc.freeze()
     batches: Iterable[tuple[list[str], bool]] = (
         [([url.rstrip("\r\n") for url in args.urls], False)] if args.urls else _stdin_lines()

@@ -7,14 +7,55 @@ per line and the stream processor publishes the same document to ``miqps.maps``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import orjson
+from jsonschema import Draft202012Validator, TypeChecker, validators
+from jsonschema.exceptions import best_match
+from jsonschema.protocols import Validator
+
+from miqps.schema_check import Check, compile_schema
+
 SCHEMA_ID = "miqps.map/1"
+
+
+
+class Interner:
+    """What a map keeps of each string and set of names it reads: here the objects as they
+    are; :class:`SharedValues` keeps one object per distinct value instead."""
+
+    def text(self, text: str) -> str:
+        return text
+
+    def names(self, names: Iterable[str]) -> frozenset[str]:
+        return frozenset(names)
+
+
+class SharedValues(Interner):
+    """One object per distinct string and set of names, for a whole maps file: the names,
+    timestamps and kept and dropped sets repeated across patterns are then stored once.
+    (Only immutable values: the evidence objects stay one per parameter.)"""
+
+    def __init__(self) -> None:
+        self._texts: dict[str, str] = {}
+        self._name_sets: dict[frozenset[str], frozenset[str]] = {}
+
+    def text(self, text: str) -> str:
+        return self._texts.setdefault(text, text)
+
+    def names(self, names: Iterable[str]) -> frozenset[str]:
+        name_set = frozenset(map(self.text, names))
+        return self._name_sets.setdefault(name_set, name_set)
+
+
+AS_READ = Interner()
 
 
 class Layer(StrEnum):
@@ -63,15 +104,15 @@ class ParamEvidence:
         return document
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ParamEvidence:
+    def from_json(cls, data: Mapping[str, Any], interner: Interner = AS_READ) -> ParamEvidence:
         return cls(
-            decision=str(data["decision"]),
+            decision=interner.text(str(data["decision"])),
             layer=Layer(data["layer"]),
             samples=int(data["samples"]),
             changed=int(data["changed"]),
             unchanged=int(data["unchanged"]),
             inconclusive=int(data["inconclusive"]),
-            default_values=[str(v) for v in data.get("default_values", ())],
+            default_values=[interner.text(str(v)) for v in data.get("default_values", ())],
         )
 
 
@@ -93,12 +134,12 @@ class Verification:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Verification:
+    def from_json(cls, data: Mapping[str, Any], interner: Interner = AS_READ) -> Verification:
         return cls(
             samples=int(data["samples"]),
             changed=int(data["changed"]),
             inconclusive=int(data["inconclusive"]),
-            restored=list(data["restored"]),
+            restored=[interner.text(name) for name in data["restored"]],
         )
 
 
@@ -122,13 +163,14 @@ class PatternDecision:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> PatternDecision:
+    def from_json(cls, data: Mapping[str, Any], interner: Interner = AS_READ) -> PatternDecision:
         return cls(
-            kept=frozenset(data["kept"]),
-            dropped=frozenset(data["dropped"]),
-            params={k: ParamEvidence.from_json(v) for k, v in data["params"].items()},
-            verification=Verification.from_json(data["verification"]),
-            decided_at=str(data["decided_at"]),
+            kept=interner.names(data["kept"]),
+            dropped=interner.names(data["dropped"]),
+            params={interner.text(name): ParamEvidence.from_json(evidence, interner)
+                    for name, evidence in data["params"].items()},
+            verification=Verification.from_json(data["verification"], interner),
+            decided_at=interner.text(str(data["decided_at"])),
             urls_seen=int(data.get("urls_seen", 0)),
         )
 
@@ -156,14 +198,17 @@ class DomainMap:
         return json.dumps(self.to_json(), separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> DomainMap:
+    def from_json(cls, data: Mapping[str, Any], interner: Interner = AS_READ) -> DomainMap:
+        """The map of a document this program wrote; for one from outside, use
+        :func:`parse_map`, which validates it first."""
         if data.get("schema") != SCHEMA_ID:
             raise ValueError(f"not a {SCHEMA_ID} document")
         return cls(
             domain=str(data["domain"]),
             version=int(data["version"]),
-            updated_at=str(data["updated_at"]),
-            patterns={k: PatternDecision.from_json(v) for k, v in data["patterns"].items()},
+            updated_at=interner.text(str(data["updated_at"])),
+            patterns={key: PatternDecision.from_json(decision, interner)
+                      for key, decision in data["patterns"].items()},
         )
 
 
@@ -218,18 +263,157 @@ def merge_update(old: DomainMap | None, learned: DomainMap) -> DomainMap:
     )
 
 
-def read_maps(path: Path) -> dict[str, DomainMap]:
+class InvalidMap(ValueError):
+    """A map document that breaks a rule: ``where`` it was (``file:line``, or a topic,
+    partition and offset), which ``rule`` (see :data:`RULES`) and what exactly."""
+
+    def __init__(self, rule: str, detail: str, where: str = "") -> None:
+        super().__init__(rule, detail, where)
+        self.rule = rule
+        self.detail = detail
+        self.where = where
+
+    def at(self, where: str) -> InvalidMap:
+        return InvalidMap(self.rule, self.detail, where)
+
+    def __str__(self) -> str:
+        prefix = f"{self.where}: " if self.where else ""
+        return f"{prefix}not a MIQPS map ({self.rule}): {self.detail}"
+
+
+RULES = {
+    "json": "one JSON document of at most 1024 levels, finite numbers, in UTF-8",
+    "schema": "the JSON Schema schemas/miqps-map.schema.json, integers exactly integers",
+    "pattern names": "every parameter of a pattern's key is either kept or dropped, not both",
+    "domain key": "the map's domain is the key it is filed under",
+    "one line per domain": "a maps file has at most one line per domain",
+}
+MAX_DETAIL = 200
+
+
+def _exact_integer(checker: TypeChecker, instance: object) -> bool:
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+@cache
+def _schema() -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(resources.files("miqps").joinpath(
+        "data/miqps-map.schema.json").read_text("utf-8"))
+    return document
+
+
+@cache
+def _satisfies_schema() -> Check:
+    return compile_schema(_schema())
+
+
+@cache
+def _validator() -> Validator:
+    """The map schema's validator, for its messages; ``1.0`` is not an integer here (JSON
+    Schema says it is)."""
+    schema = _schema()
+    strict_types = Draft202012Validator.TYPE_CHECKER.redefine("integer", _exact_integer)
+    # The stubs of ``extend`` are untyped; it returns a validator class.
+    strict: type[Validator] = validators.extend(  # type: ignore[no-untyped-call]
+        Draft202012Validator, type_checker=strict_types)
+    return strict(schema)
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= MAX_DETAIL else text[: MAX_DETAIL - 1] + "…"
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a string" if isinstance(value, str) else "an array"
+
+
+def parse_map(raw: bytes | str, key: str | None = None,
+              interner: Interner = AS_READ) -> DomainMap:
+    """The map in ``raw``, one JSON document, after checking every rule of :data:`RULES`
+    but "one line per domain" (which needs the whole file: :func:`read_maps` checks it);
+    ``key`` is the domain it is filed under, if any. Raises :class:`InvalidMap` (without
+    ``where``).
+
+    Every consumer of maps from outside the process (files, the maps topic) reads them
+    through here."""
+    try:
+        document = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise InvalidMap("json", _shorten(str(error))) from None
+    if not isinstance(document, dict):
+        raise InvalidMap("schema", f"{_json_type(document)} instead of an object")
+    if not _satisfies_schema()(document):
+        raise InvalidMap("schema", _schema_message(document))
+    for pattern, decision in document["patterns"].items():
+        kept, dropped = set(decision["kept"]), set(decision["dropped"])
+        names = set(pattern.partition("?")[2].split("&"))  # "/p?" has one name, "", or none
+        if kept & dropped or (kept | dropped != names and (kept or dropped or names != {""})):
+            raise InvalidMap("pattern names", _shorten(
+                f"pattern {pattern!r} has the parameters {sorted(names)} but keeps "
+                f"{sorted(kept)} and drops {sorted(dropped)}"))
+    if key is not None and document["domain"] != key:
+        raise InvalidMap("domain key", _shorten(
+            f"a map of {document['domain']!r} filed under {key!r}"))
+    return DomainMap.from_json(document, interner)
+
+
+def _schema_message(document: dict[str, Any]) -> str:
+    broken = best_match(_validator().iter_errors(document))
+    if broken is None:
+        return "fails the schema"
+    message = broken.message
+    if len(message) > MAX_DETAIL // 2:  # the message quotes the instance: say what failed
+        message = f"fails {broken.validator!r}: {broken.validator_value!r}"
+    return _shorten(f"{broken.json_path}: {message}")
+
+
+def read_maps(path: Path,
+              on_invalid: Callable[[InvalidMap], None] | None = None) -> dict[str, DomainMap]:
+    """Every map of a maps file, one per line, read and validated line by line.
+
+    The first line that breaks a rule raises :class:`InvalidMap` naming ``file:line``;
+    with ``on_invalid``, it is passed there instead and skipped. A domain on more than one
+    line is then skipped entirely: no line of it can be trusted over another, and no map
+    means every parameter of the domain is kept.
+    """
     maps: dict[str, DomainMap] = {}
-    with path.open(encoding="utf-8") as handle:
+    first_line: dict[str, int] = {}
+    ambiguous: set[str] = set()
+    shared = SharedValues()
+    with path.open("rb") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
+            where = f"{path}:{number}"
             try:
-                domain_map = DomainMap.from_json(json.loads(line))
-            except (ValueError, KeyError, TypeError) as error:
-                raise ValueError(f"{path}:{number}: not a MIQPS map: {error}") from error
-            maps[domain_map.domain] = domain_map
+                domain_map = parse_map(line, interner=shared)
+            except InvalidMap as error:
+                _refuse(error.at(where), on_invalid)
+                continue
+            domain = domain_map.domain
+            seen_at = first_line.setdefault(domain, number)
+            if seen_at != number:
+                ambiguous.add(domain)
+                _refuse(InvalidMap("one line per domain", _shorten(
+                    f"{domain!r} already has a map on line {seen_at}; skipping uses neither line"),
+                    where), on_invalid)
+                continue
+            maps[domain] = domain_map
+    for domain in ambiguous:
+        del maps[domain]
     return maps
+
+
+def _refuse(error: InvalidMap, on_invalid: Callable[[InvalidMap], None] | None) -> None:
+    if on_invalid is None:
+        raise error
+    on_invalid(error)
 
 
 def write_maps(path: Path, maps: Iterable[DomainMap]) -> None:

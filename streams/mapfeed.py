@@ -4,6 +4,12 @@ Each worker reads every partition from the beginning with its own consumer (no g
 commits), so every worker sees every map; a restarted worker rebuilds its maps from the
 topic before it canonicalizes anything. ``ready`` is set once the topic has been read up to
 where it ended when the feed started.
+
+Every record is validated (``miqps.maps.parse_map``, and its key must be the map's domain).
+An invalid one is dead-lettered, in the DLQ format with its reason, and the last valid map
+of its domain stays live. Each feed that reads it dead-letters it, so a record can be there
+more than once (once per worker process and restart): its topic, partition and offset
+identify it.
 """
 
 from __future__ import annotations
@@ -14,23 +20,39 @@ import time
 import uuid
 from collections.abc import Callable
 
-import orjson
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaException, Message, Producer
 
-from miqps.maps import DomainMap
-from streams.kafka import assign_from_beginning, consumer_config, drop_reached, pending_partitions
+from miqps.maps import InvalidMap, parse_map
+from streams.codecs import Source, encode_dead_letter
+from streams.kafka import (
+    assign_from_beginning,
+    consumer_config,
+    drop_reached,
+    pending_partitions,
+    producer_config,
+)
 from streams.livemaps import LiveMaps
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
 
+DEAD_LETTER_STAGE = "canonicalize"
+"""The DLQ schema's stage of the maps the canonicalizer reads (the topic says which)."""
+
+DeadLetter = Callable[[bytes | None, bytes], None]
+"""Sends one DLQ record (the source key, the encoded record)."""
+
 
 class MapFeed:
     def __init__(self, settings: Settings, live_maps: LiveMaps,
-                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
+                 on_fatal: Callable[[BaseException], None] | None = None,
+                 dead_letter: DeadLetter | None = None) -> None:
+        """``dead_letter`` is where invalid records go; by default a producer to the DLQ
+        topic, made when the feed starts."""
         self.settings = settings
         self.live_maps = live_maps
         self.on_fatal = on_fatal
+        self.dead_letter = dead_letter
         self.ready = threading.Event()
         self.applied = 0
         self.rejected = 0
@@ -62,6 +84,10 @@ class MapFeed:
             self.settings, f"{self.settings.app_id}-maps-{uuid.uuid4().hex}",
             **{"enable.auto.commit": False, "fetch.wait.max.ms": 100},
         ))
+        producer: Producer | None = None
+        if self.dead_letter is None:
+            producer = Producer(producer_config(self.settings))
+            self.dead_letter = self._producing_to_dlq(producer)
         try:
             partitions = assign_from_beginning(consumer, topic, 30.0)
             catching_up = pending_partitions(consumer, partitions, 30.0)
@@ -74,7 +100,7 @@ class MapFeed:
                     if message.error() is not None:
                         log.warning("map feed: %s", message.error())
                         continue
-                    self._apply(message.key(), message.value())
+                    self.apply_record(message.key(), message.value(), _source(message))
                     if catching_up:
                         partition, offset = message.partition() or 0, message.offset() or 0
                         end = catching_up.get(partition)
@@ -86,27 +112,65 @@ class MapFeed:
                     drop_reached(consumer, topic, catching_up)
                     if not catching_up:
                         self._set_ready(started)
+                if producer is not None:
+                    producer.poll(0)
         finally:
             consumer.close()
+            if producer is not None:
+                producer.flush(5.0)
+
+    def _producing_to_dlq(self, producer: Producer) -> DeadLetter:
+        topic = self.settings.topics.dlq
+
+        def send(key: bytes | None, record: bytes) -> None:
+            try:
+                producer.produce(topic, key=key or b"", value=record)
+            except (BufferError, KafkaException) as error:
+                log.error("map feed: could not dead-letter an invalid map: %s", error)
+
+        return send
 
     def _set_ready(self, started: float) -> None:
         log.info("map feed: %d domain maps live after %.1fs", len(self.live_maps),
                  time.monotonic() - started)
         self.ready.set()
 
-    def _apply(self, key: bytes | None, value: bytes | None) -> None:
+    def apply_record(self, key: bytes | None, value: bytes | None, source: Source) -> None:
+        """Install the map of one record of the maps topic, remove its domain's map if it
+        is a tombstone, or dead-letter it if it is invalid (the live map stays)."""
         if value is None:
             if key is not None:
                 self.live_maps.remove(key.decode("utf-8", "replace"))
             return
         try:
-            domain_map = DomainMap.from_json(orjson.loads(value))
-        except (ValueError, KeyError, TypeError) as error:
-            self.rejected += 1
-            log.warning("map feed: skipped a record that is not a MIQPS map: %s", error)
+            if key is None:
+                raise InvalidMap("domain key", "a record without a key")
+            try:
+                domain = key.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidMap("domain key", "a key that is not UTF-8") from None
+            domain_map = parse_map(value, key=domain)
+        except InvalidMap as error:
+            self._reject(error.at(f"{source.topic}[{source.partition}]@{source.offset}"),
+                         key, value, source)
             return
         if self.live_maps.apply(domain_map, value):
             self.applied += 1
             if self.ready.is_set():
                 log.info("map live: %s v%d (%d patterns)", domain_map.domain,
                          domain_map.version, len(domain_map.patterns))
+
+    def _reject(self, error: InvalidMap, key: bytes | None, value: bytes,
+                source: Source) -> None:
+        self.rejected += 1
+        log.warning("map feed: dead-lettered; the last valid map stays live: %s", error)
+        if self.dead_letter is not None:
+            self.dead_letter(key, encode_dead_letter(
+                str(error), value, key, source, DEAD_LETTER_STAGE,
+                self.settings.topic_max_message_bytes // 2))
+
+
+def _source(message: Message) -> Source:
+    timestamp_type, timestamp = message.timestamp()
+    return Source(message.topic() or "", message.partition() or 0, message.offset() or 0,
+                  timestamp if timestamp_type else None)

@@ -1,16 +1,25 @@
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from miqps.cli import main
 from miqps.maps import (
+    RULES,
     DomainMap,
+    InvalidMap,
     Layer,
     ParamEvidence,
     PatternDecision,
     Verification,
     anomaly_gate,
     merge_update,
+    parse_map,
     read_maps,
     write_maps,
 )
@@ -80,3 +89,191 @@ def test_anomaly_gate_accepts_a_small_drift() -> None:
     verdict = anomaly_gate(old, merge_update(old, drift), 0.5)
     assert verdict.accepted
     assert verdict.flipped == (("/p/*?id&v", "v"),)
+
+
+# Loading maps from outside: every line is validated, and a bad one is named, not guessed.
+
+PRODUCT_PAGES = "/p?id&itemid&utm_source"
+
+
+def product_map(domain: str = "shop.example", version: int = 1) -> DomainMap:
+    return DomainMap(domain, version, "2026-12-02T00:00:00Z",
+                     {PRODUCT_PAGES: decision({"id", "itemid"}, {"utm_source"})})
+
+
+def maps_file(tmp_path: Path, *lines: str) -> Path:
+    path = tmp_path / "maps.jsonl"
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def tampered(change: Callable[[dict[str, Any]], object]) -> str:
+    document = product_map().to_json()
+    change(document)
+    return json.dumps(document)
+
+
+def set_pattern_field(name: str, value: object) -> Callable[[dict[str, Any]], object]:
+    return lambda document: document["patterns"][PRODUCT_PAGES].__setitem__(name, value)
+
+
+BROKEN_LINES = {
+    "an array": ("[]", "schema"),
+    "null": ("null", "schema"),
+    "a string": ('"shop.example"', "schema"),
+    "patterns as a list": (tampered(lambda d: d.__setitem__("patterns", [PRODUCT_PAGES])),
+                           "schema"),
+    "an infinite version": (tampered(lambda d: d.__setitem__("version", 1)).replace(
+        '"version": 1', '"version": 1e999'), "json"),
+    "a fractional version": (tampered(lambda d: d.__setitem__("version", 1.5)), "schema"),
+    "kept as one string": (tampered(set_pattern_field("kept", "itemid")), "schema"),
+    "nested 200,000 deep": ("[" * 200_000 + "]" * 200_000, "json"),
+    "not UTF-8": ('{"domain": "caf\udce9"}', "json"),
+    "a name neither kept nor dropped": (tampered(set_pattern_field("kept", ["itemid"])),
+                                        "pattern names"),
+    "a name both kept and dropped": (
+        tampered(set_pattern_field("dropped", ["id", "utm_source"])), "pattern names"),
+}
+
+
+@pytest.mark.parametrize("name", BROKEN_LINES)
+def test_a_broken_line_is_an_error_naming_the_file_the_line_and_the_rule(
+    tmp_path: Path, name: str
+) -> None:
+    line, rule = BROKEN_LINES[name]
+    path = tmp_path / "maps.jsonl"
+    path.write_bytes(f"{product_map('ok.example').dumps()}\n{line}\n".encode(
+        "utf-8", "surrogateescape"))
+    with pytest.raises(ValueError, match=r"maps\.jsonl:2: ") as raised:
+        read_maps(path)
+    assert f"({rule})" in str(raised.value)
+    assert len(str(raised.value)) < 400 + len(str(path))
+
+
+def test_a_second_line_for_a_domain_is_an_error_naming_the_first(tmp_path: Path) -> None:
+    path = maps_file(tmp_path, product_map(version=1).dumps(), product_map(version=2).dumps())
+    with pytest.raises(ValueError, match=r"maps.jsonl:2: .*one line per domain.*line 1"):
+        read_maps(path)
+
+
+def test_a_map_relabelled_with_another_domain_does_not_replace_that_domains_map(
+    tmp_path: Path
+) -> None:
+    relabelled = product_map("other.example", version=9).to_json()
+    relabelled["domain"] = "shop.example"
+    path = maps_file(tmp_path, product_map().dumps(), json.dumps(relabelled))
+    with pytest.raises(ValueError, match=r"maps.jsonl:2: .*one line per domain"):
+        read_maps(path)
+    assert parse_map(product_map().dumps(), key="shop.example").version == 1
+    with pytest.raises(InvalidMap, match=r"\(domain key\).*'shop.example' filed under"):
+        parse_map(json.dumps(relabelled), key="other.example")
+
+
+def test_skipping_invalid_lines_reports_each_and_keeps_every_valid_map(tmp_path: Path) -> None:
+    path = maps_file(
+        tmp_path,
+        product_map("a.example").dumps(),
+        "null",
+        product_map("twice.example", 1).dumps(),
+        product_map("b.example").dumps(),
+        product_map("twice.example", 2).dumps(),
+    )
+    skipped: list[InvalidMap] = []
+    maps = read_maps(path, skipped.append)
+    assert sorted(maps) == ["a.example", "b.example"]
+    assert [(error.where, error.rule) for error in skipped] == [
+        (f"{path}:2", "schema"), (f"{path}:5", "one line per domain")]
+
+
+def test_matrix_parameters_in_a_pattern_stay_valid(tmp_path: Path) -> None:
+    matrix = DomainMap("shop.example", 1, "2026-12-02T00:00:00Z", {
+        "/p/*?;jsessionid&id": decision({"id"}, {";jsessionid"}),
+    })
+    jsonschema.validate(matrix.to_json(), SCHEMA)
+    assert read_maps(maps_file(tmp_path, matrix.dumps()))["shop.example"] == matrix
+
+
+def test_kept_as_a_string_never_merges_two_products(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    path = maps_file(tmp_path, tampered(set_pattern_field("kept", "itemid")))
+    products = ["https://shop.example/p?id=7&itemid=1", "https://shop.example/p?id=7&itemid=2"]
+    assert main(["canonicalize", "--maps", str(path), *products]) == 2
+    stderr = capsys.readouterr().err
+    assert f"{path}:1: not a MIQPS map (schema)" in stderr
+    assert "kept" in stderr
+    assert "Traceback" not in stderr
+    assert main(["canonicalize", "--skip-invalid", "--maps", str(path), *products]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == products
+    assert f"{path}:1" in captured.err
+    assert "1 invalid map lines skipped, 0 maps read" in captured.err
+
+
+def test_the_command_line_names_the_broken_line_and_exits_non_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = maps_file(tmp_path, product_map("a.example").dumps(), "[" * 200_000)
+    assert main(["canonicalize", "--maps", str(path), "https://a.example/"]) == 2
+    stderr = capsys.readouterr().err
+    assert f"{path}:2: not a MIQPS map (json): depth limit exceeded" in stderr
+    assert "--skip-invalid" in stderr
+
+
+def test_learn_with_skip_invalid_keeps_the_previous_file_before_rewriting_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = maps_file(tmp_path, product_map("a.example").dumps(), "{broken")
+    previous = out.read_bytes()
+    urls = tmp_path / "urls.txt"
+    urls.write_text("")
+    assert main(["learn", "--urls", str(urls), "--out", str(out), "--no-progress"]) == 2
+    assert out.read_bytes() == previous
+    assert f"{out}:2: not a MIQPS map (json)" in capsys.readouterr().err
+    assert main(["learn", "--urls", str(urls), "--out", str(out), "--no-progress",
+                 "--skip-invalid"]) == 0
+    assert out.with_name("maps.jsonl.prev").read_bytes() == previous
+    assert list(read_maps(out)) == ["a.example"]
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                 max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(path=st.lists(st.sampled_from(
+    ["patterns", PRODUCT_PAGES, "kept", "params", "id", "verification", "decided_at",
+     "domain", "version", "restored", "default_values", 0]), min_size=1, max_size=4),
+       value=JSON_VALUES)
+def test_any_tampering_is_either_a_map_of_exact_types_or_an_invalid_map(
+    path: list[str | int], value: object
+) -> None:
+    document: Any = product_map().to_json()
+    target = document
+    for step in path[:-1]:
+        if isinstance(target, dict) and step in target:
+            target = target[step]
+    if isinstance(target, dict):
+        target[path[-1]] = value
+    try:
+        domain_map = parse_map(json.dumps(document))
+    except InvalidMap as error:
+        assert error.rule in RULES
+        return
+    for pattern in domain_map.patterns.values():
+        assert all(isinstance(name, str) for name in pattern.kept | pattern.dropped)
+        assert isinstance(domain_map.version, int)
+
+
+def test_a_parameter_with_an_empty_name_is_accounted_for(tmp_path: Path) -> None:
+    maps = [
+        DomainMap("empty-name.example", 1, "2026-12-02T00:00:00Z", {
+            "/*?": decision({""}, set()), "/a?&id": decision({"id"}, {""})}),
+        DomainMap("no-names.example", 1, "2026-12-02T00:00:00Z", {
+            "/*?": decision(set(), set())}),
+    ]
+    assert sorted(read_maps(maps_file(tmp_path, *(m.dumps() for m in maps)))) == [
+        "empty-name.example", "no-names.example"]

@@ -1,0 +1,109 @@
+"""The compiled schema check answers exactly as jsonschema does, on the map schema."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification, _validator
+from miqps.schema_check import compile_schema
+
+SCHEMA = json.loads(
+    (Path(__file__).resolve().parents[2] / "schemas" / "miqps-map.schema.json").read_text()
+)
+satisfies = compile_schema(SCHEMA)
+
+EVIDENCE = ParamEvidence("keep", Layer.LEARNED, 3, 3, 0, 0, ["id=1"])
+A_MAP = DomainMap("shop.example", 3, "2026-12-02T00:00:00Z", {
+    "/p/*?id&utm_source": PatternDecision(
+        frozenset({"id"}), frozenset({"utm_source"}),
+        {"id": EVIDENCE, "utm_source": ParamEvidence("drop", Layer.LEARNED, 6, 0, 6, 0)},
+        Verification(2, 0, 0, ["id"]), "2026-12-02T00:00:00Z", 10),
+}).to_json()
+
+SCALARS = (st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from([0.0, 1.0, 2.5])
+           | st.sampled_from(["", "keep", "drop", "learned", "miqps.map/1", "/p?x",
+                              "2026-12-02T00:00:00Z", "x", "id", "id=1"]))
+JSON_VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["id", "kept", "samples", "x", "/p?id"]), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+def places(document: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path to a value inside ``document``."""
+    found = [prefix]
+    if isinstance(document, dict):
+        for key, item in document.items():
+            found += places(item, (*prefix, key))
+    elif isinstance(document, list):
+        for index, item in enumerate(document):
+            found += places(item, (*prefix, index))
+    return found
+
+
+ALL_PLACES = places(A_MAP)[1:]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(edits=st.lists(st.tuples(st.sampled_from(ALL_PLACES), JSON_VALUES,
+                                st.sampled_from(["replace", "add key", "delete"])),
+                      min_size=1, max_size=3))
+def test_the_compiled_check_agrees_with_jsonschema(
+    edits: list[tuple[tuple[Any, ...], Any, str]]
+) -> None:
+    document = copy.deepcopy(A_MAP)
+    for place, value, how in edits:
+        parent: Any = document
+        for step in place[:-1]:
+            if not isinstance(parent, dict | list) or step not in (
+                    parent if isinstance(parent, dict) else range(len(parent))):
+                break
+            parent = parent[step]
+        else:
+            last = place[-1]
+            if isinstance(parent, dict):
+                if how == "delete":
+                    parent.pop(last, None)
+                elif how == "add key":
+                    parent[f"{last}-extra"] = value
+                else:
+                    parent[last] = value
+            elif isinstance(parent, list) and isinstance(last, int) and last < len(parent):
+                parent[last] = value
+    assert satisfies(document) == _validator().is_valid(document), document
+
+
+def test_the_untouched_map_and_its_variants_are_judged_alike() -> None:
+    assert satisfies(A_MAP)
+    changes: list[tuple[Callable[[dict[str, Any]], object], bool]] = [
+        (lambda d: d.__setitem__("version", 3.0), False),
+        (lambda d: d.__setitem__("version", True), False),
+        (lambda d: d["patterns"]["/p/*?id&utm_source"].__setitem__("kept", ["id", "id"]),
+         False),
+        (lambda d: d["patterns"].__setitem__("no-slash?id", d["patterns"]["/p/*?id&utm_source"]),
+         False),
+        (lambda d: d.__setitem__("schema", "miqps.map/2"), False),
+        (lambda d: d["patterns"]["/p/*?id&utm_source"]["params"]["id"].pop("default_values"),
+         True),
+    ]
+    for change, expected in changes:
+        document = copy.deepcopy(A_MAP)
+        change(document)
+        assert satisfies(document) is expected is _validator().is_valid(document)
+
+
+def test_a_keyword_it_does_not_know_is_refused_when_compiling() -> None:
+    with pytest.raises(ValueError, match="unsupported JSON Schema keyword 'oneOf'"):
+        compile_schema({"oneOf": [{"type": "null"}, {"type": "string"}]})
+    with pytest.raises(ValueError, match="unsupported \\$ref"):
+        compile_schema({"$ref": "other.schema.json#/$defs/x"})
