@@ -13,7 +13,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 
-from streams.lifecycle import DEFAULT_STOP_TIMEOUT, is_broker_outage, wait_for_broker
+from streams.lifecycle import (
+    DEFAULT_STOP_TIMEOUT,
+    EXIT_MARGIN,
+    StopDeadline,
+    is_broker_outage,
+    wait_for_broker,
+)
 from streams.lograte import rate_limit_handlers
 from streams.settings import Settings
 
@@ -22,7 +28,10 @@ log = logging.getLogger("streams.cli")
 DEFAULT_AGENTS = "canonicalize,probe"
 # Each attempt to reach the broker at start-up gives up after this long, so that a stop
 # request during the wait is served within it.
-CONNECT_ATTEMPT_SECONDS = 10.0
+CONNECT_ATTEMPT_SECONDS = 5.0
+# The stop timeout must leave the front process and the worker their margins.
+MIN_STOP_TIMEOUT = 5.0
+MAX_STOP_TIMEOUT = 3600.0
 
 
 def main(command: str, args: list[str]) -> int:
@@ -79,8 +88,9 @@ def _positive_seconds(text: str) -> float:
         seconds = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 1.0 <= seconds <= 3600.0:
-        raise argparse.ArgumentTypeError(f"must be between 1 and 3600 seconds: {text!r}")
+    if not MIN_STOP_TIMEOUT <= seconds <= MAX_STOP_TIMEOUT:
+        raise argparse.ArgumentTypeError(
+            f"must be between {MIN_STOP_TIMEOUT:g} and {MAX_STOP_TIMEOUT:g} seconds: {text!r}")
     return seconds
 
 
@@ -100,11 +110,13 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 @contextlib.contextmanager
-def _stop_requests_set(event: threading.Event) -> Iterator[None]:
-    """While inside, SIGTERM and SIGINT set ``event`` instead of ending the process."""
+def _stop_requests_set(event: threading.Event, deadline: StopDeadline) -> Iterator[None]:
+    """While inside, SIGTERM and SIGINT set ``event`` and arm ``deadline`` instead of
+    ending the process."""
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
         log.info("stop requested (signal %d)", signum)
+        deadline.arm()
         event.set()
 
     previous = {signum: signal.signal(signum, request_stop)
@@ -116,13 +128,15 @@ def _stop_requests_set(event: threading.Event) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-def _ensure_topics(settings: Settings) -> dict[str, int] | None:
+def _ensure_topics(settings: Settings, stop_timeout: float) -> dict[str, int] | None:
     """The partition count of each topic, once the broker answers (waiting as long as it
     takes); None if a stop was requested first."""
     from streams.kafka import ensure_topics
 
     stopping = threading.Event()
-    with _stop_requests_set(stopping):
+    deadline = StopDeadline(stop_timeout - EXIT_MARGIN, "worker",
+                            lambda: "Nothing was consumed yet.")
+    with _stop_requests_set(stopping, deadline):
         partitions = wait_for_broker(
             settings.bootstrap_servers,
             lambda: ensure_topics(settings, CONNECT_ATTEMPT_SECONDS),
@@ -145,7 +159,7 @@ def run_worker(argv: Sequence[str]) -> int:
         print(f"miqps worker: --agents takes {' and/or '.join(ROLES)}", file=sys.stderr)
         return 2
     try:
-        partitions = _ensure_topics(settings)
+        partitions = _ensure_topics(settings, args.stop_timeout)
     except Exception as error:
         print(f"miqps worker: cannot create topics on {settings.bootstrap_servers}: {error}",
               file=sys.stderr)

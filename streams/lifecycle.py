@@ -31,6 +31,9 @@ from tenacity import (
 log = logging.getLogger(__name__)
 
 DEFAULT_STOP_TIMEOUT = 30.0
+# A process's own deadline fires this long before its documented bound, to leave time for
+# the exit itself.
+EXIT_MARGIN = 1.0
 MIN_BACKOFF = 1.0
 MAX_BACKOFF = 30.0
 STOP_TIMEOUT_EXIT_CODE = 0

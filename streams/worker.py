@@ -9,13 +9,10 @@ from typing import Any
 
 import faust
 
-from streams.lifecycle import StopDeadline
+from streams.lifecycle import EXIT_MARGIN, StopDeadline
 from streams.lograte import rate_limit_handlers
 from streams.runtime import Runtime
 
-# The worker's own deadline fires this long before the documented bound, to leave time
-# for the exit itself.
-EXIT_MARGIN = 1.0
 CRASH_EXIT_CODE = 1
 
 
