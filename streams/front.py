@@ -178,15 +178,16 @@ class CanonicalizerFront:
             if self.on_fatal is not None:
                 self.on_fatal(error)
 
-    @staticmethod
-    def _on_assign(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("canonicalizer: assigned partitions %s",
                  sorted(partition.partition for partition in partitions))
+        # Consumption starts over from the group's committed offsets.
+        self.uncommitted.forget(partitions)
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    @staticmethod
+    def _on_revoke(consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("canonicalizer: revoked partitions %s",
                  sorted(partition.partition for partition in partitions))
-        self.uncommitted.forget(partitions)
 
     def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
         if error is None:
