@@ -71,7 +71,7 @@ def worker_parser() -> argparse.ArgumentParser:
                         help="partitions of the topics this worker creates (MIQPS_PARTITIONS)")
     parser.add_argument("--create-topics-only", action="store_true",
                         help="create the missing topics and exit")
-    parser.add_argument("--stop-timeout", type=_positive_seconds,
+    parser.add_argument("--stop-timeout", type=_stop_timeout,
                         default=os.environ.get("MIQPS_STOP_TIMEOUT") or DEFAULT_STOP_TIMEOUT,
                         metavar="SECONDS",
                         help="after SIGTERM or SIGINT the worker exits within this many "
@@ -83,7 +83,7 @@ def worker_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _positive_seconds(text: str) -> float:
+def _stop_timeout(text: str) -> float:
     try:
         seconds = float(text)
     except ValueError:

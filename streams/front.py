@@ -13,7 +13,9 @@ below what this stage must carry (see DESIGN.md, measured facts). Per batch:
 4. only then store the batch's offsets, which the consumer commits in the background.
 
 So an offset is never committed before the outputs of the messages it covers are in Kafka:
-at least once. A delivery failure stops the worker without storing the batch's offsets.
+at least once. A delivery failure stops the worker without storing the batch's offsets, and
+so does a stop request while outputs are still undelivered (the broker is gone); the log
+then says which inputs have no committed offset and will be delivered again.
 """
 
 from __future__ import annotations

@@ -142,10 +142,6 @@ class StopDeadline:
             self._timer.daemon = True
             self._timer.start()
 
-    @property
-    def armed(self) -> bool:
-        return self._timer is not None
-
     def cancel(self) -> None:
         with self._lock:
             if self._timer is not None:

@@ -43,9 +43,12 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
         time.sleep(0.2)
 
 
-def outage_settings(broker: LocalBroker, label: str, state: Path) -> Settings:
+def with_topics(broker: LocalBroker, label: str, state: Path) -> Settings:
+    """Settings with topics of their own on ``broker``, created."""
     base = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap})
-    return isolated_settings(base, label, state, partitions=2)
+    settings = isolated_settings(base, label, state, partitions=2)
+    ensure_topics(settings)
+    return settings
 
 
 def worker(settings: Settings, log: Path) -> WorkerProcess:
@@ -56,8 +59,7 @@ def worker(settings: Settings, log: Path) -> WorkerProcess:
 def test_sigterm_with_the_broker_gone_stops_in_time_and_loses_nothing(
     private_broker: LocalBroker, tmp_path: Path
 ) -> None:
-    settings = outage_settings(private_broker, "sigterm", tmp_path / "state")
-    ensure_topics(settings)
+    settings = with_topics(private_broker, "sigterm", tmp_path / "state")
     stream = numbered_inputs(30_000)
     first = worker(settings, tmp_path / "first.log").start()
     outputs = TopicReader(settings, settings.topics.canonical)
@@ -96,8 +98,7 @@ def test_sigterm_with_the_broker_gone_stops_in_time_and_loses_nothing(
 def test_a_worker_started_during_an_outage_waits_then_processes_everything(
     private_broker: LocalBroker, tmp_path: Path
 ) -> None:
-    settings = outage_settings(private_broker, "late", tmp_path / "state")
-    ensure_topics(settings)
+    settings = with_topics(private_broker, "late", tmp_path / "state")
     stream = numbered_inputs(2000)
     private_broker.stop()
     quitter = worker(settings, tmp_path / "quitter.log").start()
