@@ -18,6 +18,7 @@ from streams.lifecycle import (
     EXIT_MARGIN,
     StopDeadline,
     is_broker_outage,
+    start_again,
     wait_for_broker,
 )
 from streams.lograte import rate_limit_handlers
@@ -193,19 +194,8 @@ def _run_faust(settings: Settings, roles: frozenset[str], partitions: dict[str, 
         code = int(exit_.code or 0)
     if worker.crash_reason is not None and not worker.stop_requested and \
             is_broker_outage(worker.crash_reason):
-        _start_again(worker.crash_reason)
+        start_again(worker.crash_reason)
     return code
-
-
-def _start_again(reason: BaseException) -> None:
-    """Replace this process with a fresh worker, which waits for the broker: a worker that
-    lost its broker while starting (or later, past what its clients retry) recovers by
-    itself. Nothing is lost: every input without a committed offset is delivered again."""
-    log.warning("Kafka became unreachable (%s: %s); starting the worker again once it "
-                "answers", type(reason).__name__, reason)
-    for handler in logging.getLogger().handlers:
-        handler.flush()
-    os.execv(sys.executable, sys.orig_argv)
 
 
 def maps_parser() -> argparse.ArgumentParser:

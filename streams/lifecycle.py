@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 from tenacity import (
@@ -118,7 +118,9 @@ def wait_for_broker(bootstrap_servers: str, attempt: Callable[[], T],
 
 
 class StopDeadline:
-    """Ends the process ``seconds`` after :meth:`arm` unless it has exited by then.
+    """Ends the process ``seconds`` after :meth:`arm` unless it has exited by then: with
+    ``exit_code``, or, if ``restart_after`` names the broker outage that made it stop, by
+    starting it again (:func:`start_again`).
 
     ``abandoned`` describes, for the log, the work that was not committed and so will be
     delivered again.
@@ -130,6 +132,7 @@ class StopDeadline:
         self.what = what
         self.abandoned = abandoned
         self.exit_code = exit_code
+        self.restart_after: BaseException | None = None
         self._timer: threading.Timer | None = None
         self._lock = threading.Lock()
 
@@ -142,11 +145,6 @@ class StopDeadline:
             self._timer.daemon = True
             self._timer.start()
 
-    def cancel(self) -> None:
-        with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-
     def _expire(self) -> None:
         try:
             detail = self.abandoned()
@@ -154,6 +152,23 @@ class StopDeadline:
             detail = f"(cannot tell what: {type(error).__name__}: {error})"
         log.warning("%s: not stopped %gs after the stop request; exiting now. %s",
                     self.what, self.seconds, detail)
-        for handler in logging.getLogger().handlers:
-            handler.flush()
+        if self.restart_after is not None:
+            start_again(self.restart_after)
+        _flush_logs()
         os._exit(self.exit_code)
+
+
+def start_again(reason: BaseException) -> NoReturn:
+    """Replace this process with a fresh one, run the same way, which waits for the broker
+    at start-up: a worker that lost its broker while starting (or later, past what its
+    clients retry) recovers by itself. Nothing is lost: every input without a committed
+    offset is delivered again."""
+    log.warning("Kafka became unreachable (%s: %s); starting the worker again once it "
+                "answers", type(reason).__name__, reason)
+    _flush_logs()
+    os.execv(sys.executable, sys.orig_argv)
+
+
+def _flush_logs() -> None:
+    for handler in logging.getLogger().handlers:
+        handler.flush()

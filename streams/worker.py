@@ -9,7 +9,7 @@ from typing import Any
 
 import faust
 
-from streams.lifecycle import EXIT_MARGIN, StopDeadline
+from streams.lifecycle import EXIT_MARGIN, StopDeadline, is_broker_outage
 from streams.lograte import rate_limit_handlers
 from streams.runtime import Runtime
 
@@ -43,6 +43,8 @@ class StreamWorker(faust.Worker):
         if self.crash_reason is None and not self.stop_requested:
             self.crash_reason = error
             self.deadline.exit_code = CRASH_EXIT_CODE
+            if is_broker_outage(error):
+                self.deadline.restart_after = error
             self._begin_stop()
             self._failing.append(asyncio.ensure_future(self._stop_on_signal(signal.SIGTERM)))
 

@@ -138,6 +138,26 @@ def test_a_stop_deadline_ends_a_process_that_hangs_and_says_what_is_left() -> No
     assert b"hung: not stopped 0.5s after the stop request; exiting now. 3 inputs" in done.stderr
 
 
+def test_a_stop_deadline_after_a_broker_outage_starts_the_process_again() -> None:
+    script = textwrap.dedent("""
+        import logging, os, time
+        from streams.lifecycle import StopDeadline
+        logging.basicConfig(level="INFO", format="%(message)s")
+        if os.environ.get("STARTED_AGAIN"):
+            print("started again", flush=True)
+            raise SystemExit(0)
+        os.environ["STARTED_AGAIN"] = "1"
+        deadline = StopDeadline(0.5, "hung", lambda: "nothing.")
+        deadline.restart_after = ConnectionRefusedError(111, "refused")
+        deadline.arm()
+        time.sleep(30)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=20)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"started again\n"
+    assert b"Kafka became unreachable (ConnectionRefusedError" in done.stderr
+
+
 class FakeMessage:
     def __init__(self, topic: str, partition: int, offset: int) -> None:
         self._where = (topic, partition, offset)
