@@ -3,21 +3,36 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
+import contextlib
 import logging
 import os
 import signal
 import sys
-import time
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 
+from streams.lifecycle import (
+    DEFAULT_STOP_TIMEOUT,
+    EXIT_MARGIN,
+    StopDeadline,
+    is_broker_outage,
+    start_again,
+    wait_for_broker,
+)
+from streams.lograte import rate_limit_handlers
 from streams.settings import Settings
 
 log = logging.getLogger("streams.cli")
 
 DEFAULT_AGENTS = "canonicalize,probe"
-TOPIC_WAIT_SECONDS = 120.0
+# Each attempt to reach the broker at start-up gives up after this long, so that a stop
+# request during the wait is served within it.
+CONNECT_ATTEMPT_SECONDS = 5.0
+# The stop timeout must leave the front process and the worker their margins.
+MIN_STOP_TIMEOUT = 5.0
+MAX_STOP_TIMEOUT = 3600.0
 
 
 def main(command: str, args: list[str]) -> int:
@@ -57,9 +72,27 @@ def worker_parser() -> argparse.ArgumentParser:
                         help="partitions of the topics this worker creates (MIQPS_PARTITIONS)")
     parser.add_argument("--create-topics-only", action="store_true",
                         help="create the missing topics and exit")
+    parser.add_argument("--stop-timeout", type=_stop_timeout,
+                        default=os.environ.get("MIQPS_STOP_TIMEOUT") or DEFAULT_STOP_TIMEOUT,
+                        metavar="SECONDS",
+                        help="after SIGTERM or SIGINT the worker exits within this many "
+                             "seconds, even with the broker gone; inputs whose offsets are "
+                             "not committed by then are delivered again "
+                             f"(MIQPS_STOP_TIMEOUT, default {DEFAULT_STOP_TIMEOUT:g})")
     parser.add_argument("--loglevel", default="info",
                         choices=["debug", "info", "warning", "error"])
     return parser
+
+
+def _stop_timeout(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not MIN_STOP_TIMEOUT <= seconds <= MAX_STOP_TIMEOUT:
+        raise argparse.ArgumentTypeError(
+            f"must be between {MIN_STOP_TIMEOUT:g} and {MAX_STOP_TIMEOUT:g} seconds: {text!r}")
+    return seconds
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -77,20 +110,40 @@ def _settings(args: argparse.Namespace) -> Settings:
     )
 
 
-def _ensure_topics(settings: Settings) -> dict[str, int]:
-    from confluent_kafka import KafkaException
+@contextlib.contextmanager
+def _stop_requests_set(event: threading.Event, deadline: StopDeadline) -> Iterator[None]:
+    """While inside, SIGTERM and SIGINT set ``event`` and arm ``deadline`` instead of
+    ending the process."""
 
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        log.info("stop requested (signal %d)", signum)
+        deadline.arm()
+        event.set()
+
+    previous = {signum: signal.signal(signum, request_stop)
+                for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _ensure_topics(settings: Settings, stop_timeout: float) -> dict[str, int] | None:
+    """The partition count of each topic, once the broker answers (waiting as long as it
+    takes); None if a stop was requested first."""
     from streams.kafka import ensure_topics
 
-    deadline = time.monotonic() + TOPIC_WAIT_SECONDS
-    while True:
-        try:
-            return ensure_topics(settings)
-        except (KafkaException, RuntimeError) as error:
-            if time.monotonic() > deadline:
-                raise
-            log.warning("waiting for Kafka at %s: %s", settings.bootstrap_servers, error)
-            time.sleep(2.0)
+    stopping = threading.Event()
+    deadline = StopDeadline(stop_timeout - EXIT_MARGIN, "worker",
+                            lambda: "Nothing was consumed yet.")
+    with _stop_requests_set(stopping, deadline):
+        partitions = wait_for_broker(
+            settings.bootstrap_servers,
+            lambda: ensure_topics(settings, CONNECT_ATTEMPT_SECONDS),
+            stopping,
+        )
+    return None if stopping.is_set() else partitions
 
 
 def run_worker(argv: Sequence[str]) -> int:
@@ -99,6 +152,7 @@ def run_worker(argv: Sequence[str]) -> int:
     logging.basicConfig(level=args.loglevel.upper(),
                         format="[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    rate_limit_handlers()
     settings = _settings(args)
     from streams.runtime import ROLES
 
@@ -106,44 +160,42 @@ def run_worker(argv: Sequence[str]) -> int:
         print(f"miqps worker: --agents takes {' and/or '.join(ROLES)}", file=sys.stderr)
         return 2
     try:
-        partitions = _ensure_topics(settings)
+        partitions = _ensure_topics(settings, args.stop_timeout)
     except Exception as error:
         print(f"miqps worker: cannot create topics on {settings.bootstrap_servers}: {error}",
               file=sys.stderr)
         return 1
+    if partitions is None:
+        log.info("stopped while waiting for Kafka, before consuming anything")
+        return 0
     if args.create_topics_only:
         for name, count in sorted(partitions.items()):
             print(f"{name}\t{count} partitions")
         return 0
-    return _run_faust(settings, roles, partitions, args.loglevel)
+    return _run_faust(settings, roles, partitions, args.loglevel, args.stop_timeout)
 
 
 def _run_faust(settings: Settings, roles: frozenset[str], partitions: dict[str, int],
-               loglevel: str) -> int:
-    import faust
-
+               loglevel: str, stop_timeout: float) -> int:
     from streams.app import create_app
     from streams.runtime import Runtime, ThreadsService
+    from streams.worker import StreamWorker
 
-    runtime = Runtime(settings, roles, partitions)
+    runtime = Runtime(settings, roles, partitions, stop_timeout)
     app = create_app(runtime)
-    worker = faust.Worker(app, ThreadsService(runtime), loglevel=loglevel)
-
-    stopping: list[asyncio.Future[None]] = []
-
-    def crash(error: BaseException) -> None:
-        if worker.crash_reason is None:
-            worker.crash_reason = error
-            stopping.append(asyncio.ensure_future(worker._stop_on_signal(signal.SIGTERM)))
-
-    runtime.bind(worker.loop, crash)
-    log.info("worker %s: agents %s, topics %s, state in %s", settings.app_id,
-             ",".join(sorted(roles)), settings.topics.all(), settings.state_dir)
+    worker = StreamWorker(app, ThreadsService(runtime), runtime=runtime, loglevel=loglevel)
+    runtime.bind(worker.loop, worker.fail)
+    log.info("worker %s: agents %s, topics %s, state in %s; stops within %gs", settings.app_id,
+             ",".join(sorted(roles)), settings.topics.all(), settings.state_dir, stop_timeout)
+    code = 0
     try:
         worker.execute_from_commandline()
     except SystemExit as exit_:
-        return int(exit_.code or 0)
-    return 0
+        code = int(exit_.code or 0)
+    if worker.crash_reason is not None and not worker.stop_requested and \
+            is_broker_outage(worker.crash_reason):
+        start_again(worker.crash_reason)
+    return code
 
 
 def maps_parser() -> argparse.ArgumentParser:

@@ -13,7 +13,9 @@ below what this stage must carry (see DESIGN.md, measured facts). Per batch:
 4. only then store the batch's offsets, which the consumer commits in the background.
 
 So an offset is never committed before the outputs of the messages it covers are in Kafka:
-at least once. A delivery failure stops the worker without storing the batch's offsets.
+at least once. A delivery failure stops the worker without storing the batch's offsets, and
+so does a stop request while outputs are still undelivered (the broker is gone); the log
+then says which inputs have no committed offset and will be delivered again.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ log = logging.getLogger(__name__)
 COUNT_FLUSH_SECONDS = 1.0
 REPORT_SECONDS = 10.0
 SAMPLES_PER_MESSAGE = 500
+DELIVERY_WAIT_SECONDS = 10.0
+STOPPING_FLUSH_SECONDS = 2.0
 
 
 class SamplePacks:
@@ -74,6 +78,52 @@ class DeliveryFailed(RuntimeError):
     pass
 
 
+class StoppedBeforeDelivery(Exception):
+    """Asked to stop while outputs of the current batch were still undelivered."""
+
+
+class UncommittedInputs:
+    """Per partition, how far this worker consumed and how far Kafka confirmed commits,
+    so that a stop can say which inputs will be delivered again."""
+
+    def __init__(self) -> None:
+        self._consumed: dict[tuple[str, int], tuple[int, int]] = {}
+        self._committed: dict[tuple[str, int], int] = {}
+
+    def consumed(self, messages: list[Message], ends: dict[tuple[str, int], int]) -> None:
+        for key, end in ends.items():
+            known = self._consumed.get(key)
+            if known is None:
+                first = next(message.offset() or 0 for message in messages
+                             if (message.topic() or "", message.partition() or 0) == key)
+                self._consumed[key] = (first, end)
+            else:
+                self._consumed[key] = (known[0], end)
+
+    def committed(self, partitions: list[TopicPartition]) -> None:
+        for partition in partitions:
+            if partition.error is None and partition.offset >= 0:
+                self._committed[(partition.topic, partition.partition)] = partition.offset
+
+    def forget(self, partitions: list[TopicPartition]) -> None:
+        for partition in partitions:
+            self._consumed.pop((partition.topic, partition.partition), None)
+            self._committed.pop((partition.topic, partition.partition), None)
+
+    def describe(self) -> str:
+        consumed, committed = dict(self._consumed), dict(self._committed)
+        ranges = []
+        for (topic, partition), (first, end) in sorted(consumed.items()):
+            start = max(first, committed.get((topic, partition), first))
+            if end > start:
+                ranges.append((end - start, f"{topic}[{partition}] offsets {start}-{end - 1}"))
+        if not ranges:
+            return "Every consumed input has its offset committed."
+        return (f"{sum(count for count, _ in ranges)} consumed inputs have no committed "
+                f"offset and will be delivered again (at least once): "
+                f"{', '.join(text for _, text in ranges)}.")
+
+
 @dataclass(slots=True)
 class FrontCounters:
     consumed: int = 0
@@ -102,6 +152,7 @@ class CanonicalizerFront:
                                         daemon=True)
         self._delivery_errors: list[KafkaError] = []
         self._packs: SamplePacks | None = None
+        self.uncommitted = UncommittedInputs()
 
     @property
     def group_id(self) -> str:
@@ -115,6 +166,9 @@ class CanonicalizerFront:
         if self._thread.is_alive():
             self._thread.join(timeout)
 
+    def describe_uncommitted(self) -> str:
+        return self.uncommitted.describe()
+
     def _run(self) -> None:
         try:
             while not self.feed.wait_ready(0.5):
@@ -126,15 +180,20 @@ class CanonicalizerFront:
             if self.on_fatal is not None:
                 self.on_fatal(error)
 
-    @staticmethod
-    def _on_assign(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("canonicalizer: assigned partitions %s",
                  sorted(partition.partition for partition in partitions))
+        # Consumption starts over from the group's committed offsets.
+        self.uncommitted.forget(partitions)
 
     @staticmethod
     def _on_revoke(consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("canonicalizer: revoked partitions %s",
                  sorted(partition.partition for partition in partitions))
+
+    def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        if error is None:
+            self.uncommitted.committed(partitions)
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is not None:
@@ -151,6 +210,7 @@ class CanonicalizerFront:
             "queued.max.messages.kbytes": 16 * 1024,
             "session.timeout.ms": 10_000,
             "heartbeat.interval.ms": 2_000,
+            "on_commit": self._on_commit,
         }))
         producer = Producer(producer_config(settings, **{
             "delivery.report.only.error": True,
@@ -181,7 +241,14 @@ class CanonicalizerFront:
                     next_count_flush = now + COUNT_FLUSH_SECONDS
                 self._send_samples(producer)
                 processed = clock()
-                self._deliver(producer)
+                if offsets:
+                    self.uncommitted.consumed(messages, offsets)
+                try:
+                    self._deliver(producer)
+                except StoppedBeforeDelivery as stopped:
+                    log.warning("canonicalizer: stopping with %s outputs undelivered; the "
+                                "offsets of their inputs stay uncommitted", stopped)
+                    break
                 if offsets:
                     self._store(consumer, offsets)
                 counters.process_seconds += processed - consumed
@@ -199,8 +266,12 @@ class CanonicalizerFront:
                              counters.process_seconds, counters.deliver_seconds)
                     next_report = now + REPORT_SECONDS
         finally:
-            producer.flush(30)
+            undelivered = producer.flush(0 if self._stopping.is_set() else 30)
+            if undelivered:
+                log.warning("canonicalizer: %d outputs not delivered before the stop",
+                            undelivered)
             consumer.close()
+            log.info("canonicalizer: %s", self.uncommitted.describe())
             log.info("canonicalizer stopped after %d messages (%d learned, %d provisional, "
                      "%d dead-lettered)", self.counters.consumed, self.counters.learned,
                      self.counters.provisional, self.counters.dead)
@@ -323,10 +394,13 @@ class CanonicalizerFront:
                     producer.poll(0.05)
 
     def _deliver(self, producer: Producer) -> None:
-        while producer.flush(10.0):
-            if self._stopping.is_set() and self._delivery_errors:
-                break
-            log.warning("canonicalizer: still waiting for %d deliveries", len(producer))
+        while pending := producer.flush(STOPPING_FLUSH_SECONDS if self._stopping.is_set()
+                                        else DELIVERY_WAIT_SECONDS):
+            if self._stopping.is_set():
+                if self._delivery_errors:
+                    break
+                raise StoppedBeforeDelivery(pending)
+            log.warning("canonicalizer: still waiting for %d deliveries", pending)
         if self._delivery_errors:
             errors = self._delivery_errors[:3]
             raise DeliveryFailed(f"{len(self._delivery_errors)} outputs not delivered: {errors}")

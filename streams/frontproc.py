@@ -19,7 +19,9 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 
 from streams.front import CanonicalizerFront
+from streams.lifecycle import StopDeadline
 from streams.livemaps import LiveMaps
+from streams.lograte import rate_limit_handlers
 from streams.mapfeed import MapFeed
 from streams.settings import Settings
 
@@ -28,39 +30,46 @@ log = logging.getLogger(__name__)
 LOG_FORMAT = "[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s"
 
 
-def run_front(settings: Settings, parent_pid: int, loglevel: int) -> None:
-    """The child process: map feed + front until SIGTERM or the parent is gone."""
+def run_front(settings: Settings, parent_pid: int, loglevel: int, stop_timeout: float) -> None:
+    """The child process: map feed + front until SIGTERM or the parent is gone; once
+    asked to stop, it exits within ``stop_timeout`` seconds."""
     logging.basicConfig(level=loglevel, format=LOG_FORMAT)
+    rate_limit_handlers()
     stopping = threading.Event()
     failed: list[BaseException] = []
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
-
     def on_fatal(error: BaseException) -> None:
         failed.append(error)
+        deadline.arm()
+        stopping.set()
+
+    live_maps = LiveMaps(settings.policy.reverify_after)
+    feed = MapFeed(settings, live_maps, on_fatal)
+    front = CanonicalizerFront(settings, live_maps, feed, on_fatal)
+    deadline = StopDeadline(stop_timeout, "canonicalizer", front.describe_uncommitted)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        deadline.arm()
         stopping.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    live_maps = LiveMaps(settings.policy.reverify_after)
-    feed = MapFeed(settings, live_maps, on_fatal)
-    front = CanonicalizerFront(settings, live_maps, feed, on_fatal)
     feed.start()
     front.start()
     while not stopping.wait(0.5):
         if os.getppid() != parent_pid:
             log.error("canonicalizer: the worker process is gone; exiting")
             os._exit(3)
-    front.stop()
+    front.stop(stop_timeout)
     feed.stop()
     if failed:
         os._exit(1)
 
 
 class FrontProcess:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, stop_timeout: float) -> None:
         self.settings = settings
+        self.stop_timeout = stop_timeout
         self._process: BaseProcess | None = None
         self._stopping = False
 
@@ -68,7 +77,7 @@ class FrontProcess:
         context = multiprocessing.get_context("spawn")
         loglevel = logging.getLogger().getEffectiveLevel()
         self._process = context.Process(
-            target=run_front, args=(self.settings, os.getpid(), loglevel),
+            target=run_front, args=(self.settings, os.getpid(), loglevel, self.stop_timeout),
             name="miqps-canonicalizer", daemon=False,
         )
         self._process.start()
@@ -84,14 +93,23 @@ class FrontProcess:
             return None
         return self._process.exitcode
 
-    def stop(self, timeout: float = 40.0) -> None:
-        self._stopping = True
+    def request_stop(self) -> None:
+        """SIGTERM to the child, once; it then exits within its ``stop_timeout``."""
         process = self._process
-        if process is None or not process.is_alive():
+        if self._stopping or process is None or process.pid is None or not process.is_alive():
+            self._stopping = True
             return
-        if process.pid is not None:
-            os.kill(process.pid, signal.SIGTERM)
-        process.join(timeout)
+        self._stopping = True
+        os.kill(process.pid, signal.SIGTERM)
+
+    def stop(self) -> None:
+        self.request_stop()
+        process = self._process
+        if process is None:
+            return
+        process.join(self.stop_timeout + 1.0)
         if process.is_alive():
+            log.warning("canonicalizer front (process %s) outlived its stop deadline: killed",
+                        process.pid)
             process.kill()
             process.join(5)

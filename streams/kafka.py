@@ -17,6 +17,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from streams.lograte import librdkafka_logger
 from streams.settings import Settings
 from streams.tables import changelog_topics
 
@@ -35,6 +36,7 @@ def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
         "queue.buffering.max.messages": 1_000_000,
         "message.max.bytes": settings.topic_max_message_bytes,
         "log_level": 3,
+        "logger": librdkafka_logger(),
     }
     config.update(extra)
     return config
@@ -47,9 +49,15 @@ def consumer_config(settings: Settings, group_id: str, **extra: Any) -> dict[str
         "auto.offset.reset": "earliest",
         "enable.partition.eof": False,
         "log_level": 3,
+        "logger": librdkafka_logger(),
     }
     config.update(extra)
     return config
+
+
+def admin_config(settings: Settings) -> dict[str, Any]:
+    return {"bootstrap.servers": settings.bootstrap_servers, "log_level": 3,
+            "logger": librdkafka_logger()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +87,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
 def ensure_topics(settings: Settings, timeout: float = 30.0) -> dict[str, int]:
     """Create the missing topics, then the tables' changelogs with the partition count of
     the topic each table follows; return the partition count of each topic."""
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "log_level": 3})
+    admin = AdminClient(admin_config(settings))
     counts = _create_missing(admin, settings, topic_specs(settings), timeout)
     compacted = {"cleanup.policy": "compact"}
     changelogs = [TopicSpec(name, counts[source], compacted)
@@ -126,7 +134,7 @@ def wait_for_partitions(admin: AdminClient, names: list[str], timeout: float) ->
 
 
 def partition_count(settings: Settings, topic: str, timeout: float = 10.0) -> int:
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "log_level": 3})
+    admin = AdminClient(admin_config(settings))
     return wait_for_partitions(admin, [topic], timeout)[topic]
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import mode
 
 from streams.frontproc import FrontProcess
+from streams.lifecycle import DEFAULT_STOP_TIMEOUT
 from streams.livemaps import LiveMaps
 from streams.mapfeed import MapFeed
 from streams.settings import Settings
@@ -18,22 +19,26 @@ log = logging.getLogger(__name__)
 CANONICALIZE = "canonicalize"
 PROBE = "probe"
 ROLES = (CANONICALIZE, PROBE)
+# The front process must be done this long before the worker's own stop deadline.
+FRONT_STOP_MARGIN = 3.0
 
 
 class Runtime:
     def __init__(self, settings: Settings, roles: frozenset[str],
-                 partitions: dict[str, int]) -> None:
+                 partitions: dict[str, int], stop_timeout: float = DEFAULT_STOP_TIMEOUT,
+                 ) -> None:
         unknown = roles - set(ROLES)
         if unknown or not roles:
             raise ValueError(f"roles must be among {', '.join(ROLES)}; got {sorted(roles)}")
         self.settings = settings
         self.roles = roles
         self.partitions = partitions
+        self.stop_timeout = stop_timeout
         self.live_maps = LiveMaps(settings.policy.reverify_after)
         self.feed = MapFeed(settings, self.live_maps, self.fatal)
         self.front: FrontProcess | None = None
         if CANONICALIZE in roles:
-            self.front = FrontProcess(settings)
+            self.front = FrontProcess(settings, max(1.0, stop_timeout - FRONT_STOP_MARGIN))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_fatal: Callable[[BaseException], None] | None = None
 
@@ -47,6 +52,11 @@ class Runtime:
         if self._loop is None or self._on_fatal is None:
             raise error
         self._loop.call_soon_threadsafe(self._on_fatal, error)
+
+    def request_stop(self) -> None:
+        """Ask the front process to stop now, while Faust stops its own services."""
+        if self.front is not None:
+            self.front.request_stop()
 
     async def maps_ready(self) -> None:
         while not self.feed.ready.is_set():

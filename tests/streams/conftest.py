@@ -11,6 +11,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from streams.localbroker import LocalBroker
+
 
 @dataclass
 class DriftingSite:
@@ -96,3 +98,14 @@ def bootstrap() -> str:
     except Exception as error:
         pytest.fail(f"no Kafka broker at {servers} (run scripts/kafka-local start): {error}")
     return servers
+
+
+@pytest.fixture(scope="module")
+def private_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    """A broker of this module's own (free ports, temporary home) that its tests may stop
+    and start; always stopped at the end. The shared broker is never touched."""
+    broker = LocalBroker(tmp_path_factory.mktemp("private-kafka"))
+    try:
+        yield broker.start()
+    finally:
+        broker.stop()

@@ -1,0 +1,53 @@
+"""The Faust worker of ``miqps worker``, with a bounded stop and rate-limited logs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any
+
+import faust
+
+from streams.lifecycle import EXIT_MARGIN, StopDeadline, is_broker_outage
+from streams.lograte import rate_limit_handlers
+from streams.runtime import Runtime
+
+CRASH_EXIT_CODE = 1
+
+
+class StreamWorker(faust.Worker):
+    def __init__(self, app: faust.App, *services: Any, runtime: Runtime,
+                 **kwargs: Any) -> None:
+        super().__init__(app, *services, **kwargs)
+        self.runtime = runtime
+        self.stop_requested = False
+        self.deadline = StopDeadline(
+            max(1.0, runtime.stop_timeout - EXIT_MARGIN), "worker",
+            lambda: "Offsets not committed yet are delivered again (at least once) when "
+                    "the consumer group resumes.",
+        )
+        self._failing: list[asyncio.Future[None]] = []
+
+    def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
+        super().on_setup_root_logger(logger, level)
+        rate_limit_handlers(logger)
+
+    def _schedule_shutdown(self, signal: signal.Signals) -> None:
+        self.stop_requested = True
+        self._begin_stop()
+        super()._schedule_shutdown(signal)
+
+    def fail(self, error: BaseException) -> None:
+        """Stop the worker because of ``error`` (from a thread of the runtime)."""
+        if self.crash_reason is None and not self.stop_requested:
+            self.crash_reason = error
+            self.deadline.exit_code = CRASH_EXIT_CODE
+            if is_broker_outage(error):
+                self.deadline.restart_after = error
+            self._begin_stop()
+            self._failing.append(asyncio.ensure_future(self._stop_on_signal(signal.SIGTERM)))
+
+    def _begin_stop(self) -> None:
+        self.deadline.arm()
+        self.runtime.request_stop()
