@@ -7,6 +7,7 @@ per line and the stream processor publishes the same document to ``miqps.maps``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -309,14 +310,23 @@ def _schema_validator() -> Callable[[Any], Any]:
     return fastjsonschema.compile({**_schema(), "$schema": "http://json-schema.org/draft-07/schema#"})
 
 
-def satisfies_schema(document: Any) -> bool:
+def satisfies_schema(document: Any, raw: bytes | str | None = None) -> bool:
     """Whether ``document`` is valid against the map schema, with integers exactly integers
-    (the schema has no fractional numbers, so a float anywhere is refused)."""
+    (the schema has no fractional numbers, so a float anywhere is refused). Given the
+    ``raw`` text it was parsed from, floats are looked for only when the text could hold
+    one."""
     try:
         _schema_validator()(document)
     except fastjsonschema.JsonSchemaException:
         return False
+    if raw is not None and _MAYBE_FRACTIONAL.search(
+        raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace")
+    ) is None:
+        return True
     return not _holds_float(document)
+
+
+_MAYBE_FRACTIONAL = re.compile(rb"[:\[,]\s*-?[0-9]+[.eE]")
 
 
 def _holds_float(value: Any) -> bool:
@@ -370,7 +380,7 @@ def parse_map(raw: bytes | str, key: str | None = None,
         raise InvalidMap("json", _shorten(str(error))) from None
     if not isinstance(document, dict):
         raise InvalidMap("schema", f"{_json_type(document)} instead of an object")
-    if not satisfies_schema(document):
+    if not satisfies_schema(document, raw):
         raise InvalidMap("schema", _schema_message(document))
     for pattern, decision in document["patterns"].items():
         kept, dropped = set(decision["kept"]), set(decision["dropped"])
