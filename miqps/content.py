@@ -287,6 +287,8 @@ def _collect_data_scripts(tree: LexborHTMLParser, page: _Page) -> str | None:
             data = orjson.loads(node.text(deep=True))
         except orjson.JSONDecodeError:
             continue
+        if _is_devalue_payload(data):
+            data = _revive(data)
         blob = _chain(_DATA_KEY, label)
         for path, value in _leaves(data, "", page.request, 0):
             page.data_leaves += 1
@@ -294,6 +296,52 @@ def _collect_data_scripts(tree: LexborHTMLParser, page: _Page) -> str | None:
                 return f"more than {MAX_DATA_LEAVES} structured-data leaves"
             page.add(_chain(blob, path), value)
     return None
+
+
+# In a devalue payload (Nuxt's __NUXT_DATA__): wrappers around the index of their value,
+# and types whose arguments are literals.
+_DEVALUE_WRAPPERS = frozenset(("ShallowReactive", "Reactive", "Ref", "ShallowRef", "EmptyRef",
+                               "EmptyShallowRef", "NuxtError"))
+_DEVALUE_LITERALS = frozenset(("Date", "RegExp", "BigInt", "URL"))
+
+
+def _is_devalue_payload(data: Any) -> bool:
+    """A devalue payload is a flat array whose first element, the root, refers to the
+    others by index: ``[["ShallowReactive", 1], {"data": 2, "query": 3}, ...]``."""
+    if not isinstance(data, list) or len(data) < 2:
+        return False
+    root = data[0]
+    if isinstance(root, list):
+        return len(root) == 2 and root[0] in _DEVALUE_WRAPPERS and type(root[1]) is int
+    return isinstance(root, dict) and all(type(v) is int for v in root.values())
+
+
+def _revive(payload: list[Any]) -> Any:
+    """The nested document a devalue payload stands for: indices into the array resolved,
+    so that a value's place is its path, not its position in the array (which moves when
+    an echoed query adds entries). Shared and cyclic references stop at the caps."""
+    budget = [MAX_DATA_LEAVES]
+
+    def value(index: Any, depth: int) -> Any:
+        budget[0] -= 1
+        if (type(index) is not int or not 0 <= index < len(payload) or depth > MAX_DATA_DEPTH
+                or budget[0] < 0):
+            return None
+        item = payload[index]
+        if isinstance(item, dict):
+            return {key: value(ref, depth + 1) for key, ref in item.items()}
+        if isinstance(item, list):
+            kind = item[0] if item and isinstance(item[0], str) else None
+            if kind in _DEVALUE_WRAPPERS and len(item) == 2:
+                return value(item[1], depth + 1)
+            if kind in _DEVALUE_LITERALS:
+                return " ".join(str(part) for part in item[1:])
+            if kind in ("Set", "Map", "null"):
+                return [value(ref, depth + 1) for ref in item[1:]]
+            return [value(ref, depth + 1) for ref in item]
+        return item
+
+    return value(0, 0)
 
 
 def _leaves(value: Any, path: str, request: Echoes, depth: int) -> Iterator[tuple[str, str]]:

@@ -263,3 +263,26 @@ def test_a_query_object_is_an_echo_also_when_the_request_has_no_query() -> None:
                             request_url="http://s.example/products/E-1?sid=9f0c")
     bare = snapshot_html(200, "u", page(""), request_url="http://s.example/products/E-1")
     assert differing_paths(tracked, bare) == set()
+
+
+def test_a_nuxt_payload_is_read_by_reference_so_an_echoed_query_moves_nothing() -> None:
+    """In a devalue payload an echoed query adds array entries and shifts every index
+    after it; the item must still be found at the same place, and the echo left out."""
+
+    def nuxt(payload: str) -> bytes:
+        return (f'<html><body><main><h1>Thing</h1><p>{"Fine thing. " * 20}</p></main>'
+                f'<script id="__NUXT_DATA__" type="application/json">{payload}'
+                "</script></body></html>").encode()
+
+    head = '[["ShallowReactive",1],{"data":2,"query":3,"path":4},'
+    bare = snapshot_html(200, "u", nuxt(head + '{"size":5},{},"/dp/1","M"]'),
+                         request_url="http://s.example/dp/1")
+    tracked = snapshot_html(
+        200, "u",
+        nuxt(head + '{"size":7},{"utm_source":5,"ref":6},"/dp/1?utm_source=mail&ref=app",'
+             '"mail","app","M"]'),
+        request_url="http://s.example/dp/1?utm_source=mail&ref=app")
+    assert differing_paths(bare, tracked) == set()
+    larger = snapshot_html(200, "u", nuxt(head + '{"size":5},{},"/dp/1","L"]'),
+                           request_url="http://s.example/dp/1")
+    assert differing_paths(bare, larger) == {K("data>#__NUXT_DATA__>.data.size")}
