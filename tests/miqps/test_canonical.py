@@ -16,7 +16,7 @@ from miqps.maps import (
     Verification,
     write_maps,
 )
-from miqps.urls import InvalidURL, NormalizedURL, parse
+from miqps.urls import InvalidURL, NormalizedURL, parse, path_shape, pattern_key
 
 
 def learned_map() -> DomainMap:
@@ -122,32 +122,38 @@ NAMES = ["a", "a.b", "a-b", "a2", "ab", "id", "page", "page2", "sid", "variant",
 
 
 def _reference(canon: Canonicalizer, maps: dict[str, DomainMap], url: NormalizedURL) -> str:
-    """canonical_url spelled out: the learned pattern's kept set, or the unlearned default."""
-    if not url.pairs:
-        return url.url
+    """canonical_url spelled out: the learned pattern's kept set, or the unlearned default,
+    applied again to what is left until nothing more is dropped."""
     layers = canon.layers
     domain_map = maps.get(url.host)
-    decision = domain_map.patterns.get(url.pattern) if domain_map else None
     learned = {
         name
         for d in (domain_map.patterns.values() if domain_map else ())
         for name, evidence in d.params.items()
         if evidence.decision == "keep" and evidence.layer == Layer.LEARNED
     }
-    if decision is not None:
-        keep = decision.kept | (layers.allowlist & (decision.kept | decision.dropped))
-        if canon.use_prior:
-            keep = frozenset({
-                n for n in keep
-                if decision.params[n].layer != Layer.INSUFFICIENT or not layers.prior_drops(n)
-                or n in learned or n in layers.allowlist
-            })
-        return url.with_only(keep)
-    if not canon.use_prior:
-        return url.with_only(url.names)
-    return url.with_only(
-        {n for n in url.names if not layers.prior_drops(n) or n in learned or n in layers.allowlist}
-    )
+    names = set(url.names)
+    while True:
+        pattern = pattern_key(path_shape(url.path), names)
+        decision = domain_map.patterns.get(pattern) if domain_map else None
+        if decision is not None:
+            keep = decision.kept | (layers.allowlist & (decision.kept | decision.dropped))
+            if canon.use_prior:
+                keep = frozenset({
+                    n for n in keep
+                    if decision.params[n].layer != Layer.INSUFFICIENT or not layers.prior_drops(n)
+                    or n in learned or n in layers.allowlist
+                })
+        elif canon.use_prior:
+            keep = frozenset(
+                n for n in names
+                if not layers.prior_drops(n) or n in learned or n in layers.allowlist
+            )
+        else:
+            keep = frozenset(names)
+        if keep & names == names:
+            return url.with_only(names)
+        names &= keep
 
 
 def _corpus(seed: int, size: int) -> list[str]:
