@@ -26,7 +26,7 @@ def _path_key(pathname: str, dropped: frozenset[str]) -> list[object]:
         head, *parts = segment.split(";")
         if parts and all("=" in part for part in parts):
             kept = sorted(unquote_to_bytes(p) for p in parts if ";" + _name(p) not in dropped)
-            segments.append((unquote_to_bytes(head), "matrix", kept))
+            segments.append((unquote_to_bytes(head), kept) if kept else unquote_to_bytes(head))
         else:
             segments.append(unquote_to_bytes(segment))
     return segments
