@@ -360,3 +360,84 @@ def test_confirmed_default_values_are_elided_and_other_values_kept() -> None:
         assert canon.canonical_texts([text]) == [expected]
         assert canon.decide(parse(text)).canonical_url == expected
     assert canon.decide(parse("http://a.example/p?lang=en&id=4")).dropped == ("lang",)
+
+
+# --- Idempotence and one answer ----------------------------------------------------------
+
+
+def _pattern(kept: set[str], dropped: set[str], defaults: dict[str, list[str]] | None = None
+             ) -> PatternDecision:
+    params = {
+        name: ParamEvidence("keep" if name in kept else "drop", Layer.LEARNED, 3,
+                            3 if name in kept else 0, 0 if name in kept else 3, 0,
+                            (defaults or {}).get(name, []))
+        for name in kept | dropped
+    }
+    return PatternDecision(frozenset(kept), frozenset(dropped), params, Verification(),
+                           "2026-12-02T00:00:00Z", 5)
+
+
+def _all_answers(canon: Canonicalizer, text: str) -> set[str]:
+    url = parse(text)
+    return {canon.canonical_texts([text])[0], canon.canonical_text(text),
+            canon.canonical_url(url), canon.decide(url).canonical_url}
+
+
+def test_dropping_into_another_learned_pattern_drops_what_that_pattern_drops() -> None:
+    canon = Canonicalizer(use_prior=False)
+    canon.update(DomainMap("forum.example", 1, "2026-12-02T00:00:00Z", {
+        "/board?b&order&start&utm_source": _pattern({"b", "order", "start"}, {"utm_source"}),
+        "/board?b&order&start": _pattern({"b", "start"}, {"order"}),
+    }))
+    text = "http://forum.example/board?b=general&utm_source=x&start=45&order=latest"
+    canonical = "http://forum.example/board?b=general&start=45"
+    assert _all_answers(canon, text) == {canonical}
+    assert _all_answers(canon, canonical) == {canonical}
+    decision = canon.decide(parse(text))
+    assert decision.pattern == "/board?b&order&start&utm_source"
+    assert decision.dropped == ("order", "utm_source")
+    assert decision.layers["order"] == "learned"
+
+
+def test_leaving_out_a_default_value_also_moves_the_url_to_another_pattern() -> None:
+    canon = Canonicalizer(use_prior=False)
+    canon.update(DomainMap("shop.example", 1, "2026-12-02T00:00:00Z", {
+        "/list?page&q&ref": _pattern({"page", "q", "ref"}, set(), {"page": ["page=1"]}),
+        "/list?q&ref": _pattern({"q"}, {"ref"}),
+    }))
+    text = "http://shop.example/list?ref=x&page=1&q=shoes"
+    assert _all_answers(canon, text) == {"http://shop.example/list?q=shoes"}
+    assert _all_answers(canon, "http://shop.example/list?ref=x&page=2&q=shoes") == {
+        "http://shop.example/list?page=2&q=shoes&ref=x"
+    }
+
+
+def test_plain_and_json_agree_when_a_name_repeats() -> None:
+    canon = Canonicalizer()
+    canon.update(DomainMap("news.example", 1, "2026-12-02T00:00:00Z", {
+        "/a?hl&id&utm_source": _pattern({"hl", "id"}, {"utm_source"}, {"hl": ["hl=en"]}),
+    }))
+    text = "http://news.example/a?utm_source=a&utm_source=b&hl=en&id=7"
+    assert _all_answers(canon, text) == {"http://news.example/a?id=7"}
+
+
+def test_matrix_parameters_are_learned_parameters_of_the_pattern() -> None:
+    canon = Canonicalizer()
+    canon.update(DomainMap("java.example", 1, "2026-12-02T00:00:00Z", {
+        "/p/*?;jsessionid&id": _pattern({"id"}, {";jsessionid"}),
+        "/docs/*?;v": _pattern({";v"}, set()),
+    }))
+    text = "http://java.example/p/12;jsessionid=AB12?id=3"
+    assert _all_answers(canon, text) == {"http://java.example/p/12?id=3"}
+    decision = canon.decide(parse(text))
+    assert (decision.pattern, decision.kept, decision.dropped) == (
+        "/p/*?;jsessionid&id", ("id",), (";jsessionid",)
+    )
+    assert decision.layers == {";jsessionid": "learned", "id": "learned"}
+    assert _all_answers(canon, "http://java.example/docs/guide;v=2") == {
+        "http://java.example/docs/guide;v=2"
+    }
+    unlearned = "http://other.example/p/12;jsessionid=AB12;utm_source=x?utm_source=y"
+    assert _all_answers(canon, unlearned) == {
+        "http://other.example/p/12;jsessionid=AB12;utm_source=x"
+    }, "without evidence a matrix parameter is kept; the prior judges query names only"
