@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from miqps.canonical import Canonicalizer, StaticLayers
 from miqps.maps import (
@@ -17,6 +19,7 @@ from miqps.maps import (
     write_maps,
 )
 from miqps.urls import InvalidURL, NormalizedURL, parse, path_shape, pattern_key
+from tests.miqps.resource import resource_difference
 
 
 def learned_map() -> DomainMap:
@@ -441,3 +444,57 @@ def test_matrix_parameters_are_learned_parameters_of_the_pattern() -> None:
     assert _all_answers(canon, unlearned) == {
         "http://other.example/p/12;jsessionid=AB12;utm_source=x"
     }, "without evidence a matrix parameter is kept; the prior judges query names only"
+
+
+_PROPERTY_NAMES = ["id", "page", "ref", "utm_source", "gclid", "hl", "a.b", "a", ";jsessionid",
+                   ";v", ";sid"]
+_VALUES = ["1", "2", "en", "", "%%36%31", "%7e"]
+
+
+@st.composite
+def _urls(draw: st.DrawFn) -> str:
+    host = draw(st.sampled_from(["m.example", "M.example", "n.example", "m.example:81"]))
+    segments = draw(st.lists(st.sampled_from(["p", "12", "docs", "..", "a;b", "%%32%45", ""]),
+                             max_size=3))
+    query: list[str] = []
+    for name in draw(st.lists(st.sampled_from(_PROPERTY_NAMES), max_size=6)):
+        pair = f"{name.lstrip(';')}={draw(st.sampled_from(_VALUES))}"
+        if name.startswith(";") and segments:
+            segments[-1] += ";" + pair
+        else:
+            query.append(pair)
+    route = draw(st.sampled_from(["", "#x", "#!r"]))
+    return f"http://{host}/{'/'.join(segments)}?{'&'.join(query)}{route}"
+
+
+def _random_maps(texts: list[str], rng: random.Random) -> list[DomainMap]:
+    """Learned-looking maps: patterns of the URLs and of subsets of their names, keeping
+    and dropping at random, with default values."""
+    patterns: dict[str, dict[str, PatternDecision]] = {}
+    for text in texts:
+        url = parse(text)
+        names = sorted(url.names)
+        for subset in (names, [n for n in names if rng.random() < 0.7]):
+            kept = {name for name in subset if rng.random() < 0.6}
+            defaults = {name: [url.value_of(name)] for name in kept if rng.random() < 0.4}
+            key = pattern_key(path_shape(url.path), subset)
+            patterns.setdefault(url.host, {})[key] = _pattern(kept, set(subset) - kept, defaults)
+    return [DomainMap(host, 1, "2026-12-02T00:00:00Z", by_key)
+            for host, by_key in patterns.items()]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_urls(), min_size=1, max_size=12), st.randoms(use_true_random=False),
+       st.booleans())
+def test_every_answer_is_one_idempotent_canonical_url_of_the_same_resource(
+    texts: list[str], rng: random.Random, use_prior: bool
+) -> None:
+    canon = Canonicalizer(use_prior=use_prior)
+    canon.load({m.domain: m for m in _random_maps(texts, rng)})
+    outputs = canon.canonical_texts(texts)
+    for text, output in zip(texts, outputs, strict=True):
+        decision = canon.decide(parse(text))
+        assert _all_answers(canon, text) == {output}
+        assert canon.canonical_texts([output]) == [output]
+        assert canon.decide(parse(output)).canonical_url == output
+        assert resource_difference(text, output, decision.dropped) == ""
