@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib import resources
 from itertools import pairwise
 from operator import itemgetter
-from typing import Any, cast
+from typing import Any
 
 import can_ada
 
@@ -30,10 +30,12 @@ from miqps.urls import (
     MAX_URL_BYTES,
     InvalidURL,
     NormalizedURL,
+    components,
     normalize_percent_encoding,
     parse,
     path_shape,
     pattern_key,
+    split_pairs,
 )
 
 
@@ -94,9 +96,9 @@ _STARS = tuple("/*" * depth for depth in range(_MAX_STARS))
 # name order but for a name that repeats (the pairs must then keep their relative order)
 # or one that is a prefix of another followed by a character below "=" (``a=1`` sorts
 # after ``a.b=2``): for those the plan is _IRREGULAR and the URL takes the general path.
-# A plan keeps what :func:`settle` keeps when no default value is left out; an
-# :class:`_ElidingPlan` returns None when it would leave one out (the URL then moves to
-# another pattern, which the caller looks up in turn).
+# A plan keeps what :func:`settle` keeps when no default value is left out; an eliding
+# plan (:func:`_eliding_plan`) that leaves one out returns the pairs left as a :class:`_Moved`
+# list: the URL has moved to another pattern, which the caller looks up in turn.
 _Plan = Callable[[Sequence[str]], Any]
 _IRREGULAR: _Plan = itemgetter(slice(0, 0))
 _KEEP_ALL: _Plan = itemgetter(slice(None))
@@ -180,22 +182,23 @@ def _without_evidence(evidence: ParamEvidence | None) -> bool:
     return evidence is not None and evidence.layer == Layer.INSUFFICIENT
 
 
-class _ElidingPlan:
-    """A plan for a pattern with confirmed default values (``page=1``): the kept pairs, or
-    None when one of them holds a default value and must be left out."""
+class _Moved(list[str]):
+    """The pairs a plan left after leaving out default values: they form another pattern."""
 
-    __slots__ = ("defaults", "kept")
+    __slots__ = ()
 
-    def __init__(self, kept: Sequence[int], defaults: frozenset[str]) -> None:
-        self.kept = tuple(kept)
-        self.defaults = defaults
 
-    def __call__(self, pairs: Sequence[str]) -> list[str] | None:
-        kept = [pairs[i] for i in self.kept]
-        return None if self.defaults.intersection(kept) else kept
+def _eliding_plan(kept: Sequence[int], defaults: frozenset[str]) -> _Plan:
+    """A plan for a pattern with confirmed default values (``page=1``): the kept pairs,
+    or a :class:`_Moved` list of them without those holding a default value."""
 
-    def without_defaults(self, pairs: Sequence[str]) -> list[str]:
-        return [pairs[i] for i in self.kept if pairs[i] not in self.defaults]
+    def plan(pairs: Sequence[str]) -> list[str]:
+        chosen = [pairs[i] for i in kept]
+        if defaults.isdisjoint(chosen):
+            return chosen
+        return _Moved([pair for pair in chosen if pair not in defaults])
+
+    return plan
 
 
 def keep_in_pattern(
@@ -323,11 +326,19 @@ class Canonicalizer:
         return url.with_only(self._settle(url)[-1].keep)
 
     def canonical_text(self, text: str) -> str:
-        """``canonical_url(parse(text))``.
+        """``canonical_url(parse(text))``, through the remembered plans when it can.
 
         Raises :class:`InvalidURL` exactly as :func:`~miqps.urls.parse` does.
         """
-        return self.canonical_url(parse(text))
+        origin, host, path, query, route = components(text)
+        pairs = split_pairs(query) if query and ";" not in path else []
+        if not pairs:
+            return self.canonical_url(parse(text)) if ";" in path else origin + path + route
+        pairs.sort()
+        compiled = self._domains.get(host)
+        shape = path_shape(path) if compiled is not None else ""
+        canonical = self._by_plans(origin + path, route, pairs, compiled, shape)
+        return canonical if canonical is not None else self.canonical_url(parse(text))
 
     def _settle(self, url: NormalizedURL) -> list[Round]:
         compiled = self._domains.get(url.host)
@@ -354,7 +365,6 @@ class Canonicalizer:
         append = out.append
         ada_parse = can_ada.parse
         domain_of = self._domains.get
-        unmapped = self._unmapped_plans
         heads = self._heads
         normalize = normalize_percent_encoding
         for text in texts:
@@ -407,12 +417,9 @@ class Canonicalizer:
                     append(base + route)
                     continue
             pairs.sort()
-            names = [pair.partition("=")[0] for pair in pairs]
             if compiled is None:
-                plans = unmapped
                 shape = ""
             else:
-                plans = compiled.plans
                 head_end = base.find("/", slash + 1)
                 if head_end < 0:
                     first = base[slash + 1 :]
@@ -425,34 +432,51 @@ class Canonicalizer:
                 if head is None:
                     head = self._head(first)
                 shape = head + stars
-            while True:
-                key = f"{shape}?{'&'.join(names)}" if compiled is not None else "&".join(names)
-                plan = plans.get(key)
-                if plan is None:
-                    plan = self._plan(plans, key, compiled, names)
-                if plan is _KEEP_ALL:
-                    append(f"{base}?{'&'.join(pairs)}{route}")
-                elif plan is _KEEP_NONE:
-                    append(base + route)
-                elif plan is _IRREGULAR:
-                    self._append_slow(text, out, errors)
-                else:
-                    kept = plan(pairs)
-                    if kept is None:  # a default value left out: the URL changes pattern
-                        pairs = cast(_ElidingPlan, plan).without_defaults(pairs)
-                        if not pairs:
-                            append(base + route)
-                            break
-                        names = [pair.partition("=")[0] for pair in pairs]
-                        continue
-                    if kept.__class__ is str:
-                        append(f"{base}?{kept}{route}")
-                    elif kept:
-                        append(f"{base}?{'&'.join(kept)}{route}")
-                    else:
-                        append(base + route)
-                break
+            canonical = self._by_plans(base, route, pairs, compiled, shape)
+            if canonical is None:
+                self._append_slow(text, out, errors)
+            else:
+                append(canonical)
         return out
+
+    def _by_plans(
+        self,
+        base: str,
+        route: str,
+        pairs: list[str],
+        compiled: _CompiledDomain | None,
+        shape: str,
+    ) -> str | None:
+        """The canonical URL of ``base?pairs route`` (pairs sorted as strings, at least one)
+        by the remembered plans, or None when their string order is not their name order."""
+        if compiled is None:
+            plans = self._unmapped_plans
+            prefix = ""
+        else:
+            plans = compiled.plans
+            prefix = shape + "?"
+        names = [pair.partition("=")[0] for pair in pairs]
+        while True:
+            key = prefix + "&".join(names)
+            plan = plans.get(key)
+            if plan is None:
+                plan = self._plan(plans, key, compiled, names)
+            if plan is _KEEP_ALL:
+                return f"{base}?{'&'.join(pairs)}{route}"
+            if plan is _KEEP_NONE:
+                return base + route
+            if plan is _IRREGULAR:
+                return None
+            kept = plan(pairs)
+            if kept.__class__ is _Moved:  # default values left out: another pattern
+                if not kept:
+                    return base + route
+                pairs = kept
+                names = [pair.partition("=")[0] for pair in pairs]
+                continue
+            if kept.__class__ is str:
+                return f"{base}?{kept}{route}"
+            return f"{base}?{'&'.join(kept)}{route}" if kept else base + route
 
     def _append_slow(
         self, text: str, out: list[str], errors: list[tuple[int, InvalidURL]] | None
@@ -485,7 +509,7 @@ class Canonicalizer:
         order (:data:`_IRREGULAR`), the kept pairs in that order are the canonical order.
         The rounds of :func:`settle` that depend on names alone are followed here, once
         per key; a round that may leave out default values ends the plan with an
-        :class:`_ElidingPlan`.
+        eliding plan.
         """
         if not _strictly_increasing(names):
             plan: _Plan = _IRREGULAR
@@ -501,7 +525,7 @@ class Canonicalizer:
                 defaults = rules.default_pairs.get(pattern) if rules is not None else None
                 indexes = [i for i, name in enumerate(names) if name in keep]
                 if defaults and kept:
-                    plan = _ElidingPlan(indexes, defaults)
+                    plan = _eliding_plan(indexes, defaults)
                     break
                 if len(kept) == len(current):
                     plan = _plan_for(indexes, len(names))
