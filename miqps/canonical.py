@@ -35,6 +35,7 @@ from miqps.urls import (
     parse,
     path_shape,
     pattern_key,
+    split_matrix,
     split_pairs,
 )
 
@@ -331,14 +332,39 @@ class Canonicalizer:
         Raises :class:`InvalidURL` exactly as :func:`~miqps.urls.parse` does.
         """
         origin, host, path, query, route = components(text)
-        pairs = split_pairs(query) if query and ";" not in path else []
+        pairs = split_pairs(query) if query else []
+        return self._canonical_parts(text, origin, host, path, pairs, route)
+
+    def _canonical_parts(
+        self, text: str, origin: str, host: str, path: str, pairs: list[str], route: str
+    ) -> str:
+        """The canonical form of ``text``, given its normalized parts (``pairs`` without
+        empty ones), through the remembered plans when it can."""
+        matrix_at = -1
+        if ";" in path:
+            path, matrix = split_matrix(path)
+            if matrix:
+                # The plans take the parameters of one segment, named apart from the query's.
+                matrix_at = matrix[0][0]
+                if any(end != matrix_at for end, _ in matrix) or any(
+                    pair.startswith(";") for pair in pairs
+                ):
+                    return self.canonical_url(parse(text))
+                pairs += [";" + param for _, param in matrix]
         if not pairs:
-            return self.canonical_url(parse(text)) if ";" in path else origin + path + route
+            return origin + path + route
         pairs.sort()
         compiled = self._domains.get(host)
         shape = path_shape(path) if compiled is not None else ""
-        canonical = self._by_plans(origin + path, route, pairs, compiled, shape)
-        return canonical if canonical is not None else self.canonical_url(parse(text))
+        kept = self._kept_by_plans(pairs, compiled, shape)
+        if kept is None:
+            return self.canonical_url(parse(text))
+        if isinstance(kept, str):
+            kept = [kept]
+        if matrix_at >= 0:
+            path = path[:matrix_at] + "".join(p for p in kept if p[0] == ";") + path[matrix_at:]
+            kept = [pair for pair in kept if pair[0] != ";"]
+        return f"{origin}{path}?{'&'.join(kept)}{route}" if kept else origin + path + route
 
     def _settle(self, url: NormalizedURL) -> list[Round]:
         compiled = self._domains.get(url.host)
@@ -400,11 +426,14 @@ class Canonicalizer:
             if compiled is None and (slash <= start or "@" in host or ":" in host):
                 self._append_slow(text, out, errors)
                 continue
-            if ";" in base:  # maybe matrix parameters
-                self._append_slow(text, out, errors)
-                continue
             if "%" in base:  # only in the path: no userinfo here, and hosts hold no "%"
                 base = normalize(base)
+            if ";" in base:  # maybe matrix parameters
+                query = normalize(query) if "%" in query else query
+                pairs = [pair for pair in query.split("&") if pair] if query else []
+                append(self._canonical_parts(text, base[:slash], host, base[slash:], pairs,
+                                             route))
+                continue
             if not query:
                 append(base + route)
                 continue
@@ -432,23 +461,22 @@ class Canonicalizer:
                 if head is None:
                     head = self._head(first)
                 shape = head + stars
-            canonical = self._by_plans(base, route, pairs, compiled, shape)
-            if canonical is None:
+            kept = self._kept_by_plans(pairs, compiled, shape)
+            if kept is None:
                 self._append_slow(text, out, errors)
+            elif kept.__class__ is str:
+                append(f"{base}?{kept}{route}")
+            elif kept:
+                append(f"{base}?{'&'.join(kept)}{route}")
             else:
-                append(canonical)
+                append(base + route)
         return out
 
-    def _by_plans(
-        self,
-        base: str,
-        route: str,
-        pairs: list[str],
-        compiled: _CompiledDomain | None,
-        shape: str,
-    ) -> str | None:
-        """The canonical URL of ``base?pairs route`` (pairs sorted as strings, at least one)
-        by the remembered plans, or None when their string order is not their name order."""
+    def _kept_by_plans(
+        self, pairs: list[str], compiled: _CompiledDomain | None, shape: str
+    ) -> str | Sequence[str] | None:
+        """The pairs the remembered plans keep (a string when one), or None when the pairs'
+        string order is not their name order."""
         if compiled is None:
             plans = self._unmapped_plans
             prefix = ""
@@ -462,21 +490,18 @@ class Canonicalizer:
             if plan is None:
                 plan = self._plan(plans, key, compiled, names)
             if plan is _KEEP_ALL:
-                return f"{base}?{'&'.join(pairs)}{route}"
+                return pairs
             if plan is _KEEP_NONE:
-                return base + route
+                return ()
             if plan is _IRREGULAR:
                 return None
-            kept = plan(pairs)
-            if kept.__class__ is _Moved:  # default values left out: another pattern
-                if not kept:
-                    return base + route
-                pairs = kept
-                names = [pair.partition("=")[0] for pair in pairs]
-                continue
-            if kept.__class__ is str:
-                return f"{base}?{kept}{route}"
-            return f"{base}?{'&'.join(kept)}{route}" if kept else base + route
+            kept: str | Sequence[str] = plan(pairs)
+            if not isinstance(kept, _Moved):
+                return kept
+            pairs = kept  # default values left out: the URL moved to another pattern
+            if not pairs:
+                return ()
+            names = [pair.partition("=")[0] for pair in pairs]
 
     def _append_slow(
         self, text: str, out: list[str], errors: list[tuple[int, InvalidURL]] | None

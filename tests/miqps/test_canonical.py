@@ -459,7 +459,9 @@ def _urls(draw: st.DrawFn) -> str:
     query: list[str] = []
     for name in draw(st.lists(st.sampled_from(_PROPERTY_NAMES), max_size=6)):
         pair = f"{name.lstrip(';')}={draw(st.sampled_from(_VALUES))}"
-        if name.startswith(";") and segments:
+        if name.startswith(";") and draw(st.booleans()):
+            query.append(";" + pair)  # a query name that starts with ";"
+        elif name.startswith(";") and segments:
             segments[-1] += ";" + pair
         else:
             query.append(pair)
