@@ -239,6 +239,8 @@ class NormalizedURL:
     @property
     def params(self) -> tuple[str, ...]:
         """Every parameter as its value: query pairs, then ``";name=value"`` of the path."""
+        if not self.matrix:
+            return self.pairs
         return self.pairs + tuple(";" + param for _, param in self.matrix)
 
     @property
