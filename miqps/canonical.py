@@ -189,14 +189,15 @@ class _Moved(list[str]):
     __slots__ = ()
 
 
-def _eliding_plan(kept: Sequence[int], defaults: frozenset[str]) -> _Plan:
+def _eliding_plan(kept: Sequence[int], defaults: frozenset[str], settled: bool) -> _Plan:
     """A plan for a pattern with confirmed default values (``page=1``): the kept pairs,
-    or a :class:`_Moved` list of them without those holding a default value."""
+    or a :class:`_Moved` list of them without those holding a default value. Unless the
+    pattern keeps all of its names (``settled``), what it keeps is always moved on."""
 
     def plan(pairs: Sequence[str]) -> list[str]:
         chosen = [pairs[i] for i in kept]
         if defaults.isdisjoint(chosen):
-            return chosen
+            return chosen if settled else _Moved(chosen)
         return _Moved([pair for pair in chosen if pair not in defaults])
 
     return plan
@@ -550,7 +551,7 @@ class Canonicalizer:
                 defaults = rules.default_pairs.get(pattern) if rules is not None else None
                 indexes = [i for i, name in enumerate(names) if name in keep]
                 if defaults and kept:
-                    plan = _eliding_plan(indexes, defaults)
+                    plan = _eliding_plan(indexes, defaults, len(kept) == len(current))
                     break
                 if len(kept) == len(current):
                     plan = _plan_for(indexes, len(names))

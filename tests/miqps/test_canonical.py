@@ -500,3 +500,14 @@ def test_every_answer_is_one_idempotent_canonical_url_of_the_same_resource(
         assert canon.canonical_texts([output]) == [output]
         assert canon.decide(parse(output)).canonical_url == output
         assert resource_difference(text, output, decision.dropped) == ""
+
+
+def test_a_pattern_with_default_values_that_drops_moves_the_url_on_without_eliding() -> None:
+    canon = Canonicalizer(use_prior=False)
+    canon.update(DomainMap("shop.example", 1, "2026-12-02T00:00:00Z", {
+        "/list?page&q&ref": _pattern({"page", "q"}, {"ref"}, {"page": ["page=1"]}),
+        "/list?page&q": _pattern({"q"}, {"page"}),
+    }))
+    for text in ("http://shop.example/list?ref=x&page=2&q=shoes",
+                 "http://shop.example/list?ref=x&page=1&q=shoes"):
+        assert _all_answers(canon, text) == {"http://shop.example/list?q=shoes"}, text
