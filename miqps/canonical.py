@@ -97,9 +97,10 @@ _STARS = tuple("/*" * depth for depth in range(_MAX_STARS))
 # name order but for a name that repeats (the pairs must then keep their relative order)
 # or one that is a prefix of another followed by a character below "=" (``a=1`` sorts
 # after ``a.b=2``): for those the plan is _IRREGULAR and the URL takes the general path.
-# A plan keeps what :func:`settle` keeps when no default value is left out; an eliding
-# plan (:func:`_eliding_plan`) that leaves one out returns the pairs left as a :class:`_Moved`
-# list: the URL has moved to another pattern, which the caller looks up in turn.
+# A plan keeps what every round of :func:`settle` keeps, as far as names decide it. Where
+# values do (confirmed defaults), an eliding plan (:func:`_eliding_plan`) returns the pairs
+# left as a :class:`_Moved` list when the URL moves to another pattern, which the caller
+# looks up in turn.
 _Plan = Callable[[Sequence[str]], Any]
 _IRREGULAR: _Plan = itemgetter(slice(0, 0))
 _KEEP_ALL: _Plan = itemgetter(slice(None))

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import orjson
 
-from miqps.canonical import DomainRules, StaticLayers, settle, unlearned_keep
+from miqps.canonical import DomainRules, StaticLayers, settle
 from miqps.maps import DomainMap
 from miqps.urls import NormalizedURL
 
@@ -49,7 +49,7 @@ class CompiledMap:
     """The rules of one domain; the map itself is kept as its JSON document, which takes a
     fraction of the memory of the object graph and is only needed to merge an update."""
 
-    __slots__ = ("document", "domain_rules", "learned_keep", "rules", "version")
+    __slots__ = ("document", "domain_rules", "rules", "version")
 
     def __init__(self, domain_map: DomainMap, layers: StaticLayers, use_prior: bool,
                  reverify_after: float, document: bytes | None = None) -> None:
@@ -69,7 +69,6 @@ class CompiledMap:
                 decided_at=decision.decided_at,
                 reverify_at=timestamp_seconds(decision.decided_at) + reverify_after,
             )
-        self.learned_keep = rules.learned_keep
 
 
 class Canonical(NamedTuple):
@@ -140,7 +139,3 @@ class LiveMaps:
                              version, rule)
         return Canonical(url.with_only(keep), pattern, sorted(keep), sorted(names - keep),
                          status, version, rule)
-
-    def unlearned_keep(self, names: frozenset[str], compiled: CompiledMap | None) -> frozenset[str]:
-        learned_keep = compiled.learned_keep if compiled is not None else frozenset()
-        return unlearned_keep(names, self.layers, self.use_prior, learned_keep)
