@@ -190,15 +190,17 @@ class _Moved(list[str]):
     __slots__ = ()
 
 
-def _eliding_plan(kept: Sequence[int], defaults: frozenset[str], settled: bool) -> _Plan:
-    """A plan for a pattern with confirmed default values (``page=1``): the kept pairs,
-    or a :class:`_Moved` list of them without those holding a default value. Unless the
-    pattern keeps all of its names (``settled``), what it keeps is always moved on."""
+def _eliding_plan(kept: Sequence[int], defaults: frozenset[str], then: _Plan) -> _Plan:
+    """A plan for a pattern with confirmed default values (``page=1``): the kept pairs
+    with the plan ``then`` of their pattern applied (:data:`_KEEP_ALL` when it is this
+    one), or a :class:`_Moved` list of them without those holding a default value."""
 
-    def plan(pairs: Sequence[str]) -> list[str]:
+    settled = then is _KEEP_ALL
+
+    def plan(pairs: Sequence[str]) -> Any:
         chosen = [pairs[i] for i in kept]
         if defaults.isdisjoint(chosen):
-            return chosen if settled else _Moved(chosen)
+            return chosen if settled else then(chosen)
         return _Moved([pair for pair in chosen if pair not in defaults])
 
     return plan
@@ -543,6 +545,7 @@ class Canonicalizer:
         else:
             rules = compiled.rules if compiled is not None else None
             shape = key.partition("?")[0] if compiled is not None else ""
+            prefix = shape + "?" if compiled is not None else ""
             current = names
             while True:
                 pattern = pattern_key(shape, current)
@@ -552,7 +555,12 @@ class Canonicalizer:
                 defaults = rules.default_pairs.get(pattern) if rules is not None else None
                 indexes = [i for i, name in enumerate(names) if name in keep]
                 if defaults and kept:
-                    plan = _eliding_plan(indexes, defaults, len(kept) == len(current))
+                    then = _KEEP_ALL
+                    if len(kept) < len(current):
+                        then = plans.get(prefix + "&".join(kept)) or self._plan(
+                            plans, prefix + "&".join(kept), compiled, kept
+                        )
+                    plan = _eliding_plan(indexes, defaults, then)
                     break
                 if len(kept) == len(current):
                     plan = _plan_for(indexes, len(names))
