@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         counts = by_suite[suite]
         print(f"| {suite} | {sum(counts.values())} | "
               + " | ".join(str(counts[r]) for r in reasons) + " |")
-    for reason, shown in examples.items():
+    for reason, shown in examples.items() if args.examples else ():
         print(f"\n{reason}:")
         for example in shown:
             print("  " + example)
