@@ -233,7 +233,7 @@ async def _learn(
     urls: list[NormalizedURL], config: LearnConfig, fetch_config: FetchConfig,
     *, show_progress: bool,
 ) -> tuple[dict[str, DomainMap], list[DomainReport], FetchStats]:
-    domains = len({url.host for url in urls if url.pairs})
+    domains = len({url.host for url in urls if url.has_params})
     progress = _progress(domains, show_progress)
     async with Fetcher(fetch_config) as fetcher:
         learner = Learner(PageProber(fetcher), config)

@@ -148,7 +148,7 @@ class Learner:
         started = time.monotonic()
         stats = self.prober.fetcher.stats
         fetches_before = stats.by_host[domain]
-        distinct = {url.url: url for url in urls if url.host == domain and url.names}
+        distinct = {url.url: url for url in urls if url.host == domain and url.has_params}
         by_shape: dict[str, list[NormalizedURL]] = defaultdict(list)
         for url in distinct.values():
             by_shape[path_shape(url.path)].append(url)

@@ -318,7 +318,7 @@ class CanonicalizerFront:
                         rule.reverify_at <= wall_now else None
                 else:
                     provisional += 1
-                    basis = "" if url.names else None
+                    basis = "" if url.has_params else None
                 if basis is not None:
                     count = offer(url.host, result.pattern, url, basis)
                     if count:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -50,6 +50,7 @@ NO_SAMPLES = "no sample URL of this pattern could be probed"
 UNREACHABLE = "every probe failed; nothing learned"
 ONE_PAGE = "every URL fetched showed the same page (a bot wall?); nothing learned"
 POOLED = "pooled"
+STALE_DEFAULTS = "stale-defaults"
 
 
 def unreachable(decision: PatternDecision) -> bool:
@@ -210,6 +211,10 @@ class Probing:
                                        "urls_seen": decision.urls_seen}
         for pattern, decision in chosen.items():
             decision.urls_seen = max(decision.urls_seen, int(wanted[pattern].get("urls_seen", 0)))
+        for pattern, decision in _withdraw_stale_defaults(current, chosen).items():
+            chosen[pattern] = decision
+            wanted[pattern] = {"reason": STALE_DEFAULTS, "basis": "",
+                               "urls_seen": decision.urls_seen}
         failed = sorted(pattern for pattern, decision in chosen.items() if unreachable(decision))
         for pattern in failed:
             del chosen[pattern]
@@ -298,6 +303,40 @@ class Probing:
             if verification.samples == 0:
                 return None
         return PatternDecision(kept, dropped, prior, verification, utc_now(), len(urls))
+
+
+def _withdraw_stale_defaults(
+    current: DomainMap | None, fresh: Mapping[str, PatternDecision]
+) -> dict[str, PatternDecision]:
+    """Patterns of ``current`` whose default values the fresh decisions no longer confirm.
+
+    Canonicalization re-applies the rules until they stop changing a URL, so a URL that
+    loses its tracking parameters moves into a sibling pattern and is judged by that
+    pattern's defaults too: a default the site has dropped (``lang=en`` after it switched to
+    ``de``) must go from every pattern of the shape, or the two pages would merge there."""
+    if current is None:
+        return {}
+    confirmed: dict[tuple[str, str], set[str]] = {}
+    for pattern, decision in fresh.items():
+        shape = split_pattern(pattern)[0]
+        for name in decision.kept:
+            values = confirmed.setdefault((shape, name), set(decision.params[name].default_values))
+            values &= set(decision.params[name].default_values)
+    withdrawn: dict[str, PatternDecision] = {}
+    for pattern, decision in current.patterns.items():
+        if pattern in fresh:
+            continue
+        shape = split_pattern(pattern)[0]
+        params = dict(decision.params)
+        for name, evidence in decision.params.items():
+            still = confirmed.get((shape, name))
+            if still is None or set(evidence.default_values) <= still:
+                continue
+            params[name] = replace(evidence, default_values=[
+                value for value in evidence.default_values if value in still])
+        if params != decision.params:
+            withdrawn[pattern] = replace(decision, params=params, decided_at=utc_now())
+    return withdrawn
 
 
 def _parse_all(urls: Iterable[str], domain: str) -> list[NormalizedURL]:

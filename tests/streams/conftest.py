@@ -18,7 +18,7 @@ from streams.localbroker import LocalBroker
 class DriftingSite:
     """``/p?id=N`` pages on ``drift.test``; ``ref`` is tracking noise until ``ref_matters``;
     ``lang`` is shown, ``default_lang`` when absent, and so is ``start`` (``0``). With
-    ``wall`` every URL shows the same bot-wall page (but for a request number, which is
+    ``wall`` every URL shows the same login wall (but for a request number, which is
     noise); with ``ids_ignored`` every ``id`` shows item 0; with ``down`` every answer is
     503."""
 
@@ -39,8 +39,8 @@ class DriftingSite:
         if self.down:
             return 503, b"<html><body>maintenance</body></html>"
         if self.wall:
-            return 200, ("<html><head><title>Checking your browser</title></head>"
-                         "<body><main><h1>One moment please</h1></main>"
+            return 200, ("<html><head><title>Members only</title></head>"
+                         "<body><main><h1>Sign in to continue</h1></main>"
                          f"<footer>Request {self.requests}</footer></body></html>").encode()
         query = parse_qs(parts.query)
         item = "0" if self.ids_ignored else query.get("id", ["0"])[0]
