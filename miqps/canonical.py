@@ -2,7 +2,8 @@
 
 A parameter is kept if any layer keeps it: a platform allowlist, the learned non-neutral
 set, or the conservative default for anything unlearned. The cold-start prior may drop
-``utm_*``, ``gclid``, ``fbclid`` and ``msclkid`` where nothing was learned about them: in
+``utm_*``, ``gclid``, ``fbclid``, ``msclkid``, ``dclid`` and the platform session ids
+``;jsessionid``, ``jsessionid`` and ``PHPSESSID`` where nothing was learned about them: in
 unlearned patterns, and in learned ones where they have no conclusive sample (layer
 ``insufficient-evidence``: a rare pattern, a route whose every fetch timed out). It never
 drops a parameter that the domain's learned evidence keeps.

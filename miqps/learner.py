@@ -368,11 +368,15 @@ class Learner:
         """A kept parameter may carry a default value (``sort=relevance``, ``page=1``):
         one that shows the same page as leaving the parameter out. Candidates are the
         values that once made no difference, and the three commonest values not tried yet
-        (sampling often spends its first fetches on ``page=2``, ``page=3``). A platform's
+        (sampling often spends its first fetches on ``page=2``, ``page=3``), and the
+        smallest number among the frequent values (a pager's first page, ``start=0``, is
+        rarely its commonest value). A platform's
         allowlisted parameter is kept without sampling, but its default (``start=0``) is
         confirmed the same way. A value is elided only after it made no difference on
         ``1 + default_confirmations`` pages and a difference on none: a default that
-        depends on the page (a product's default colour) fails this and stays."""
+        depends on the page (a product's default colour) fails this and stays. One change
+        is tolerated while confirming only if, by the end, its blocks have been learned as
+        noise (a rotating block that repeated on the refetches of the time)."""
         config = self.config
         tasks: list[Awaitable[None]] = []
         for name, evidence in pool.evidence.items():
@@ -388,6 +392,9 @@ class Learner:
                 and value not in outcomes
             ]
             candidates.extend(common[: config.default_candidates])
+            first_page = _smallest_number(common)
+            if first_page is not None and first_page not in candidates:
+                candidates.append(first_page)
             tasks.extend(self._confirm_default(pool, name, value) for value in candidates)
         await asyncio.gather(*tasks)
 
@@ -400,6 +407,7 @@ class Learner:
         )
         random.Random(f"{self.config.seed}:{pool.template}:{value}").shuffle(carriers)
         confirmed = 0
+        changes: list[Comparison] = []
         contexts: set[str] = set()
         for url in carriers:
             if confirmed >= needed:
@@ -408,12 +416,17 @@ class Learner:
             if context in contexts:
                 continue
             contexts.add(context)
-            outcome = await self.prober.compare(pool.template, url.url, context)
-            if outcome is Outcome.CHANGED:
-                return
-            if outcome is Outcome.UNCHANGED:
+            comparison = await self.prober.compare_detail(pool.template, url.url, context)
+            if comparison.outcome is Outcome.CHANGED:
+                # one change may still turn out to be a rotating block; a second ends it
+                changes.append(comparison)
+                if len(changes) > 1:
+                    return
+            elif comparison.outcome is Outcome.UNCHANGED:
                 confirmed += 1
-        if confirmed >= needed:
+        if confirmed >= needed and not any(
+            self.prober.still_changed(pool.template, change) for change in changes
+        ):
             pool.defaults.setdefault(name, []).append(value)
 
     async def _decide_patterns(self, pool: _ShapePool) -> dict[str, PatternDecision]:
@@ -578,6 +591,13 @@ def _removed(url: NormalizedURL, kept: set[str], defaults: dict[str, list[str]])
         for name in url.names
         if name not in kept or url.value_of(name) in defaults.get(name, ())
     )
+
+
+def _smallest_number(values: Iterable[str]) -> str | None:
+    """The ``name=N`` pair with the smallest whole number N, if any value is one."""
+    numbers = [(int(digits), pair) for pair in values
+               if (digits := pair.partition("=")[2]).isdigit() and len(digits) < 10]
+    return min(numbers)[1] if numbers else None
 
 
 def _count(evidence: ParamEvidence, outcome: Outcome) -> None:

@@ -149,6 +149,8 @@ def test_canonicalize_plain_and_json_agree_and_show_matrix_parameters(tmp_path: 
     from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification
     from miqps.maps import write_maps as write
 
+    AT = "2026-12-03T00:00:00Z"
+
     def evidence(keep: bool, defaults: list[str] | None = None) -> ParamEvidence:
         return ParamEvidence("keep" if keep else "drop", Layer.LEARNED, 3, 3 * keep,
                              3 * (not keep), 0, defaults or [])
@@ -156,13 +158,13 @@ def test_canonicalize_plain_and_json_agree_and_show_matrix_parameters(tmp_path: 
     patterns = {
         "/p/*?;jsessionid&id": PatternDecision(
             frozenset({"id"}), frozenset({";jsessionid"}),
-            {"id": evidence(True), ";jsessionid": evidence(False)}, Verification(), "t", 3),
+            {"id": evidence(True), ";jsessionid": evidence(False)}, Verification(), AT, 3),
         "/a?hl&id&utm_source": PatternDecision(
             frozenset({"hl", "id"}), frozenset({"utm_source"}),
             {"hl": evidence(True, ["hl=en"]), "id": evidence(True),
-             "utm_source": evidence(False)}, Verification(), "t", 3),
+             "utm_source": evidence(False)}, Verification(), AT, 3),
     }
-    write(tmp_path / "maps.jsonl", [DomainMap("java.example", 1, "t", patterns)])
+    write(tmp_path / "maps.jsonl", [DomainMap("java.example", 1, AT, patterns)])
     lines = [
         "http://java.example/p/12;jsessionid=AB12?id=3",
         "http://java.example/a?utm_source=a&utm_source=b&hl=en&id=7",
