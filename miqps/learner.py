@@ -368,9 +368,9 @@ class Learner:
         """A kept parameter may carry a default value (``sort=relevance``, ``page=1``):
         one that shows the same page as leaving the parameter out. Candidates are the
         values that once made no difference, and the three commonest values not tried yet
-        (sampling often spends its first fetches on ``page=2``, ``page=3``), and the
-        smallest number among the frequent values (a pager's first page, ``start=0``, is
-        rarely its commonest value). A platform's
+        (sampling often spends its first fetches on ``page=2``, ``page=3``); for a name
+        never sampled, also the smallest number among the frequent values (a pager's first
+        page, ``start=0``, is rarely its commonest value). A platform's
         allowlisted parameter is kept without sampling, but its default (``start=0``) is
         confirmed the same way. A value is elided only after it made no difference on
         ``1 + default_confirmations`` pages and a difference on none: a default that
@@ -392,7 +392,7 @@ class Learner:
                 and value not in outcomes
             ]
             candidates.extend(common[: config.default_candidates])
-            first_page = _smallest_number(common)
+            first_page = _smallest_number(common) if not outcomes else None
             if first_page is not None and first_page not in candidates:
                 candidates.append(first_page)
             tasks.extend(self._confirm_default(pool, name, value) for value in candidates)
