@@ -6,6 +6,11 @@ each canonicalizer as its own process, stdin file in, stdout file out, best of
 ``--repeat`` runs, all in the same run so the ratios are comparable::
 
     .venv/bin/python -m bench.canonicalize_speed [--urls 1000000] [--repeat 3]
+        [--baseline DIR]
+
+``--baseline DIR`` also times the ``miqps`` of another source tree (for example
+``git archive c8368d7 | tar -x -C DIR``) on the same input, to measure what a change costs.
+Half of the sites whose links carry ``jsessionid`` put it in the path (``;jsessionid=``).
 
 It prints figures; it does not assert a target. It exits non-zero only on errors (a process
 failing, or output with a different number of lines than the input).
@@ -75,6 +80,7 @@ class Site:
     paths: dict[str, tuple[int, ...]]  # kind -> which path templates the site uses
     combos: dict[str, tuple[tuple[str, ...], ...]]  # kind -> content parameter sets
     bundles: tuple[tuple[str, ...], ...]  # tracking/session/identity sets links carry
+    session_in_path: bool  # jsessionid as a matrix parameter of the last path segment
     patterns: dict[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
 
 
@@ -97,7 +103,7 @@ def make_sites(rng: random.Random, count: int = DOMAIN_COUNT) -> list[Site]:
         }
         noise = rng.sample(_NOISE, 8)
         bundles = ((), (), *(tuple(noise[i : i + rng.randint(1, 3)]) for i in range(0, 8, 2)))
-        sites.append(Site(host, ascii_host, kinds, paths, combos, bundles))
+        sites.append(Site(host, ascii_host, kinds, paths, combos, bundles, rng.random() < 0.5))
     return sites
 
 
@@ -165,12 +171,18 @@ def generate(n: int, seed: int = 7) -> tuple[list[str], list[Site]]:
         noise_names = rng.choice(site.bundles)
         names = [*content_names, *noise_names]
         rng.shuffle(names)
+        if site.session_in_path and "jsessionid" in names:
+            names.remove("jsessionid")
+            path += f";jsessionid={_value(rng, 'jsessionid')}"
+            noise_names = tuple(";" + n if n == "jsessionid" else n for n in noise_names)
         query = "&".join([f"{name}={_value(rng, name)}" for name in names])
         scheme = "https" if rng.random() < 0.9 else "http"
         host = site.host.upper() if rng.random() < 0.02 else site.host
         fragment = rng.choice(("", "", "", "", "", "", "", "", "#reviews", "#!/tab/specs"))
         urls.append(f"{scheme}://{host}{path}?{query}{fragment}")
-        key = path_shape(path) + "?" + "&".join(sorted(names))
+        key = path_shape(path.partition(";")[0]) + "?" + "&".join(
+            sorted([*content_names, *noise_names])
+        )
         site.patterns.setdefault(key, (frozenset(content_names), frozenset(noise_names)))
     return urls, sites
 
@@ -280,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--no-stdlib", action="store_true", help="skip the stdlib baseline")
     parser.add_argument("--keep", type=Path, help="keep the inputs and outputs in this folder")
+    parser.add_argument("--baseline", type=Path,
+                        help="a source tree of another miqps version, timed alongside")
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="miqps-bench-") as tmp:
@@ -303,6 +317,10 @@ def main(argv: list[str] | None = None) -> int:
                                            "--maps", str(maps_file)]),
             ("w3lib.canonicalize_url", [sys.executable, "-c", W3LIB_BASELINE]),
         ]
+        if args.baseline is not None:
+            contenders.append(("miqps baseline --maps", [
+                "env", f"PYTHONPATH={args.baseline.resolve()}", sys.executable, "-m",
+                "miqps.cli", "canonicalize", "--maps", str(maps_file)]))
         if not args.no_stdlib:
             contenders.append(("stdlib split+filter+sort", [sys.executable, "-c",
                                                             STDLIB_BASELINE]))
@@ -326,6 +344,11 @@ def main(argv: list[str] | None = None) -> int:
     ours, theirs = "miqps canonicalize --maps", "w3lib.canonicalize_url"
     print(f"\nratio miqps / w3lib (URLs/s, wall): {best[theirs] / best[ours]:.2f}x")
     print(f"ratio miqps / w3lib (URLs per CPU second): {best_cpu[theirs] / best_cpu[ours]:.2f}x")
+    if args.baseline is not None:
+        base = "miqps baseline --maps"
+        print(f"ratio miqps / baseline (URLs/s, wall): {best[base] / best[ours]:.2f}x")
+        cpu_ratio = best_cpu[base] / best_cpu[ours]
+        print(f"ratio miqps / baseline (URLs per CPU second): {cpu_ratio:.2f}x")
     return 0
 
 

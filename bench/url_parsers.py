@@ -5,9 +5,12 @@ search, article and category paths; 1 to 6 parameters in random order; some
 percent-encoding, uppercase and IDNA hosts, fragments). Every candidate sees the same URLs,
 in-process, best of ``--repeat`` passes::
 
-    .venv/bin/python -m bench.url_parsers [--urls 200000] [--repeat 3]
+    .venv/bin/python -m bench.url_parsers [--urls 200000] [--repeat 3] [--wpt FILE]
 
 It prints figures with ratios against ``urllib.parse.urlsplit``; it asserts nothing.
+``--wpt ../shared/testdata/wpt-urltestdata.json`` first prints how many web-platform-tests
+URL cases each WHATWG parser gets right (the installed versions), to choose one by
+measurement: run it in an environment with another version installed to compare.
 Candidates whose package is missing are skipped (``ada-url``, ``yarl``, ``w3lib`` and
 ``courlan`` are in the dev extras).
 """
@@ -19,6 +22,7 @@ import importlib
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bench.canonicalize_speed import generate
@@ -94,6 +98,51 @@ def candidates() -> list[Candidate]:
     return found
 
 
+def _wpt_verdict(parse: Callable[[str, str | None], str], case: dict[str, Any]) -> bool:
+    """Whether ``parse`` (input, base -> href, raising on failure) passes one WPT case."""
+    try:
+        href = parse(case["input"], case.get("base"))
+    except Exception:
+        return bool(case.get("failure"))
+    return not case.get("failure") and href == case.get("href")
+
+
+def wpt_conformance(path: str) -> None:
+    """Passed web-platform-tests URL cases per WHATWG parser: all, and those without base."""
+    import json
+    from importlib.metadata import version
+
+    cases = [c for c in json.loads(Path(path).read_text("utf-8")) if isinstance(c, dict)]
+    absolute = [c for c in cases if c.get("base") is None]
+    parsers: list[tuple[str, Callable[[str, str | None], str], bool]] = []
+    can_ada = importlib.import_module("can_ada")
+
+    def can_ada_href(text: str, base: str | None) -> str:
+        if base is not None:
+            raise NotImplementedError("can_ada.parse takes no base")
+        return str(can_ada.parse(text).href)
+
+    parsers.append((f"can_ada {version('can_ada')}", can_ada_href, False))
+    try:
+        ada_url = importlib.import_module("ada_url")
+    except ImportError:
+        pass
+    else:
+        def ada_url_href(text: str, base: str | None) -> str:
+            return str(ada_url.URL(text, base).href)
+
+        parsers.append((f"ada_url {version('ada-url')}", ada_url_href, True))
+    print(f"web-platform-tests urltestdata: {len(cases)} cases, {len(absolute)} without base")
+    print("| parser | passed, no base | passed, all |")
+    print("|---|---:|---:|")
+    for name, parse, takes_base in parsers:
+        passed_absolute = sum(_wpt_verdict(parse, case) for case in absolute)
+        passed_all = sum(_wpt_verdict(parse, case) for case in cases) if takes_base else None
+        shown = f"{passed_all}/{len(cases)}" if passed_all is not None else "(no base API)"
+        print(f"| {name} | {passed_absolute}/{len(absolute)} | {shown} |")
+    print()
+
+
 def measure(run: Callable[[list[str]], int], urls: list[str], repeat: int) -> tuple[float, int]:
     best = float("inf")
     errors = 0
@@ -109,7 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--urls", type=int, default=200_000, help="URLs in the mix")
     parser.add_argument("--repeat", type=int, default=3, help="passes per parser; best counts")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--wpt", help="web-platform-tests urltestdata.json: conformance first")
     args = parser.parse_args(argv)
+    if args.wpt:
+        wpt_conformance(args.wpt)
 
     urls, _ = generate(args.urls, args.seed)
     print(f"{len(urls):,} URLs, best of {args.repeat} passes each\n")

@@ -6,6 +6,11 @@ set, or the conservative default for anything unlearned. The cold-start prior ma
 unlearned patterns, and in learned ones where they have no conclusive sample (layer
 ``insufficient-evidence``: a rare pattern, a route whose every fetch timed out). It never
 drops a parameter that the domain's learned evidence keeps.
+
+Dropping parameters can move a URL into another learned pattern, which may drop more; the
+rules are re-applied until they stop changing the URL, so canonicalizing a canonical URL
+changes nothing. Every path (the batched fast path, :meth:`Canonicalizer.decide` and the
+stream's live maps) follows :func:`settle`, the one definition.
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ from miqps.urls import (
     NormalizedURL,
     components,
     normalize_percent_encoding,
-    param_name,
+    parse,
     path_shape,
     pattern_key,
+    split_matrix,
     split_pairs,
 )
 
@@ -91,6 +97,10 @@ _STARS = tuple("/*" * depth for depth in range(_MAX_STARS))
 # name order but for a name that repeats (the pairs must then keep their relative order)
 # or one that is a prefix of another followed by a character below "=" (``a=1`` sorts
 # after ``a.b=2``): for those the plan is _IRREGULAR and the URL takes the general path.
+# A plan keeps what every round of :func:`settle` keeps, as far as names decide it. Where
+# values do (confirmed defaults), an eliding plan (:func:`_eliding_plan`) returns the pairs
+# left as a :class:`_Moved` list when the URL moves to another pattern, which the caller
+# looks up in turn.
 _Plan = Callable[[Sequence[str]], Any]
 _IRREGULAR: _Plan = itemgetter(slice(0, 0))
 _KEEP_ALL: _Plan = itemgetter(slice(None))
@@ -109,35 +119,17 @@ class _CompiledDomain:
     """One domain's map reduced to what the per-URL path needs.
 
     ``plans`` maps ``shape?names`` (the names of the pairs in string order) to the indexes
-    of the pairs to keep in that order: for a learned pattern it is filled from the map up
-    front, other keys are added as they are seen, and all of it is rebuilt on every update.
+    of the pairs to keep in that order, filled as keys are seen; all of it is rebuilt on
+    every update.
     """
 
-    __slots__ = ("default_pairs", "learned_keep", "map", "patterns", "plans", "version")
+    __slots__ = ("map", "plans", "rules", "version")
 
     def __init__(self, domain_map: DomainMap, layers: StaticLayers, use_prior: bool) -> None:
         self.map = domain_map
         self.version = domain_map.version
-        rules = DomainRules(domain_map, layers, use_prior)
-        self.learned_keep = rules.learned_keep
-        self.patterns = rules.keep
-        self.default_pairs = rules.default_pairs
+        self.rules = DomainRules(domain_map, layers, use_prior)
         self.plans: dict[str, _Plan] = {}
-        self._build_plans()
-
-    def _build_plans(self) -> None:
-        plans: dict[str, _Plan] = {}
-        for key, keep in self.patterns.items():
-            # What a URL's key would hold: "/p?" means one empty name, as in "/p?=1".
-            names = key.partition("?")[2].split("&")
-            if _strictly_increasing(names):  # else no URL looks the key up
-                kept = [i for i, name in enumerate(names) if name in keep]
-                defaults = self.default_pairs.get(key)
-                if defaults and kept:
-                    plans[key] = _eliding_plan(kept, defaults)
-                else:
-                    plans[key] = _plan_for(kept, len(names))
-        self.plans = plans
 
 
 class DomainRules:
@@ -192,14 +184,76 @@ def _without_evidence(evidence: ParamEvidence | None) -> bool:
     return evidence is not None and evidence.layer == Layer.INSUFFICIENT
 
 
-def _eliding_plan(kept: Sequence[int], defaults: frozenset[str]) -> _Plan:
-    """A plan that also leaves out confirmed default values (``page=1``): a list of the
-    kept pairs, which may come out empty."""
+class _Moved(list[str]):
+    """The pairs a plan left after leaving out default values: they form another pattern."""
 
-    def plan(pairs: Sequence[str]) -> list[str]:
-        return [pairs[i] for i in kept if pairs[i] not in defaults]
+    __slots__ = ()
+
+
+def _eliding_plan(kept: Sequence[int], defaults: frozenset[str], then: _Plan) -> _Plan:
+    """A plan for a pattern with confirmed default values (``page=1``): the kept pairs
+    with the plan ``then`` of their pattern applied (:data:`_KEEP_ALL` when it is this
+    one), or a :class:`_Moved` list of them without those holding a default value."""
+
+    settled = then is _KEEP_ALL
+
+    def plan(pairs: Sequence[str]) -> Any:
+        chosen = [pairs[i] for i in kept]
+        if defaults.isdisjoint(chosen):
+            return chosen if settled else then(chosen)
+        return _Moved([pair for pair in chosen if pair not in defaults])
 
     return plan
+
+
+def keep_in_pattern(
+    rules: DomainRules | None,
+    layers: StaticLayers,
+    use_prior: bool,
+    pattern: str,
+    names: frozenset[str],
+) -> frozenset[str]:
+    """The parameters ``pattern`` keeps among ``names``: the learned ones, or the default."""
+    if rules is not None:
+        keep = rules.keep.get(pattern)
+        if keep is not None:
+            return keep & names
+    learned_keep = rules.learned_keep if rules is not None else frozenset()
+    return unlearned_keep(names, layers, use_prior, learned_keep)
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """One application of the rules: the pattern the URL was in, and what it kept there."""
+
+    pattern: str
+    names: frozenset[str]
+    keep: frozenset[str]
+
+
+def settle(
+    url: NormalizedURL, rules: DomainRules | None, layers: StaticLayers, use_prior: bool
+) -> list[Round]:
+    """The rules applied to ``url`` until they stop changing it: the last round's ``keep``
+    is the canonical URL's parameters, the first round's ``pattern`` the URL's own.
+
+    Each round keeps what its pattern keeps, less confirmed default values (a name whose
+    every value, joined as :meth:`~miqps.urls.NormalizedURL.value_of`, is a default); a
+    round that leaves something out moves the URL to the pattern of what is left.
+    """
+    shape = path_shape(url.path)
+    names = url.names
+    rounds: list[Round] = []
+    while True:
+        pattern = pattern_key(shape, names)
+        keep = keep_in_pattern(rules, layers, use_prior, pattern, names)
+        defaults = rules.default_pairs.get(pattern) if rules is not None else None
+        if defaults:
+            keep = frozenset(name for name in keep if url.value_of(name) not in defaults)
+        rounds.append(Round(pattern, names, keep))
+        if keep == names:
+            return rounds
+        names = keep
 
 
 def _strictly_increasing(names: Sequence[str]) -> bool:
@@ -211,8 +265,8 @@ class Canonicalizer:
 
     Maps can be replaced at any time with :meth:`update`. The per-URL path sorts the pairs
     as plain strings, which almost always sorts them by name, and looks up a *plan* (which
-    of them to keep) by path shape and the names in that order: filled from the maps for
-    learned patterns, computed once and remembered for the others.
+    of them to keep, all rounds of :func:`settle` included) by path shape and the names in
+    that order, computed once per key and remembered.
     :meth:`canonical_texts` goes from text to canonical text in batches without building
     objects; it is what the CLI and the stream workers should call.
     """
@@ -272,23 +326,54 @@ class Canonicalizer:
         return compiled.map if compiled else None
 
     def canonical_url(self, url: NormalizedURL) -> str:
-        pairs = url.pairs
-        if not pairs:
-            return url.origin + url.path + url.route
-        return url.origin + url.path + self._query(url.host, url.path, pairs) + url.route
+        if not url.has_params:
+            return url.url
+        return url.with_only(self._settle(url)[-1].keep)
 
     def canonical_text(self, text: str) -> str:
-        """``canonical_url(parse(text))`` without building the URL object.
+        """``canonical_url(parse(text))``, through the remembered plans when it can.
 
         Raises :class:`InvalidURL` exactly as :func:`~miqps.urls.parse` does.
         """
         origin, host, path, query, route = components(text)
-        if not query:
-            return origin + path + route
-        pairs = split_pairs(query)
+        pairs = split_pairs(query) if query else []
+        return self._canonical_parts(text, origin, host, path, pairs, route)
+
+    def _canonical_parts(
+        self, text: str, origin: str, host: str, path: str, pairs: list[str], route: str
+    ) -> str:
+        """The canonical form of ``text``, given its normalized parts (``pairs`` without
+        empty ones), through the remembered plans when it can."""
+        matrix_at = -1
+        if ";" in path:
+            path, matrix = split_matrix(path)
+            if matrix:
+                # The plans take the parameters of one segment, named apart from the query's.
+                matrix_at = matrix[0][0]
+                if any(end != matrix_at for end, _ in matrix) or any(
+                    pair.startswith(";") for pair in pairs
+                ):
+                    return self.canonical_url(parse(text))
+                pairs += [";" + param for _, param in matrix]
         if not pairs:
             return origin + path + route
-        return origin + path + self._query(host, path, pairs) + route
+        pairs.sort()
+        compiled = self._domains.get(host)
+        shape = path_shape(path) if compiled is not None else ""
+        kept = self._kept_by_plans(pairs, compiled, shape)
+        if kept is None:
+            return self.canonical_url(parse(text))
+        if isinstance(kept, str):
+            kept = [kept]
+        if matrix_at >= 0:
+            path = path[:matrix_at] + "".join(p for p in kept if p[0] == ";") + path[matrix_at:]
+            kept = [pair for pair in kept if pair[0] != ";"]
+        return f"{origin}{path}?{'&'.join(kept)}{route}" if kept else origin + path + route
+
+    def _settle(self, url: NormalizedURL) -> list[Round]:
+        compiled = self._domains.get(url.host)
+        rules = compiled.rules if compiled is not None else None
+        return settle(url, rules, self._layers, self._use_prior)
 
     def canonical_texts(
         self,
@@ -303,14 +388,13 @@ class Canonicalizer:
         appended to it. ``control_free=True`` is the caller's word that no text holds a C0
         control character or DEL (the CLI checks whole blocks of input at once), which
         skips that check per text. Anything out of the common case (userinfo, a port, IPv6,
-        non-ASCII, repeated names, bad input) goes through :meth:`canonical_text`, and
-        tests hold the two paths to the same output.
+        non-ASCII, repeated names, a ``;`` in the path, bad input) goes through
+        :meth:`canonical_text`, and tests hold the two paths to the same output.
         """
         out: list[str] = []
         append = out.append
         ada_parse = can_ada.parse
         domain_of = self._domains.get
-        unmapped = self._unmapped_plans
         heads = self._heads
         normalize = normalize_percent_encoding
         for text in texts:
@@ -348,6 +432,12 @@ class Canonicalizer:
                 continue
             if "%" in base:  # only in the path: no userinfo here, and hosts hold no "%"
                 base = normalize(base)
+            if ";" in base:  # maybe matrix parameters
+                query = normalize(query) if "%" in query else query
+                pairs = [pair for pair in query.split("&") if pair] if query else []
+                append(self._canonical_parts(text, base[:slash], host, base[slash:], pairs,
+                                             route))
+                continue
             if not query:
                 append(base + route)
                 continue
@@ -360,12 +450,9 @@ class Canonicalizer:
                     append(base + route)
                     continue
             pairs.sort()
-            names = [pair.partition("=")[0] for pair in pairs]
             if compiled is None:
-                plans = unmapped
-                key = "&".join(names)
+                shape = ""
             else:
-                plans = compiled.plans
                 head_end = base.find("/", slash + 1)
                 if head_end < 0:
                     first = base[slash + 1 :]
@@ -377,25 +464,48 @@ class Canonicalizer:
                 head = heads.get(first)
                 if head is None:
                     head = self._head(first)
-                key = f"{head}{stars}?{'&'.join(names)}"
+                shape = head + stars
+            kept = self._kept_by_plans(pairs, compiled, shape)
+            if kept is None:
+                self._append_slow(text, out, errors)
+            elif kept.__class__ is str:
+                append(f"{base}?{kept}{route}")
+            elif kept:
+                append(f"{base}?{'&'.join(kept)}{route}")
+            else:
+                append(base + route)
+        return out
+
+    def _kept_by_plans(
+        self, pairs: list[str], compiled: _CompiledDomain | None, shape: str
+    ) -> str | Sequence[str] | None:
+        """The pairs the remembered plans keep (a string when one), or None when the pairs'
+        string order is not their name order."""
+        if compiled is None:
+            plans = self._unmapped_plans
+            prefix = ""
+        else:
+            plans = compiled.plans
+            prefix = shape + "?"
+        names = [pair.partition("=")[0] for pair in pairs]
+        while True:
+            key = prefix + "&".join(names)
             plan = plans.get(key)
             if plan is None:
                 plan = self._plan(plans, key, compiled, names)
             if plan is _KEEP_ALL:
-                append(f"{base}?{'&'.join(pairs)}{route}")
-            elif plan is _KEEP_NONE:
-                append(base + route)
-            elif plan is _IRREGULAR:
-                self._append_slow(text, out, errors)
-            else:
-                kept = plan(pairs)
-                if kept.__class__ is str:
-                    append(f"{base}?{kept}{route}")
-                elif kept:
-                    append(f"{base}?{'&'.join(kept)}{route}")
-                else:  # only default values were left
-                    append(base + route)
-        return out
+                return pairs
+            if plan is _KEEP_NONE:
+                return ()
+            if plan is _IRREGULAR:
+                return None
+            kept: str | Sequence[str] = plan(pairs)
+            if not isinstance(kept, _Moved):
+                return kept
+            pairs = kept  # default values left out: the URL moved to another pattern
+            if not pairs:
+                return ()
+            names = [pair.partition("=")[0] for pair in pairs]
 
     def _append_slow(
         self, text: str, out: list[str], errors: list[tuple[int, InvalidURL]] | None
@@ -415,33 +525,6 @@ class Canonicalizer:
         self._heads[segment] = head
         return head
 
-    def _query(self, host: str, path: str, pairs: Sequence[str]) -> str:
-        """``?`` and the kept pairs in stable name order, or ``""`` when none is kept."""
-        ordered = sorted(pairs)
-        names = [pair.partition("=")[0] for pair in ordered]
-        compiled = self._domains.get(host)
-        if compiled is None:
-            plans = self._unmapped_plans
-            key = "&".join(names)
-        else:
-            plans = compiled.plans
-            key = path_shape(path) + "?" + "&".join(names)
-        plan = plans.get(key)
-        if plan is None:
-            plan = self._plan(plans, key, compiled, names)
-        if plan is _IRREGULAR:
-            names = [pair.partition("=")[0] for pair in pairs]
-            keep = self._keep(compiled, key.partition("?")[0], frozenset(names))
-            kept = [pair for pair, name in zip(pairs, names, strict=True) if name in keep]
-            kept.sort(key=param_name)  # stable: repeated names keep their order
-            query = "&".join(kept)
-        elif plan is _KEEP_NONE:
-            query = ""
-        else:
-            got: str | Sequence[str] = plan(ordered)
-            query = got if isinstance(got, str) else "&".join(got)
-        return "?" + query if query else ""
-
     def _plan(
         self,
         plans: dict[str, _Plan],
@@ -453,73 +536,76 @@ class Canonicalizer:
 
         ``names`` are those of the pairs sorted as strings. Unless that is not their name
         order (:data:`_IRREGULAR`), the kept pairs in that order are the canonical order.
+        The rounds of :func:`settle` that depend on names alone are followed here, once
+        per key; a round that may leave out default values ends the plan with an
+        eliding plan.
         """
-        if _strictly_increasing(names):
-            shape = key.partition("?")[0] if compiled is not None else ""
-            keep = self._keep(compiled, shape, frozenset(names))
-            plan = _plan_for([i for i, name in enumerate(names) if name in keep], len(names))
+        if not _strictly_increasing(names):
+            plan: _Plan = _IRREGULAR
         else:
-            plan = _IRREGULAR
+            rules = compiled.rules if compiled is not None else None
+            shape = key.partition("?")[0] if compiled is not None else ""
+            prefix = shape + "?" if compiled is not None else ""
+            current = names
+            while True:
+                pattern = pattern_key(shape, current)
+                keep = keep_in_pattern(rules, self._layers, self._use_prior, pattern,
+                                       frozenset(current))
+                kept = [name for name in current if name in keep]
+                defaults = rules.default_pairs.get(pattern) if rules is not None else None
+                indexes = [i for i, name in enumerate(names) if name in keep]
+                if defaults and kept:
+                    then = _KEEP_ALL
+                    if len(kept) < len(current):
+                        then = plans.get(prefix + "&".join(kept)) or self._plan(
+                            plans, prefix + "&".join(kept), compiled, kept
+                        )
+                    plan = _eliding_plan(indexes, defaults, then)
+                    break
+                if len(kept) == len(current):
+                    plan = _plan_for(indexes, len(names))
+                    break
+                current = kept
         if len(plans) >= _CACHE_SIZE:
             plans.clear()
         plans[key] = plan
         return plan
 
-    def _keep(
-        self, compiled: _CompiledDomain | None, shape: str, names: frozenset[str]
-    ) -> frozenset[str]:
-        """The parameters to keep among ``names``: the learned pattern's, or the default."""
-        if compiled is not None:
-            keep = compiled.patterns.get(pattern_key(shape, names))
-            if keep is not None:
-                return keep
-        return self._keep_unlearned(names, compiled)
-
-    def _keep_unlearned(
-        self, names: frozenset[str], compiled: _CompiledDomain | None
-    ) -> frozenset[str]:
-        learned_keep = compiled.learned_keep if compiled else frozenset()
-        return unlearned_keep(names, self.layers, self._use_prior, learned_keep)
-
     def decide(self, url: NormalizedURL, original: str | None = None) -> Decision:
-        """The canonical URL with the layer that decided each parameter."""
-        names = sorted(url.names)
-        pattern = pattern_key(path_shape(url.path), names)
+        """The canonical URL with the layer that decided each parameter: for a dropped one
+        in the pattern it was dropped in, for a kept one in the URL's own pattern."""
+        rounds = self._settle(url)
         compiled = self._domains.get(url.host)
-        decision = compiled.map.patterns.get(pattern) if compiled else None
-        layers: dict[str, str] = {}
-        if compiled is not None and decision is not None:
-            defaults = compiled.default_pairs.get(pattern, frozenset())
-            keep = compiled.patterns[pattern]
-            kept = frozenset(n for n in keep if url.value_of(n) not in defaults)
-            for name in names:
-                if name in self.layers.allowlist:
-                    layers[name] = Layer.ALLOWLIST
-                elif name in decision.params:
-                    layer = decision.params[name].layer
-                    prior = layer == Layer.INSUFFICIENT and name not in keep
-                    layers[name] = Layer.PRIOR if prior else layer
-                else:
-                    layers[name] = Layer.UNLEARNED
-            status = "learned"
-        else:
-            kept = self._keep_unlearned(url.names, compiled)
-            for name in names:
-                if name in self.layers.allowlist:
-                    layers[name] = Layer.ALLOWLIST
-                elif name in kept:
-                    layers[name] = Layer.UNLEARNED
-                else:
-                    layers[name] = Layer.PRIOR
-            status = "provisional"
+        first = rounds[0]
+        final = rounds[-1].keep
+        layers = {name: str(self._layer(compiled, first, name)) for name in final}
+        for round_ in rounds:
+            for name in round_.names - round_.keep:
+                layers[name] = str(self._layer(compiled, round_, name))
+        names = sorted(url.names)
+        learned = compiled is not None and first.pattern in compiled.map.patterns
         return Decision(
             url=original if original is not None else url.url,
-            canonical_url=url.with_only(kept),
+            canonical_url=url.with_only(final),
             domain=url.host,
-            pattern=pattern,
-            kept=tuple(name for name in names if name in kept),
-            dropped=tuple(name for name in names if name not in kept),
-            layers={name: str(layer) for name, layer in layers.items()},
-            status=status,
+            pattern=first.pattern,
+            kept=tuple(name for name in names if name in final),
+            dropped=tuple(name for name in names if name not in final),
+            layers={name: layers[name] for name in names},
+            status="learned" if learned else "provisional",
             map_version=compiled.version if compiled else 0,
         )
+
+    def _layer(self, compiled: _CompiledDomain | None, round_: Round, name: str) -> Layer:
+        if name in self._layers.allowlist:
+            return Layer.ALLOWLIST
+        decision = compiled.map.patterns.get(round_.pattern) if compiled else None
+        if decision is None:
+            return Layer.UNLEARNED if name in round_.keep else Layer.PRIOR
+        evidence = decision.params.get(name)
+        if evidence is None:
+            return Layer.UNLEARNED
+        learned_keep = compiled.rules.keep[round_.pattern] if compiled else frozenset()
+        if evidence.layer == Layer.INSUFFICIENT and name not in learned_keep:
+            return Layer.PRIOR
+        return evidence.layer

@@ -3,8 +3,8 @@
 Parsing is WHATWG (ada, through can_ada): it lowercases scheme and host, applies IDNA,
 drops default ports and normalizes IPv4 spellings such as ``127.1`` or ``0x7f000001``.
 On top of it we only normalize percent-encoding (decode unreserved characters, uppercase
-hex digits), split the query into ordered pairs and drop the fragment unless it is a
-``#!`` route.
+hex digits), split the query into ordered pairs, split matrix parameters (``;name=value``)
+off path segments and drop the fragment unless it is a ``#!`` route.
 
 This is the per-URL hot path of the canonicalizer, so it reads one attribute of the parsed
 URL (``href``) and slices the WHATWG serialization itself instead of asking the C++ object
@@ -16,7 +16,9 @@ before the fragment can contain ``#`` (nor ``?`` before the query, nor ``/`` bef
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 import can_ada
@@ -25,6 +27,7 @@ MAX_URL_BYTES = 8 * 1024
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 _PERCENT_TRIPLET = re.compile(r"%[0-9A-Fa-f]{2}")
+_STRAY_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 # A triplet that normalization changes: lowercase hex, or an unreserved character
 # (- . 0-9 A-Z _ a-z ~ are %2D %2E %30-%39 %41-%5A %5F %61-%7A %7E).
 _UNNORMAL_TRIPLET = re.compile(
@@ -44,6 +47,10 @@ _TRIPLETS = {
     for lo in _HEX
 }
 _ada_parse = can_ada.parse
+# A matrix parameter: a token name, "=", then a value (the caller splits on ";" and "/").
+_MATRIX_PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*=.*", re.DOTALL)
+# Segments whose meaning is a dot segment: removing what follows them would move the path.
+_DOT_SEGMENTS = frozenset({".", ".."})
 
 
 class InvalidURL(ValueError):
@@ -63,11 +70,39 @@ def normalize_percent_encoding(text: str) -> str:
     """Decode percent-encoded unreserved characters and uppercase the rest.
 
     Reserved characters such as ``%2F %3F %23 %26 %3D %2B`` stay encoded, so meaning never
-    changes.
+    changes. A stray ``%`` (one not followed by two hex digits) stays literal, and a hex
+    digit that would complete an escape with it stays encoded: ``%%36%31`` must not become
+    ``%61``.
     """
     if "%" not in text or _UNNORMAL_TRIPLET.search(text) is None:
         return text
-    return _PERCENT_TRIPLET.sub(_normalize_triplet, text)
+    if _STRAY_PERCENT.search(text) is None:
+        # Every "%" starts a triplet, and "%25" stays encoded: no new escape can form.
+        return _PERCENT_TRIPLET.sub(_normalize_triplet, text)
+    return _normalize_beside_stray_percent(text)
+
+
+def _normalize_beside_stray_percent(text: str) -> str:
+    out: list[str] = []
+    position = 0
+    for match in _PERCENT_TRIPLET.finditer(text):
+        out.append(text[position : match.start()])
+        position = match.end()
+        normal = _TRIPLETS[match.group()]
+        if normal in _HEX and _ends_in_open_escape(out):
+            normal = match.group().upper()
+        out.append(normal)
+    out.append(text[position:])
+    return "".join(out)
+
+
+def _ends_in_open_escape(parts: list[str]) -> bool:
+    """Whether the text so far ends with ``%`` or ``%`` and a hex digit.
+
+    ``parts`` alternate between text and triplets, each triplet one character at least.
+    """
+    tail = "".join(parts[-4:])[-2:]
+    return tail.endswith("%") or (len(tail) == 2 and tail[0] == "%" and tail[1] in _HEX)
 
 
 def path_shape(path: str) -> str:
@@ -100,6 +135,33 @@ def param_name(pair: str) -> str:
     return name
 
 
+def split_matrix(path: str) -> tuple[str, tuple[tuple[int, str], ...]]:
+    """``path`` without its matrix parameters, and those as ``(offset, "name=value")``.
+
+    ``offset`` is where the parameter's segment ends in the returned path. A segment counts
+    as carrying matrix parameters only when every part after its first ``;`` is
+    ``name=value`` with a token name (``[A-Za-z_][A-Za-z0-9_.-]*``) and the segment itself
+    is not ``.`` or ``..``; any other ``;`` is an ordinary path character and stays.
+    """
+    if ";" not in path:
+        return path, ()
+    bare: list[str] = []
+    matrix: list[tuple[int, str]] = []
+    length = 0
+    for index, segment in enumerate(path.split("/")):
+        if index:
+            bare.append("/")
+            length += 1
+        head, _, rest = segment.partition(";")
+        params = rest.split(";") if rest else []
+        if params and head not in _DOT_SEGMENTS and all(map(_MATRIX_PARAM.fullmatch, params)):
+            segment = head
+            matrix.extend((length + len(head), param) for param in params)
+        bare.append(segment)
+        length += len(segment)
+    return "".join(bare), tuple(matrix)
+
+
 def split_pairs(query: str) -> list[str]:
     """The non-empty ``name=value`` pairs of a query (without its ``?``), in order."""
     pairs = query.split("&")
@@ -109,31 +171,48 @@ def split_pairs(query: str) -> list[str]:
 
 
 class NormalizedURL:
-    """A statically normalized http(s) URL with its query kept as ordered ``name=value`` pairs.
+    """A statically normalized http(s) URL with its parameters kept as ordered pairs.
 
     An immutable value: ``origin`` is scheme, userinfo, host and port; ``host`` the hostname
-    alone (IDNA, lowercase; brackets for IPv6); ``route`` a ``#!`` fragment or ``""``.
+    alone (IDNA, lowercase; brackets for IPv6); ``path`` the path without matrix parameters;
+    ``matrix`` those parameters as ``(offset, "name=value")``, ``offset`` being where their
+    segment ends in ``path``; ``pairs`` the query's ``name=value`` pairs; ``route`` a ``#!``
+    fragment or ``""``.
+
+    A matrix parameter is named ``";" + name`` wherever parameters are named (``names``,
+    ``value_of``, ``with_only``, ``without``, patterns), so ``;v`` and the query's ``v``
+    are different parameters; its value is ``";name=value"``.
     """
 
-    __slots__ = ("host", "origin", "pairs", "path", "route")
+    __slots__ = ("host", "matrix", "origin", "pairs", "path", "route")
 
     origin: str
     host: str
     path: str
     pairs: tuple[str, ...]
     route: str
+    matrix: tuple[tuple[int, str], ...]
 
     def __init__(
-        self, origin: str, host: str, path: str, pairs: tuple[str, ...], route: str
+        self,
+        origin: str,
+        host: str,
+        path: str,
+        pairs: tuple[str, ...],
+        route: str,
+        matrix: tuple[tuple[int, str], ...] = (),
     ) -> None:
         self.origin = origin
         self.host = host
         self.path = path
         self.pairs = pairs
         self.route = route
+        self.matrix = matrix
 
-    def _fields(self) -> tuple[str, str, str, tuple[str, ...], str]:
-        return (self.origin, self.host, self.path, self.pairs, self.route)
+    def _fields(
+        self,
+    ) -> tuple[str, str, str, tuple[str, ...], str, tuple[tuple[int, str], ...]]:
+        return (self.origin, self.host, self.path, self.pairs, self.route, self.matrix)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, NormalizedURL):
@@ -146,15 +225,27 @@ class NormalizedURL:
     def __repr__(self) -> str:
         return (
             f"NormalizedURL(origin={self.origin!r}, host={self.host!r}, path={self.path!r}, "
-            f"pairs={self.pairs!r}, route={self.route!r})"
+            f"pairs={self.pairs!r}, route={self.route!r}, matrix={self.matrix!r})"
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (NormalizedURL, self._fields())
 
     @property
+    def has_params(self) -> bool:
+        """Whether the URL has any parameter, in the query or in the path."""
+        return bool(self.pairs or self.matrix)
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        """Every parameter as its value: query pairs, then ``";name=value"`` of the path."""
+        if not self.matrix:
+            return self.pairs
+        return self.pairs + tuple(";" + param for _, param in self.matrix)
+
+    @property
     def names(self) -> frozenset[str]:
-        return frozenset([pair.partition("=")[0] for pair in self.pairs])
+        return frozenset([param_name(param) for param in self.params])
 
     @property
     def pattern(self) -> str:
@@ -162,29 +253,52 @@ class NormalizedURL:
 
     def value_of(self, name: str) -> str:
         """All values of ``name``, joined, so repeated parameters count as one value."""
-        return "&".join([pair for pair in self.pairs if pair.partition("=")[0] == name])
+        return "&".join([param for param in self.params if param_name(param) == name])
 
     def with_only(self, keep: Iterable[str] | frozenset[str]) -> str:
         """The URL with only the ``keep`` parameters, in stable name order."""
         keep_set = keep if isinstance(keep, frozenset | set) else frozenset(keep)
-        kept = [pair for pair in self.pairs if pair.partition("=")[0] in keep_set]
-        return self._build(kept)
+        return self._build(keep_set.__contains__)
 
     def without(self, drop: Iterable[str]) -> str:
         drop_set = frozenset(drop)
-        return self._build([pair for pair in self.pairs if pair.partition("=")[0] not in drop_set])
+        return self._build(lambda name: name not in drop_set)
 
-    def _build(self, pairs: list[str]) -> str:
+    def _build(self, keeps: Callable[[str], bool]) -> str:
+        pairs = [pair for pair in self.pairs if keeps(param_name(pair))]
+        path = self.path
+        if self.matrix:
+            path = _with_matrix(
+                path, [(end, p) for end, p in self.matrix if keeps(";" + param_name(p))]
+            )
         if not pairs:
-            return self.origin + self.path + self.route
+            return self.origin + path + self.route
         if len(pairs) > 1:
             pairs.sort(key=param_name)
-        return self.origin + self.path + "?" + "&".join(pairs) + self.route
+        return self.origin + path + "?" + "&".join(pairs) + self.route
 
     @property
     def url(self) -> str:
         """The full normalized URL, every parameter kept."""
-        return self._build(list(self.pairs))
+        return self._build(_keep_every)
+
+
+def _keep_every(name: str) -> bool:
+    return True
+
+
+def _with_matrix(path: str, matrix: list[tuple[int, str]]) -> str:
+    """``path`` with ``matrix`` put back, each segment's parameters in stable name order."""
+    if not matrix:
+        return path
+    parts: list[str] = []
+    start = 0
+    for end, group in groupby(matrix, key=itemgetter(0)):
+        parts.append(path[start:end])
+        parts.extend(";" + param for param in sorted([p for _, p in group], key=param_name))
+        start = end
+    parts.append(path[start:])
+    return "".join(parts)
 
 
 def pattern_key(shape: str, names: Iterable[str]) -> str:
@@ -276,4 +390,7 @@ def parse(text: str) -> NormalizedURL:
     """Normalize ``text`` or raise :class:`InvalidURL` with the reason. Nothing else escapes."""
     origin, host, path, query, route = components(text)
     pairs: tuple[str, ...] = tuple(split_pairs(query)) if query else ()
+    if ";" in path:
+        bare, matrix = split_matrix(path)
+        return NormalizedURL(origin, host, bare, pairs, route, matrix)
     return NormalizedURL(origin, host, path, pairs, route)

@@ -3,8 +3,10 @@
 The canonical form is the core's (``miqps.canonical.DomainRules``): a learned pattern keeps
 its kept parameters plus allowlisted ones, less confirmed default values and what the
 cold-start prior drops for lack of evidence; an unlearned pattern keeps everything except
-what the prior drops. This module only precomputes it per pattern, because every URL passes
-through here, and adds what the stream needs: the decision's age for re-verification.
+what the prior drops; rules are re-applied until they stop changing the URL
+(``miqps.canonical.settle``). This module only precomputes the rules per pattern, because
+every URL passes through here, and adds what the stream needs: the decision's age for
+re-verification.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from typing import NamedTuple
 
 import orjson
 
-from miqps.canonical import DomainRules, StaticLayers, unlearned_keep
+from miqps.canonical import DomainRules, StaticLayers, settle
 from miqps.maps import DomainMap
-from miqps.urls import NormalizedURL, path_shape, pattern_key
+from miqps.urls import NormalizedURL
 
 PROVISIONAL = "provisional"
 LEARNED = "learned"
@@ -47,13 +49,14 @@ class CompiledMap:
     """The rules of one domain; the map itself is kept as its JSON document, which takes a
     fraction of the memory of the object graph and is only needed to merge an update."""
 
-    __slots__ = ("document", "learned_keep", "rules", "version")
+    __slots__ = ("document", "domain_rules", "rules", "version")
 
     def __init__(self, domain_map: DomainMap, layers: StaticLayers, use_prior: bool,
                  reverify_after: float, document: bytes | None = None) -> None:
         self.document = document if document is not None else domain_map.dumps().encode()
         self.version = domain_map.version
         rules = DomainRules(domain_map, layers, use_prior)
+        self.domain_rules = rules
         self.rules: dict[str, PatternRule] = {}
         for key, decision in domain_map.patterns.items():
             names = decision.kept | decision.dropped
@@ -66,7 +69,6 @@ class CompiledMap:
                 decided_at=decision.decided_at,
                 reverify_at=timestamp_seconds(decision.decided_at) + reverify_after,
             )
-        self.learned_keep = rules.learned_keep
 
 
 class Canonical(NamedTuple):
@@ -123,28 +125,17 @@ class LiveMaps:
         return list(self._maps)
 
     def canonicalize(self, url: NormalizedURL) -> Canonical:
-        names = url.names
-        pattern = pattern_key(path_shape(url.path), names)
         compiled = self._maps.get(url.host)
         version = compiled.version if compiled is not None else 0
-        if compiled is not None:
-            rule = compiled.rules.get(pattern)
-            if rule is not None:
-                defaults = rule.default_pairs
-                if defaults and any(url.value_of(name) in defaults for name in rule.keep):
-                    keep = frozenset(n for n in rule.keep if url.value_of(n) not in defaults)
-                    return Canonical(url.with_only(keep), pattern, sorted(keep),
-                                     sorted(names - keep), LEARNED, version, rule)
-                return Canonical(url.with_only(rule.keep), pattern, rule.kept, rule.dropped,
-                                 LEARNED, version, rule)
-        if not names:
-            return Canonical(url.url, pattern, [], [], PROVISIONAL, version, None)
-        keep = self.unlearned_keep(names, compiled)
-        return Canonical(
-            url.with_only(keep), pattern, sorted(keep), sorted(names - keep),
-            PROVISIONAL, version, None,
-        )
-
-    def unlearned_keep(self, names: frozenset[str], compiled: CompiledMap | None) -> frozenset[str]:
-        learned_keep = compiled.learned_keep if compiled is not None else frozenset()
-        return unlearned_keep(names, self.layers, self.use_prior, learned_keep)
+        domain_rules = compiled.domain_rules if compiled is not None else None
+        rounds = settle(url, domain_rules, self.layers, self.use_prior)
+        pattern = rounds[0].pattern
+        keep = rounds[-1].keep
+        rule = compiled.rules.get(pattern) if compiled is not None else None
+        status = PROVISIONAL if rule is None else LEARNED
+        names = url.names
+        if rule is not None and keep == rule.keep:
+            return Canonical(url.with_only(keep), pattern, rule.kept, rule.dropped, status,
+                             version, rule)
+        return Canonical(url.with_only(keep), pattern, sorted(keep), sorted(names - keep),
+                         status, version, rule)

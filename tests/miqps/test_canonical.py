@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from miqps.canonical import Canonicalizer, StaticLayers
 from miqps.maps import (
@@ -16,7 +18,8 @@ from miqps.maps import (
     Verification,
     write_maps,
 )
-from miqps.urls import InvalidURL, NormalizedURL, parse
+from miqps.urls import InvalidURL, NormalizedURL, parse, path_shape, pattern_key
+from tests.miqps.resource import resource_difference
 
 
 def learned_map() -> DomainMap:
@@ -122,32 +125,38 @@ NAMES = ["a", "a.b", "a-b", "a2", "ab", "id", "page", "page2", "sid", "variant",
 
 
 def _reference(canon: Canonicalizer, maps: dict[str, DomainMap], url: NormalizedURL) -> str:
-    """canonical_url spelled out: the learned pattern's kept set, or the unlearned default."""
-    if not url.pairs:
-        return url.url
+    """canonical_url spelled out: the learned pattern's kept set, or the unlearned default,
+    applied again to what is left until nothing more is dropped."""
     layers = canon.layers
     domain_map = maps.get(url.host)
-    decision = domain_map.patterns.get(url.pattern) if domain_map else None
     learned = {
         name
         for d in (domain_map.patterns.values() if domain_map else ())
         for name, evidence in d.params.items()
         if evidence.decision == "keep" and evidence.layer == Layer.LEARNED
     }
-    if decision is not None:
-        keep = decision.kept | (layers.allowlist & (decision.kept | decision.dropped))
-        if canon.use_prior:
-            keep = frozenset({
-                n for n in keep
-                if decision.params[n].layer != Layer.INSUFFICIENT or not layers.prior_drops(n)
-                or n in learned or n in layers.allowlist
-            })
-        return url.with_only(keep)
-    if not canon.use_prior:
-        return url.with_only(url.names)
-    return url.with_only(
-        {n for n in url.names if not layers.prior_drops(n) or n in learned or n in layers.allowlist}
-    )
+    names = set(url.names)
+    while True:
+        pattern = pattern_key(path_shape(url.path), names)
+        decision = domain_map.patterns.get(pattern) if domain_map else None
+        if decision is not None:
+            keep = decision.kept | (layers.allowlist & (decision.kept | decision.dropped))
+            if canon.use_prior:
+                keep = frozenset({
+                    n for n in keep
+                    if decision.params[n].layer != Layer.INSUFFICIENT or not layers.prior_drops(n)
+                    or n in learned or n in layers.allowlist
+                })
+        elif canon.use_prior:
+            keep = frozenset(
+                n for n in names
+                if not layers.prior_drops(n) or n in learned or n in layers.allowlist
+            )
+        else:
+            keep = frozenset(names)
+        if keep & names == names:
+            return url.with_only(names)
+        names &= keep
 
 
 def _corpus(seed: int, size: int) -> list[str]:
@@ -354,3 +363,151 @@ def test_confirmed_default_values_are_elided_and_other_values_kept() -> None:
         assert canon.canonical_texts([text]) == [expected]
         assert canon.decide(parse(text)).canonical_url == expected
     assert canon.decide(parse("http://a.example/p?lang=en&id=4")).dropped == ("lang",)
+
+
+# --- Idempotence and one answer ----------------------------------------------------------
+
+
+def _pattern(kept: set[str], dropped: set[str], defaults: dict[str, list[str]] | None = None
+             ) -> PatternDecision:
+    params = {
+        name: ParamEvidence("keep" if name in kept else "drop", Layer.LEARNED, 3,
+                            3 if name in kept else 0, 0 if name in kept else 3, 0,
+                            (defaults or {}).get(name, []))
+        for name in kept | dropped
+    }
+    return PatternDecision(frozenset(kept), frozenset(dropped), params, Verification(),
+                           "2026-12-02T00:00:00Z", 5)
+
+
+def _all_answers(canon: Canonicalizer, text: str) -> set[str]:
+    url = parse(text)
+    return {canon.canonical_texts([text])[0], canon.canonical_text(text),
+            canon.canonical_url(url), canon.decide(url).canonical_url}
+
+
+def test_dropping_into_another_learned_pattern_drops_what_that_pattern_drops() -> None:
+    canon = Canonicalizer(use_prior=False)
+    canon.update(DomainMap("forum.example", 1, "2026-12-02T00:00:00Z", {
+        "/board?b&order&start&utm_source": _pattern({"b", "order", "start"}, {"utm_source"}),
+        "/board?b&order&start": _pattern({"b", "start"}, {"order"}),
+    }))
+    text = "http://forum.example/board?b=general&utm_source=x&start=45&order=latest"
+    canonical = "http://forum.example/board?b=general&start=45"
+    assert _all_answers(canon, text) == {canonical}
+    assert _all_answers(canon, canonical) == {canonical}
+    decision = canon.decide(parse(text))
+    assert decision.pattern == "/board?b&order&start&utm_source"
+    assert decision.dropped == ("order", "utm_source")
+    assert decision.layers["order"] == "learned"
+
+
+def test_leaving_out_a_default_value_also_moves_the_url_to_another_pattern() -> None:
+    canon = Canonicalizer(use_prior=False)
+    canon.update(DomainMap("shop.example", 1, "2026-12-02T00:00:00Z", {
+        "/list?page&q&ref": _pattern({"page", "q", "ref"}, set(), {"page": ["page=1"]}),
+        "/list?q&ref": _pattern({"q"}, {"ref"}),
+    }))
+    text = "http://shop.example/list?ref=x&page=1&q=shoes"
+    assert _all_answers(canon, text) == {"http://shop.example/list?q=shoes"}
+    assert _all_answers(canon, "http://shop.example/list?ref=x&page=2&q=shoes") == {
+        "http://shop.example/list?page=2&q=shoes&ref=x"
+    }
+
+
+def test_plain_and_json_agree_when_a_name_repeats() -> None:
+    canon = Canonicalizer()
+    canon.update(DomainMap("news.example", 1, "2026-12-02T00:00:00Z", {
+        "/a?hl&id&utm_source": _pattern({"hl", "id"}, {"utm_source"}, {"hl": ["hl=en"]}),
+    }))
+    text = "http://news.example/a?utm_source=a&utm_source=b&hl=en&id=7"
+    assert _all_answers(canon, text) == {"http://news.example/a?id=7"}
+
+
+def test_matrix_parameters_are_learned_parameters_of_the_pattern() -> None:
+    canon = Canonicalizer()
+    canon.update(DomainMap("java.example", 1, "2026-12-02T00:00:00Z", {
+        "/p/*?;jsessionid&id": _pattern({"id"}, {";jsessionid"}),
+        "/docs/*?;v": _pattern({";v"}, set()),
+    }))
+    text = "http://java.example/p/12;jsessionid=AB12?id=3"
+    assert _all_answers(canon, text) == {"http://java.example/p/12?id=3"}
+    decision = canon.decide(parse(text))
+    assert (decision.pattern, decision.kept, decision.dropped) == (
+        "/p/*?;jsessionid&id", ("id",), (";jsessionid",)
+    )
+    assert decision.layers == {";jsessionid": "learned", "id": "learned"}
+    assert _all_answers(canon, "http://java.example/docs/guide;v=2") == {
+        "http://java.example/docs/guide;v=2"
+    }
+    unlearned = "http://other.example/p/12;jsessionid=AB12;utm_source=x?utm_source=y"
+    assert _all_answers(canon, unlearned) == {
+        "http://other.example/p/12;jsessionid=AB12;utm_source=x"
+    }, "without evidence a matrix parameter is kept; the prior judges query names only"
+
+
+_PROPERTY_NAMES = ["id", "page", "ref", "utm_source", "gclid", "hl", "a.b", "a", ";jsessionid",
+                   ";v", ";sid"]
+_VALUES = ["1", "2", "en", "", "%%36%31", "%7e"]
+
+
+@st.composite
+def _urls(draw: st.DrawFn) -> str:
+    host = draw(st.sampled_from(["m.example", "M.example", "n.example", "m.example:81"]))
+    segments = draw(st.lists(st.sampled_from(["p", "12", "docs", "..", "a;b", "%%32%45", ""]),
+                             max_size=3))
+    query: list[str] = []
+    for name in draw(st.lists(st.sampled_from(_PROPERTY_NAMES), max_size=6)):
+        pair = f"{name.lstrip(';')}={draw(st.sampled_from(_VALUES))}"
+        if name.startswith(";") and draw(st.booleans()):
+            query.append(";" + pair)  # a query name that starts with ";"
+        elif name.startswith(";") and segments:
+            segments[-1] += ";" + pair
+        else:
+            query.append(pair)
+    route = draw(st.sampled_from(["", "#x", "#!r"]))
+    return f"http://{host}/{'/'.join(segments)}?{'&'.join(query)}{route}"
+
+
+def _random_maps(texts: list[str], rng: random.Random) -> list[DomainMap]:
+    """Learned-looking maps: patterns of the URLs and of subsets of their names, keeping
+    and dropping at random, with default values."""
+    patterns: dict[str, dict[str, PatternDecision]] = {}
+    for text in texts:
+        url = parse(text)
+        names = sorted(url.names)
+        for subset in (names, [n for n in names if rng.random() < 0.7]):
+            kept = {name for name in subset if rng.random() < 0.6}
+            defaults = {name: [url.value_of(name)] for name in kept if rng.random() < 0.4}
+            key = pattern_key(path_shape(url.path), subset)
+            patterns.setdefault(url.host, {})[key] = _pattern(kept, set(subset) - kept, defaults)
+    return [DomainMap(host, 1, "2026-12-02T00:00:00Z", by_key)
+            for host, by_key in patterns.items()]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_urls(), min_size=1, max_size=12), st.randoms(use_true_random=False),
+       st.booleans())
+def test_every_answer_is_one_idempotent_canonical_url_of_the_same_resource(
+    texts: list[str], rng: random.Random, use_prior: bool
+) -> None:
+    canon = Canonicalizer(use_prior=use_prior)
+    canon.load({m.domain: m for m in _random_maps(texts, rng)})
+    outputs = canon.canonical_texts(texts)
+    for text, output in zip(texts, outputs, strict=True):
+        decision = canon.decide(parse(text))
+        assert _all_answers(canon, text) == {output}
+        assert canon.canonical_texts([output]) == [output]
+        assert canon.decide(parse(output)).canonical_url == output
+        assert resource_difference(text, output, decision.dropped) == ""
+
+
+def test_a_pattern_with_default_values_that_drops_moves_the_url_on_without_eliding() -> None:
+    canon = Canonicalizer(use_prior=False)
+    canon.update(DomainMap("shop.example", 1, "2026-12-02T00:00:00Z", {
+        "/list?page&q&ref": _pattern({"page", "q"}, {"ref"}, {"page": ["page=1"]}),
+        "/list?page&q": _pattern({"q"}, {"page"}),
+    }))
+    for text in ("http://shop.example/list?ref=x&page=2&q=shoes",
+                 "http://shop.example/list?ref=x&page=1&q=shoes"):
+        assert _all_answers(canon, text) == {"http://shop.example/list?q=shoes"}, text

@@ -143,3 +143,46 @@ def test_worker_and_maps_options_pass_through_to_the_stream_processor() -> None:
     assert result.returncode == 0, result.stderr
     assert "usage: miqps worker" in result.stdout and "--agents" in result.stdout
     assert run("maps", "--help").returncode == 0
+
+
+def test_canonicalize_plain_and_json_agree_and_show_matrix_parameters(tmp_path: Path) -> None:
+    from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification
+    from miqps.maps import write_maps as write
+
+    def evidence(keep: bool, defaults: list[str] | None = None) -> ParamEvidence:
+        return ParamEvidence("keep" if keep else "drop", Layer.LEARNED, 3, 3 * keep,
+                             3 * (not keep), 0, defaults or [])
+
+    patterns = {
+        "/p/*?;jsessionid&id": PatternDecision(
+            frozenset({"id"}), frozenset({";jsessionid"}),
+            {"id": evidence(True), ";jsessionid": evidence(False)}, Verification(), "t", 3),
+        "/a?hl&id&utm_source": PatternDecision(
+            frozenset({"hl", "id"}), frozenset({"utm_source"}),
+            {"hl": evidence(True, ["hl=en"]), "id": evidence(True),
+             "utm_source": evidence(False)}, Verification(), "t", 3),
+    }
+    write(tmp_path / "maps.jsonl", [DomainMap("java.example", 1, "t", patterns)])
+    lines = [
+        "http://java.example/p/12;jsessionid=AB12?id=3",
+        "http://java.example/a?utm_source=a&utm_source=b&hl=en&id=7",
+        "http://java.example/docs/guide;v=2",
+        "http://java.example/%%36%31?x=%%32%45",
+        "not a url",
+    ]
+    maps = ["--maps", str(tmp_path / "maps.jsonl")]
+    plain = run("canonicalize", *maps, stdin="\n".join(lines) + "\n")
+    as_json = run("canonicalize", "--json", *maps, stdin="\n".join(lines) + "\n")
+    decisions = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert plain.stdout.splitlines() == [
+        "http://java.example/p/12?id=3",
+        "http://java.example/a?id=7",
+        "http://java.example/docs/guide;v=2",
+        "http://java.example/%%361?x=%%32E",
+        "",
+    ]
+    assert [d.get("canonical_url", "") for d in decisions] == plain.stdout.splitlines()
+    assert (decisions[0]["pattern"], decisions[0]["kept"], decisions[0]["dropped"]) == (
+        "/p/*?;jsessionid&id", ["id"], [";jsessionid"]
+    )
+    assert decisions[2]["kept"] == [";v"] and decisions[2]["status"] == "provisional"

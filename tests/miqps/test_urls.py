@@ -1,8 +1,11 @@
 import json
 from pathlib import Path
+from urllib.parse import unquote_to_bytes
 
 import can_ada
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from miqps.urls import (
     InvalidURL,
@@ -12,6 +15,7 @@ from miqps.urls import (
     pattern_key,
     split_pattern,
 )
+from tests.miqps.resource import resource_difference
 
 WPT = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "wpt-urltestdata.json"
 
@@ -204,3 +208,98 @@ def test_empty_pairs_are_dropped() -> None:
     url = parse("http://a.example/p?&&a=1&&b&")
     assert url.pairs == ("a=1", "b")
     assert parse("http://a.example/p?&&").url == "http://a.example/p"
+
+
+# --- A stray "%" ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("http://a.example/%%36%31", "http://a.example/%%361"),
+        ("http://a.example/a/%%32%45%%32%45/b", "http://a.example/a/%%32E%%32E/b"),
+        ("http://a.example/%4%31", "http://a.example/%4%31"),
+        ("http://a.example/p?q=%%34%31", "http://a.example/p?q=%%341"),
+        ("http://a.example/100%25/%7e%", "http://a.example/100%25/~%"),
+    ],
+)
+def test_decoding_never_completes_an_escape_with_a_stray_percent(text: str, expected: str) -> None:
+    url = parse(text)
+    assert url.url == expected
+    assert resource_difference(text, url.url) == ""
+    assert parse(url.url).url == url.url
+
+
+# Pieces that decode to hex digits, beside stray "%" and hex digits.
+_PERCENT_PIECES = ["%", "%", "%3", "%36", "%31", "%2E", "%2e", "%61", "%46", "%4", "a", "F", "1",
+                   "/", "%25", "%7e", "%2f", "z"]
+_PERCENT_TEXT = st.lists(st.sampled_from(_PERCENT_PIECES), max_size=12).map("".join)
+
+
+@given(_PERCENT_TEXT)
+def test_percent_normalization_keeps_the_decoded_bytes_and_is_idempotent(text: str) -> None:
+    normal = normalize_percent_encoding(text)
+    assert unquote_to_bytes(normal) == unquote_to_bytes(text)
+    assert normalize_percent_encoding(normal) == normal
+
+
+# --- Matrix parameters --------------------------------------------------------------------
+
+
+def test_matrix_parameters_are_parameters_named_with_a_semicolon() -> None:
+    url = parse("http://a.example/p/12;jsessionid=AB12;v=2?utm_source=x&id=3")
+    assert url.path == "/p/12"
+    assert url.has_params
+    assert url.names == frozenset({";jsessionid", ";v", "utm_source", "id"})
+    assert url.pattern == "/p/*?;jsessionid&;v&id&utm_source"
+    assert url.value_of(";jsessionid") == ";jsessionid=AB12"
+    assert url.url == "http://a.example/p/12;jsessionid=AB12;v=2?id=3&utm_source=x"
+    assert url.without([";jsessionid", "utm_source"]) == "http://a.example/p/12;v=2?id=3"
+    assert url.with_only({"id"}) == "http://a.example/p/12?id=3"
+
+
+def test_a_url_with_only_matrix_parameters_has_parameters() -> None:
+    url = parse("http://a.example/docs/guide;v=2")
+    assert url.has_params and url.pairs == ()
+    assert url.pattern == "/docs/*?;v"
+    assert url.without([";v"]) == "http://a.example/docs/guide"
+    assert not parse("http://a.example/docs/guide").has_params
+
+
+def test_matrix_parameters_stay_in_their_segment_in_stable_name_order() -> None:
+    url = parse("http://a.example/a;z=1;b=2;z=0/b/c;%6Aid=3?x=1;y=2")
+    assert url.url == "http://a.example/a;b=2;z=1;z=0/b/c;jid=3?x=1;y=2"
+    assert url.value_of(";z") == ";z=1&;z=0"
+    assert url.with_only({";z", ";jid"}) == "http://a.example/a;z=1;z=0/b/c;jid=3"
+    assert url.names == frozenset({";z", ";b", ";jid", "x"}), "';' in the query is no matrix"
+    assert parse(url.url).url == url.url
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/a;b;c/x", "/list;sort=asc;x", "/a/..;v=1/b", "/a/.;v=1/b", "/a;1v=2", "/a;=2",
+     "/a;v", "/a/%2E%2E;v=1/b"],
+)
+def test_other_semicolons_are_ordinary_path_characters(path: str) -> None:
+    url = parse("http://a.example" + path)
+    assert url.matrix == ()
+    assert url.names == frozenset()
+    assert url.url == normalize_percent_encoding(can_ada.parse("http://a.example" + path).href)
+
+
+_SEGMENT = st.one_of(st.text(alphabet="ab1.%;=_-", max_size=8), _PERCENT_TEXT)
+
+
+@given(st.lists(_SEGMENT, max_size=5), st.text(alphabet="ab=&;%", max_size=10))
+def test_normalized_urls_are_idempotent_and_keep_the_resource(
+    segments: list[str], query: str
+) -> None:
+    text = "http://a.example/" + "/".join(segments) + "?" + query
+    url = parse(text)
+    assert parse(url.url).url == url.url
+    assert resource_difference(text, url.url) == ""
+    for name in url.names:
+        dropped = parse(url.without([name]))
+        assert dropped.names == url.names - {name}
+        assert parse(dropped.url).url == dropped.url
+        assert resource_difference(url.url, dropped.url, [name]) == ""
