@@ -1,0 +1,161 @@
+"""A Scrapy add-on: requests are fingerprinted by their canonical URL, so Scrapy's own
+dupefilter drops a request whose canonical URL it has seen. The URL fetched stays the
+site's; a domain without a map keeps the fallback (by default Scrapy's) fingerprint.
+
+Install ``miqps[scrapy]``, then in ``settings.py``::
+
+    ADDONS = {"miqps.scrapy.Addon": 600}
+    MIQPS_MAPS = "maps.jsonl"                    # written by 'miqps learn'
+    # or follow the maps topic live: MIQPS_KAFKA_BOOTSTRAP = "127.0.0.1:9092"
+
+Settings:
+
+- ``MIQPS_MAPS``: a maps file (validated; a bad line stops the crawl, naming ``file:line``).
+- ``MIQPS_KAFKA_BOOTSTRAP`` and ``MIQPS_MAPS_TOPIC`` (default ``miqps.maps``): follow the
+  compacted maps topic instead (needs the ``streams`` extra).
+- ``MIQPS_USE_PRIOR`` (default True): in a mapped domain's unlearned patterns, drop
+  ``utm_*``, ``gclid``, ``fbclid``, ``msclkid`` and ``dclid``, as ``miqps canonicalize`` does.
+- ``MIQPS_FALLBACK_REQUEST_FINGERPRINTER_CLASS``: the fingerprinter for domains without a
+  map; the add-on sets it to the ``REQUEST_FINGERPRINTER_CLASS`` it replaces.
+
+Stats: ``miqps/requests_canonicalized``, ``miqps/params_dropped`` (query parameters left out
+of fingerprints), ``miqps/duplicates_filtered`` (requests the dupefilter dropped whose URL
+the maps changed) and ``miqps/domains_without_map`` (distinct hosts fingerprinted by the
+fallback).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+from weakref import WeakKeyDictionary
+
+from scrapy import Request, signals
+from scrapy.crawler import Crawler
+from scrapy.settings import SETTINGS_PRIORITIES, BaseSettings
+from scrapy.statscollectors import StatsCollector
+from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy.utils.request import RequestFingerprinterProtocol
+
+from miqps.canonical import Canonicalizer
+from miqps.urls import InvalidURL
+
+__all__ = ["Addon", "MapsRequestFingerprinter"]
+
+DEFAULT_FALLBACK = "scrapy.utils.request.RequestFingerprinter"
+
+
+class MapsRequestFingerprinter:
+    """Fingerprints a request of a mapped domain by method, canonical URL and body;
+    any other request by the fallback fingerprinter."""
+
+    def __init__(self, canonicalizer: Canonicalizer, fallback: RequestFingerprinterProtocol,
+                 stats: StatsCollector | None = None) -> None:
+        self.canonicalizer = canonicalizer
+        self.fallback = fallback
+        self.stats = stats
+        self._cache: WeakKeyDictionary[Request, bytes] = WeakKeyDictionary()
+        self._unmapped: set[str] = set()
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> MapsRequestFingerprinter:
+        settings = crawler.settings
+        use_prior = settings.getbool("MIQPS_USE_PRIOR", True)
+        bootstrap = settings.get("MIQPS_KAFKA_BOOTSTRAP")
+        maps = settings.get("MIQPS_MAPS")
+        if bootstrap:
+            canonicalizer = Canonicalizer.from_kafka(
+                bootstrap, topic=settings.get("MIQPS_MAPS_TOPIC", "miqps.maps"),
+                use_prior=use_prior)
+        elif maps:
+            canonicalizer = Canonicalizer.from_file(maps, use_prior=use_prior)
+        else:
+            raise ValueError("miqps.scrapy: set MIQPS_MAPS (a maps file) or "
+                             "MIQPS_KAFKA_BOOTSTRAP (to follow the maps topic)")
+        fallback_class = load_object(
+            settings.get("MIQPS_FALLBACK_REQUEST_FINGERPRINTER_CLASS") or DEFAULT_FALLBACK)
+        fingerprinter = cls(canonicalizer, build_from_crawler(fallback_class, crawler),
+                            crawler.stats)
+        crawler.signals.connect(fingerprinter.request_dropped, signals.request_dropped)
+        crawler.signals.connect(fingerprinter.close, signals.engine_stopped)
+        return fingerprinter
+
+    def canonical_url(self, request: Request) -> str | None:
+        """The canonical URL of ``request``, or None when its domain has no map or its
+        URL cannot be canonicalized."""
+        host = urlparse_cached(request).hostname
+        if host is None or self.canonicalizer.map_for(host) is None:
+            return None
+        try:
+            return self.canonicalizer.canonicalize(request.url)
+        except InvalidURL:
+            return None
+
+    def fingerprint(self, request: Request) -> bytes:
+        cached = self._cache.get(request)
+        if cached is not None:
+            return cached
+        canonical = self.canonical_url(request)
+        if canonical is None:
+            self._count_unmapped(request)
+            return self.fallback.fingerprint(request)
+        parts = [request.method.encode(), canonical.encode(), request.body]
+        if self._redirected_to_itself(request, canonical):
+            parts.append(b"redirected")
+        digest = hashlib.sha1(b"\n".join(parts), usedforsecurity=False).digest()
+        self._cache[request] = digest
+        if self.stats is not None:
+            self.stats.inc_value("miqps/requests_canonicalized")
+            dropped = _params(request.url) - _params(canonical)
+            if dropped:
+                self.stats.inc_value("miqps/params_dropped", dropped)
+        return digest
+
+    def _redirected_to_itself(self, request: Request, canonical: str) -> bool:
+        """Whether ``request`` is a redirect from a URL with the same canonical form (a site
+        redirecting ``/a?utm_source=x`` to ``/a``): the dupefilter must not take it for
+        a duplicate of the request it comes from, or the page is never fetched."""
+        sources = request.meta.get("redirect_urls")
+        if not sources:
+            return False
+        try:
+            return bool(self.canonicalizer.canonicalize(sources[-1]) == canonical)
+        except InvalidURL:
+            return False
+
+    def _count_unmapped(self, request: Request) -> None:
+        host = urlparse_cached(request).hostname or ""
+        if host not in self._unmapped:
+            self._unmapped.add(host)
+            if self.stats is not None:
+                self.stats.set_value("miqps/domains_without_map", len(self._unmapped))
+
+    def request_dropped(self, request: Request, **_: Any) -> None:
+        """Scrapy's dupefilter dropped ``request``: count it if the maps changed its URL."""
+        canonical = self.canonical_url(request)
+        if self.stats is not None and canonical is not None and canonical != request.url:
+            self.stats.inc_value("miqps/duplicates_filtered")
+
+    def close(self) -> None:
+        self.canonicalizer.close()
+
+
+def _params(url: str) -> int:
+    query = url.partition("#")[0].partition("?")[2]
+    return sum(1 for pair in query.split("&") if pair)
+
+
+class Addon:
+    """Enables :class:`MapsRequestFingerprinter` through Scrapy's ``ADDONS`` setting,
+    keeping the fingerprinter it replaces as the fallback for domains without a map."""
+
+    def update_settings(self, settings: BaseSettings) -> None:
+        current = settings.get("REQUEST_FINGERPRINTER_CLASS")
+        if current is not None and load_object(current) is not MapsRequestFingerprinter:
+            settings.set("MIQPS_FALLBACK_REQUEST_FINGERPRINTER_CLASS", current, "addon")
+        # A fingerprinter set in the project's settings becomes the fallback too, so the
+        # add-on must win over that priority.
+        priority = max(SETTINGS_PRIORITIES["addon"],
+                       settings.getpriority("REQUEST_FINGERPRINTER_CLASS") or 0)
+        settings.set("REQUEST_FINGERPRINTER_CLASS", MapsRequestFingerprinter, priority)
