@@ -27,6 +27,7 @@ fallback).
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -84,13 +85,11 @@ class MapsRequestFingerprinter:
     def canonical_url(self, request: Request) -> str | None:
         """The canonical URL of ``request``, or None when its domain has no map or its
         URL cannot be canonicalized."""
-        host = urlparse_cached(request).hostname
-        if host is None or self.canonicalizer.map_for(host) is None:
+        if self.canonicalizer.map_for(_host(request)) is None:
             return None
-        try:
-            return self.canonicalizer.canonicalize(request.url)
-        except InvalidURL:
-            return None
+        # The batch path (one URL) is the fast one; an invalid URL comes back empty.
+        canonical = self.canonicalizer.canonical_texts([request.url])[0]
+        return canonical or None
 
     def fingerprint(self, request: Request) -> bytes:
         cached = self._cache.get(request)
@@ -125,7 +124,7 @@ class MapsRequestFingerprinter:
             return False
 
     def _count_unmapped(self, request: Request) -> None:
-        host = urlparse_cached(request).hostname or ""
+        host = _host(request)
         if host not in self._unmapped:
             self._unmapped.add(host)
             if self.stats is not None:
@@ -139,6 +138,19 @@ class MapsRequestFingerprinter:
 
     def close(self) -> None:
         self.canonicalizer.close()
+
+
+_PLAIN_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#@:\[\]]*)(?:[/?#]|$)")
+
+
+def _host(request: Request) -> str:
+    """The host of ``request``'s URL, lowercased, as maps are filed; a regular expression
+    for the common case (no userinfo, port or IPv6): 0.6 us, where parsing the whole URL
+    takes 9 us, as much as canonicalizing it."""
+    plain = _PLAIN_AUTHORITY.match(request.url)
+    if plain is not None:
+        return plain.group(1).lower()
+    return urlparse_cached(request).hostname or ""
 
 
 def _params(url: str) -> int:
