@@ -16,9 +16,10 @@ as neutral:
 Scopes the map never learned take the rules of the host (a host-wide name is neutral in
 every pattern that was learned). Patterns whose first segment is not a word (``/123/x``,
 shape ``/*``) are never exported under a path. A format that matches paths by prefix
-(``Clean-param``, duplicate-url-discarder) also leaves out a segment when a longer
+only (``Clean-param``) also leaves out a segment when a longer
 segment starting with it keeps the name (``/p`` would cover ``/pages``), and the root
-path, which as a prefix covers the whole host.
+path, which as a prefix covers the whole host; duplicate-url-discarder's patterns can say
+"this path exactly" and need not.
 
 Confirmed default values (``page=1``) are left out only by ``varnish``, the one format
 that can say "this value"; the others keep them.
@@ -210,17 +211,30 @@ def _clean_param_line(names: list[str], path: str) -> str:
 
 
 def dud_rules(maps: Mapping[str, DomainMap], layers: StaticLayers) -> str:
-    """duplicate-url-discarder rules: one ``queryRemoval`` rule per host and path prefix,
-    its ``urlPattern`` in url-matcher syntax (``host`` or ``host/p``)."""
+    """duplicate-url-discarder rules: one ``queryRemoval`` rule per host and path, its
+    ``urlPattern`` in url-matcher syntax. ``host/`` (with a path) matches that host only,
+    where ``host`` alone would match its subdomains too; ``host/p|`` is the path ``/p``
+    exactly and ``host/p/`` what lies below it. A path's rule repeats the host's names, in
+    case only the most specific matching rule applies."""
     rules: list[dict[str, object]] = []
-    for _, scopes in _scopes(maps, layers, prefix_only=True):
+    for domain_map, scopes in _scopes(maps, layers):
+        host_names: tuple[str, ...] = ()
         for scope in scopes:
-            pattern = scope.host if scope.is_host_wide else scope.host + scope.path
+            if not scope.names or any(ch in scope.segment for ch in "*|"):
+                continue
+            if scope.is_host_wide:
+                host_names = scope.names
+                include = [f"{domain_map.domain}/"]
+            elif scope.segment == "/":
+                include = [f"{domain_map.domain}/|"]
+            else:
+                include = [f"{domain_map.domain}{scope.path}|",
+                           f"{domain_map.domain}{scope.path}/"]
             rules.append({
-                "args": list(scope.names),
+                "args": sorted({*host_names, *scope.names}),
                 "order": 100 + len(rules),
                 "processor": "queryRemoval",
-                "urlPattern": {"include": [pattern]},
+                "urlPattern": {"include": include},
             })
     return json.dumps(rules, indent=2, ensure_ascii=False) + "\n"
 

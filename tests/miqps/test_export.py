@@ -133,8 +133,12 @@ def test_dud_rules_match_the_schema(tmp_path: Path, capsys: pytest.CaptureFixtur
     rules = json.loads(_run_export(tmp_path, capsys, "dud-rules"))
     Draft202012Validator(DUD_SCHEMA).validate(rules)
     assert len({rule["order"] for rule in rules}) == len(rules)
-    removal = {rule["urlPattern"]["include"][0]: rule["args"] for rule in rules}
-    assert removal == {HOST: ["utm_source"], f"{HOST}/item": ["ref"]}
+    removal = {tuple(rule["urlPattern"]["include"]): rule["args"] for rule in rules}
+    # url-matcher: "host/" is that host alone (a bare "host" would take in its subdomains);
+    # "host/p|" the path /p exactly, "host/p/" below it (a bare "host/p" covers /pages).
+    assert removal == {(f"{HOST}/",): ["utm_source"],
+                       (f"{HOST}/item|", f"{HOST}/item/"): ["ref", "utm_source"],
+                       (f"{HOST}/p|", f"{HOST}/p/"): ["ref", "utm_source"]}
 
 
 # Cloudflare Rulesets API, rule ``rulesets_SetCacheSettingsRule`` (the parts this export uses).
