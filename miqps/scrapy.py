@@ -17,11 +17,16 @@ Settings:
   ``utm_*``, ``gclid``, ``fbclid``, ``msclkid`` and ``dclid``, as ``miqps canonicalize`` does.
 - ``MIQPS_FALLBACK_REQUEST_FINGERPRINTER_CLASS``: the fingerprinter for domains without a
   map; the add-on sets it to the ``REQUEST_FINGERPRINTER_CLASS`` it replaces.
+- ``MIQPS_FEED_UNLEARNED`` (optional, off): a Kafka bootstrap address. The URL of each
+  request whose pattern no map has learned (domains without a map included) is then sent
+  to ``MIQPS_RAW_TOPIC`` (default ``urls.raw``) for the stream to learn, at most
+  ``MIQPS_FEED_PER_PATTERN`` (default 50) URLs per host and pattern. It costs a full
+  parse of each request's URL (needs the ``streams`` extra).
 
-Stats: ``miqps/requests_canonicalized``, ``miqps/params_dropped`` (query parameters left out
-of fingerprints), ``miqps/duplicates_filtered`` (requests the dupefilter dropped whose URL
-the maps changed) and ``miqps/domains_without_map`` (distinct hosts fingerprinted by the
-fallback).
+Stats: ``miqps/requests_canonicalized``, ``miqps/params_dropped`` (query parameters left
+out of fingerprints), ``miqps/duplicates_filtered`` (requests the dupefilter dropped whose
+URL the maps changed), ``miqps/domains_without_map`` (distinct hosts fingerprinted by the
+fallback) and ``miqps/unlearned_fed`` (URLs sent with ``MIQPS_FEED_UNLEARNED``).
 """
 
 from __future__ import annotations
@@ -52,10 +57,12 @@ class MapsRequestFingerprinter:
     any other request by the fallback fingerprinter."""
 
     def __init__(self, canonicalizer: Canonicalizer, fallback: RequestFingerprinterProtocol,
-                 stats: StatsCollector | None = None) -> None:
+                 stats: StatsCollector | None = None,
+                 unlearned: UnlearnedFeed | None = None) -> None:
         self.canonicalizer = canonicalizer
         self.fallback = fallback
         self.stats = stats
+        self.unlearned = unlearned
         self._cache: WeakKeyDictionary[Request, bytes] = WeakKeyDictionary()
         self._unmapped: set[str] = set()
 
@@ -76,8 +83,12 @@ class MapsRequestFingerprinter:
                              "MIQPS_KAFKA_BOOTSTRAP (to follow the maps topic)")
         fallback_class = load_object(
             settings.get("MIQPS_FALLBACK_REQUEST_FINGERPRINTER_CLASS") or DEFAULT_FALLBACK)
+        feed_to = settings.get("MIQPS_FEED_UNLEARNED")
+        unlearned = UnlearnedFeed(feed_to, settings.get("MIQPS_RAW_TOPIC", "urls.raw"),
+                                  settings.getint("MIQPS_FEED_PER_PATTERN", 50)
+                                  ) if feed_to else None
         fingerprinter = cls(canonicalizer, build_from_crawler(fallback_class, crawler),
-                            crawler.stats)
+                            crawler.stats, unlearned)
         crawler.signals.connect(fingerprinter.request_dropped, signals.request_dropped)
         crawler.signals.connect(fingerprinter.close, signals.engine_stopped)
         return fingerprinter
@@ -95,6 +106,8 @@ class MapsRequestFingerprinter:
         cached = self._cache.get(request)
         if cached is not None:
             return cached
+        if self.unlearned is not None:
+            self._feed_if_unlearned(request)
         canonical = self.canonical_url(request)
         if canonical is None:
             self._count_unmapped(request)
@@ -123,6 +136,16 @@ class MapsRequestFingerprinter:
         except InvalidURL:
             return False
 
+    def _feed_if_unlearned(self, request: Request) -> None:
+        try:
+            decision = self.canonicalizer.explain(request.url)
+        except InvalidURL:
+            return
+        if (self.unlearned is not None and decision.status != "learned"
+                and self.unlearned.send(decision.domain, decision.pattern, request.url)
+                and self.stats is not None):
+            self.stats.inc_value("miqps/unlearned_fed")
+
     def _count_unmapped(self, request: Request) -> None:
         host = _host(request)
         if host not in self._unmapped:
@@ -138,6 +161,41 @@ class MapsRequestFingerprinter:
 
     def close(self) -> None:
         self.canonicalizer.close()
+        if self.unlearned is not None:
+            self.unlearned.close()
+
+
+class UnlearnedFeed:
+    """Sends URLs of unlearned patterns to the stream's raw topic, a few per pattern."""
+
+    def __init__(self, bootstrap: str, topic: str, per_pattern: int) -> None:
+        try:
+            from confluent_kafka import Producer
+        except ImportError as error:
+            raise RuntimeError(
+                f"MIQPS_FEED_UNLEARNED needs the 'streams' extra ({error})") from error
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 100,
+                                  "log_level": 3})
+        self.topic = topic
+        self.per_pattern = per_pattern
+        self.sent: dict[tuple[str, str], int] = {}
+
+    def send(self, domain: str, pattern: str, url: str) -> bool:
+        """Send ``url`` unless its pattern had its share; whether it was sent."""
+        key = (domain, pattern)
+        count = self.sent.get(key, 0)
+        if count >= self.per_pattern:
+            return False
+        self.sent[key] = count + 1
+        try:
+            self.producer.produce(self.topic, url.encode(), domain.encode())
+        except BufferError:
+            return False  # the local queue is full: learning can wait, crawling cannot
+        self.producer.poll(0)
+        return True
+
+    def close(self) -> None:
+        self.producer.flush(10)
 
 
 _PLAIN_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#@:\[\]]*)(?:[/?#]|$)")

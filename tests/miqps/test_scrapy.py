@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,8 +25,12 @@ from miqps.scrapy import Addon, MapsRequestFingerprinter
 from simweb.corpus import content_key_for, generate_corpus
 from simweb.server import SimWeb
 from simweb.sites import Site, build_sites
+from streams.settings import Settings as StreamSettings
+from streams.tools import TopicReader
 from tests.miqps.conftest import learn_on
-from tests.miqps.test_api import HOST, product_map
+from tests.miqps.test_api import HOST, maps_topic, product_map
+
+__all__ = ["maps_topic"]  # a fixture shared with test_api
 
 
 def _fingerprinter(maps: list[DomainMap], tmp_path: Path,
@@ -164,3 +168,25 @@ def test_the_addon_fetches_the_sites_own_urls(simweb_crawls: SimWebCrawls) -> No
     canonicalizer = Canonicalizer.from_file(simweb_crawls.maps_path)
     fetched = simweb_crawls.with_addon.item_urls
     assert any(canonicalizer.canonicalize(url) != url for url in fetched)
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(120)
+def test_unlearned_patterns_are_fed_to_the_raw_topic(
+        maps_topic: tuple[str, Callable[[DomainMap | None], None]], tmp_path: Path) -> None:
+    bootstrap, topic = maps_topic[0].split("|")  # an empty topic of our own
+    fingerprinter = _fingerprinter([product_map()], tmp_path, MIQPS_FEED_UNLEARNED=bootstrap,
+                                   MIQPS_RAW_TOPIC=topic, MIQPS_FEED_PER_PATTERN=2)
+    learned = [f"https://{HOST}/p/1?id={n}&ref=a&sid=1" for n in range(3)]
+    unlearned = [f"https://{HOST}/p/1?id={n}&color=red" for n in range(3)]
+    unmapped = ["https://other.test/?q=1"]
+    for url in learned + unlearned + unmapped:
+        fingerprinter.fingerprint(Request(url))
+    fingerprinter.close()
+    with TopicReader(StreamSettings(bootstrap_servers=bootstrap), topic) as reader:
+        assert reader.wait_for(3, 30)
+        reader.poll(1.0)
+        sent = sorted(value.decode() for _, value, _ in reader.records if value)
+    assert sent == sorted(unlearned[:2] + unmapped)
+    stats = fingerprinter.stats
+    assert stats is not None and stats.get_value("miqps/unlearned_fed") == 3
