@@ -254,6 +254,20 @@ def _vcl_regex(text: str) -> str | None:
     return None if any(ch in text for ch in '"\r\n') else re.escape(text)
 
 
+def _vcl_set(function: str, regex: str, replacement: str) -> str:
+    return (f"set req.http.X-MIQPS-Key = {function}(req.http.X-MIQPS-Key, "
+            f'"{regex}", "{replacement}");')
+
+
+def _lone_pair(name: str, value: str) -> str:
+    """A regular expression for the pair ``name=value`` when ``name`` appears once in the
+    query: a repeated name's values are one value (``page=1&page=2`` is not the default),
+    and which of them a site reads is its own business. Group 1 is what precedes it."""
+    this_name = f"{name}(?:[=&]|$)"
+    return (f"^([^?]*\\?(?:(?!{this_name})[^&]*&)*){name}={value}(?:&|$)"
+            f"(?!(?:[^&]*&)*{this_name})")
+
+
 def varnish(maps: Mapping[str, DomainMap], layers: StaticLayers) -> str:
     """A VCL 4.1 snippet: ``sub miqps_strip`` computes ``req.http.X-MIQPS-Key``, the URL
     without neutral parameters and default values, and ``vcl_hash`` hashes it with the
@@ -271,21 +285,23 @@ def varnish(maps: Mapping[str, DomainMap], layers: StaticLayers) -> str:
         out.append(f'    if (req.http.host ~ "^(?i){host}(?::[0-9]+)?$") {{')
         for scope in scopes:
             removals = [n for n in map(_vcl_regex, scope.names) if n]
-            pairs = [p for p in map(_vcl_regex, scope.default_pairs) if p]
-            regexes = []
+            statements = []
             if removals:
-                regexes.append(f"(?<=[?&])(?:{'|'.join(removals)})(?:=[^&]*)?(?:&|$)")
-            if pairs:
-                regexes.append(f"(?<=[?&])(?:{'|'.join(pairs)})(?:&|$)")
-            if not regexes:
+                statements.append(_vcl_set("regsuball", f"(?<=[?&])(?:{'|'.join(removals)})"
+                                                        "(?:=[^&]*)?(?:&|$)", ""))
+            for pair in scope.default_pairs:
+                name, _, value = pair.partition("=")
+                name_regex, value_regex = _vcl_regex(name), _vcl_regex(value)
+                if name_regex is not None and value_regex is not None:
+                    statements.append(_vcl_set("regsub", _lone_pair(name_regex, value_regex),
+                                               "\\1"))
+            if not statements:
                 continue
             indent = "        "
             if not scope.is_host_wide:
                 out.append(f'        if (req.http.X-MIQPS-Key ~ "^{_path_regex(scope)}") {{')
                 indent += "    "
-            for regex in regexes:
-                out.append(f"{indent}set req.http.X-MIQPS-Key = regsuball("
-                           f'req.http.X-MIQPS-Key, "{regex}", "");')
+            out.extend(indent + statement for statement in statements)
             if not scope.is_host_wide:
                 out.append("        }")
         out.append("    }")
