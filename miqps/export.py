@@ -71,7 +71,7 @@ class _Verdicts:
     default pairs every pattern holding it confirmed."""
 
     neutral: dict[str, bool] = field(default_factory=dict)
-    defaults: dict[str, set[str] | None] = field(default_factory=dict)
+    defaults: dict[str, set[str]] = field(default_factory=dict)
 
     def add(self, decision: PatternDecision, keep_always: frozenset[str]) -> None:
         for name in decision.kept | decision.dropped:
@@ -79,15 +79,14 @@ class _Verdicts:
                 decision, name, keep_always)
             evidence = decision.params.get(name)
             values = set(evidence.default_values) if evidence and name in decision.kept else set()
-            known = self.defaults.get(name, values)
-            self.defaults[name] = None if known is None else known & values
+            self.defaults[name] = self.defaults.get(name, values) & values
 
     def neutral_names(self) -> set[str]:
         return {name for name, neutral in self.neutral.items() if neutral}
 
     def default_pairs(self, dropped: set[str]) -> set[str]:
         return {pair for name, values in self.defaults.items() if name not in dropped
-                for pair in values or ()}
+                for pair in values}
 
 
 def _learned_neutral(decision: PatternDecision, name: str, keep_always: frozenset[str]) -> bool:
