@@ -108,9 +108,12 @@ class MapsRequestFingerprinter:
             return cached
         if self.unlearned is not None:
             self._feed_if_unlearned(request)
-        canonical = self.canonical_url(request)
-        if canonical is None:
-            self._count_unmapped(request)
+        host = _host(request)
+        if self.canonicalizer.map_for(host) is None:
+            self._count_unmapped(host)
+            return self.fallback.fingerprint(request)
+        canonical = self.canonicalizer.canonical_texts([request.url])[0]
+        if not canonical:  # a URL the canonicalizer refuses: Scrapy's own judgement
             return self.fallback.fingerprint(request)
         parts = [request.method.encode(), canonical.encode(), request.body]
         if self._redirected_to_itself(request, canonical):
@@ -146,8 +149,7 @@ class MapsRequestFingerprinter:
                 and self.stats is not None):
             self.stats.inc_value("miqps/unlearned_fed")
 
-    def _count_unmapped(self, request: Request) -> None:
-        host = _host(request)
+    def _count_unmapped(self, host: str) -> None:
         if host not in self._unmapped:
             self._unmapped.add(host)
             if self.stats is not None:
