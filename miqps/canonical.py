@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from importlib import resources
 from itertools import pairwise
 from operator import itemgetter
+from os import PathLike
 from typing import Any
 
 import can_ada
@@ -610,3 +611,83 @@ class Canonicalizer:
         if evidence.layer == Layer.INSUFFICIENT and name not in learned_keep:
             return Layer.PRIOR
         return evidence.layer
+
+    # --- The public API (``from miqps import Canonicalizer``) --------------------------
+
+    BATCH_SIZE = 1024
+    """URLs per batch of :meth:`canonicalize_many`."""
+    _stop_following: Callable[[], None] | None = None
+
+    @classmethod
+    def from_file(cls, path: str | PathLike[str], *, use_prior: bool = True) -> Canonicalizer:
+        """A canonicalizer with the maps of a file written by ``miqps learn``.
+
+        Raises :class:`~miqps.maps.InvalidMap` (naming ``file:line``) for a line that
+        breaks a rule, and :class:`OSError` when the file cannot be read.
+        """
+        from pathlib import Path
+
+        from miqps.maps import read_maps
+
+        canonicalizer = cls(use_prior=use_prior)
+        canonicalizer.load(read_maps(Path(path)))
+        return canonicalizer
+
+    @classmethod
+    def from_kafka(cls, bootstrap: str, *, topic: str = "miqps.maps", timeout: float = 60.0,
+                   use_prior: bool = True) -> Canonicalizer:
+        """A canonicalizer following the compacted maps topic live: it returns once the
+        topic has been read up to where it ended, and a background thread installs every
+        later map (and removes a tombstoned one) until :meth:`close`. An invalid record is
+        logged and skipped; the last valid map of its domain stays.
+
+        Needs the ``streams`` extra: Kafka is imported here, never when ``miqps`` is.
+        Raises :class:`TimeoutError` when the topic cannot be read within ``timeout``
+        seconds.
+        """
+        try:
+            from streams.mapfollow import follow_maps
+        except ImportError as error:
+            raise RuntimeError(
+                f"Canonicalizer.from_kafka needs the 'streams' extra ({error})") from error
+        canonicalizer = cls(use_prior=use_prior)
+        canonicalizer._stop_following = follow_maps(canonicalizer, bootstrap, topic, timeout)
+        return canonicalizer
+
+    def close(self) -> None:
+        """Stop following the maps topic (nothing to do for maps from a file)."""
+        if self._stop_following is not None:
+            self._stop_following()
+            self._stop_following = None
+
+    def forget(self, domain: str) -> None:
+        """Drop the map of ``domain``: its URLs get the conservative default again."""
+        self._domains.pop(domain, None)
+        self._unreachable.pop(domain, None)
+
+    def canonicalize(self, url: str) -> str:
+        """The canonical form of ``url``; raises :class:`~miqps.urls.InvalidURL` (with a
+        ``reason``) for a URL that cannot be canonicalized."""
+        return self.canonical_text(url)
+
+    def explain(self, url: str) -> Decision:
+        """The canonical form of ``url`` with, per parameter, whether it was kept and which
+        layer decided; raises :class:`~miqps.urls.InvalidURL` like :meth:`canonicalize`."""
+        return self.decide(parse(url), original=url)
+
+    def canonicalize_many(self, urls: Iterable[str],
+                          errors: list[tuple[int, InvalidURL]] | None = None) -> Iterable[str]:
+        """The canonical form of each URL, in order, lazily (in batches of
+        :attr:`BATCH_SIZE`, so an endless stream works). An invalid URL gives ``""`` and,
+        with ``errors``, appends ``(index, error)`` there."""
+        from itertools import islice
+
+        iterator = iter(urls)
+        start = 0
+        batch_errors: list[tuple[int, InvalidURL]] = []
+        while batch := list(islice(iterator, self.BATCH_SIZE)):
+            yield from self.canonical_texts(batch, batch_errors)
+            if errors is not None:
+                errors.extend((start + at, error) for at, error in batch_errors)
+            batch_errors.clear()
+            start += len(batch)

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from miqps.canonical import Canonicalizer, StaticLayers
+from miqps.export import FORMATS as EXPORT_FORMATS
+from miqps.export import export
 from miqps.fetch import FetchConfig, Fetcher, FetchStats
 from miqps.learner import DomainReport, LearnConfig, Learner, learn_all
 from miqps.maps import DomainMap, InvalidMap, anomaly_gate, merge_update, read_maps, write_maps
@@ -78,6 +80,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="do not drop utm_*/gclid/fbclid/msclkid in unlearned patterns")
     canon.add_argument("urls", nargs="*", help="URLs; read from stdin when none are given")
 
+    export_cmd = commands.add_parser(
+        "export", help="write what the maps learned as rules for crawlers and caches")
+    export_cmd.add_argument("--maps", required=True, type=Path,
+                            help="maps written by 'miqps learn'")
+    export_cmd.add_argument("--format", required=True, choices=sorted(EXPORT_FORMATS),
+                            help="clean-param (robots.txt), dud-rules (duplicate-url-"
+                            "discarder), varnish (VCL), cloudflare (cache rules), clearurls")
+    export_cmd.add_argument("--domain", action="append",
+                            help="only this domain's map (repeatable)")
+    _add_skip_invalid(export_cmd, "of --maps")
+
     worker = commands.add_parser("worker", help="run the Faust stream worker (streams extra)")
     worker.add_argument("args", nargs=argparse.REMAINDER)
     maps_cmd = commands.add_parser("maps", help="print current maps from the compacted topic")
@@ -101,6 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_learn(args)
         if args.command == "canonicalize":
             return run_canonicalize(args)
+        if args.command == "export":
+            return run_export(args)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -200,6 +215,22 @@ def run_learn(args: argparse.Namespace) -> int:
     write_maps(args.out, final.values())
     _print_summary(sys.stdout, urls, blank, invalid, reports, fetch_stats, rejected,
                    time.monotonic() - started, args.out)
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    loaded = _load_maps(args.maps, args.skip_invalid, "miqps export", "maps")
+    if loaded is None:
+        return 2
+    maps, _ = loaded
+    if args.domain:
+        missing = sorted(set(args.domain) - maps.keys())
+        if missing:
+            print(f"miqps export: no map for {', '.join(missing)} in {args.maps}",
+                  file=sys.stderr)
+            return 1
+        maps = {domain: maps[domain] for domain in args.domain}
+    sys.stdout.write(export(maps, args.format))
     return 0
 
 

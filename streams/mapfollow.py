@@ -1,0 +1,60 @@
+"""Follow the compacted maps topic into a :class:`miqps.canonical.Canonicalizer`: what
+``Canonicalizer.from_kafka`` runs, so that the core never imports Kafka itself."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+
+from miqps.canonical import Canonicalizer
+from miqps.maps import DomainMap
+from streams.livemaps import LiveMaps
+from streams.mapfeed import MapFeed
+from streams.settings import Settings, Topics
+
+
+class _IntoCanonicalizer(LiveMaps):
+    """The map feed's target, installing each newer map into a canonicalizer instead."""
+
+    def __init__(self, canonicalizer: Canonicalizer) -> None:
+        super().__init__(reverify_after=0.0)
+        self.canonicalizer = canonicalizer
+        self._lock = threading.Lock()
+
+    def apply(self, domain_map: DomainMap, document: bytes | None = None) -> bool:
+        with self._lock:
+            current = self.canonicalizer.map_for(domain_map.domain)
+            if current is not None and current.version >= domain_map.version:
+                return False
+            self.canonicalizer.update(domain_map)
+            return True
+
+    def remove(self, domain: str) -> None:
+        self.canonicalizer.forget(domain)
+
+
+def _no_dead_letters(key: bytes | None, record: bytes) -> None:
+    """A reader of the maps is no producer: the feed logs an invalid record and skips it."""
+
+
+def follow_maps(canonicalizer: Canonicalizer, bootstrap: str, topic: str,
+                timeout: float) -> Callable[[], None]:
+    """Read ``topic`` from the beginning into ``canonicalizer``, return once caught up, and
+    keep following it in a thread; the function returned stops it. Raises
+    :class:`TimeoutError` if the topic cannot be read up to its end within ``timeout``."""
+    settings = Settings(bootstrap_servers=bootstrap, app_id="miqps-api",
+                        topics=replace(Topics(), maps=topic))
+    failures: list[BaseException] = []
+    feed = MapFeed(settings, _IntoCanonicalizer(canonicalizer), failures.append,
+                   dead_letter=_no_dead_letters)
+    feed.start()
+    waited = 0.0
+    while not feed.wait_ready(0.1):
+        waited += 0.1
+        if failures or waited >= timeout:
+            feed.stop()
+            cause = f": {failures[0]}" if failures else ""
+            raise TimeoutError(f"could not read the maps topic {topic!r} from {bootstrap} "
+                               f"within {timeout:g}s{cause}")
+    return feed.stop

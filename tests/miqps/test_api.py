@@ -1,0 +1,174 @@
+"""The public Python API: ``from miqps import Canonicalizer``."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import miqps
+from miqps import Canonicalizer, Decision, InvalidMap, InvalidURL
+from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification, write_maps
+
+HOST = "api.test"
+
+
+def product_map(version: int = 1, drop: str = "ref") -> DomainMap:
+    """``/p/*?id&ref&sid``: id picks the product; ``drop`` (and sid) were learned neutral."""
+    names = {"id", "ref", "sid"}
+    dropped = {drop, "sid"}
+    params = {name: ParamEvidence("drop" if name in dropped else "keep", Layer.LEARNED, 3,
+                                  0 if name in dropped else 3, 3 if name in dropped else 0, 0)
+              for name in names}
+    decision = PatternDecision(frozenset(names - dropped), frozenset(dropped), params,
+                               Verification(3, 0, 0), "2026-01-01T00:00:00Z", 10)
+    return DomainMap(HOST, version, "2026-01-01T00:00:00Z", {"/p/*?id&ref&sid": decision})
+
+
+@pytest.fixture
+def maps_file(tmp_path: Path) -> Path:
+    path = tmp_path / "maps.jsonl"
+    write_maps(path, [product_map()])
+    return path
+
+
+def test_the_public_surface_is_marked() -> None:
+    assert miqps.__all__ == ["Canonicalizer", "Decision", "DomainMap", "InvalidMap",
+                             "InvalidURL"]
+    for name in ("from_file", "from_kafka", "canonicalize", "explain", "canonicalize_many"):
+        assert getattr(Canonicalizer, name).__doc__, name
+
+
+def test_from_file_canonicalizes_and_explains(maps_file: Path) -> None:
+    canonicalizer = Canonicalizer.from_file(maps_file)
+    url = f"https://{HOST}/p/9?sid=4&id=7&ref=mail"
+    assert canonicalizer.canonicalize(url) == f"https://{HOST}/p/9?id=7"
+    decision = canonicalizer.explain(url)
+    assert isinstance(decision, Decision)
+    assert decision.url == url and decision.canonical_url == f"https://{HOST}/p/9?id=7"
+    assert decision.kept == ("id",) and decision.dropped == ("ref", "sid")
+    assert decision.layers == {"id": "learned", "ref": "learned", "sid": "learned"}
+    assert decision.map_version == 1
+    # A domain without a map keeps everything but the cold-start prior's names.
+    assert canonicalizer.canonicalize("https://other.test/p/9?ref=1&utm_source=x") == (
+        "https://other.test/p/9?ref=1")
+
+
+def test_bad_input_raises_a_clear_error(maps_file: Path, tmp_path: Path) -> None:
+    canonicalizer = Canonicalizer.from_file(maps_file)
+    for bad in ("", "not a url", "https://a.test/\x00", "ftp://a.test/x"):
+        with pytest.raises(InvalidURL) as raised:
+            canonicalizer.canonicalize(bad)
+        assert raised.value.reason
+        with pytest.raises(InvalidURL):
+            canonicalizer.explain(bad)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(product_map().dumps() + "\n{oops\n", "utf-8")
+    with pytest.raises(InvalidMap, match=re.escape("broken.jsonl:2")):
+        Canonicalizer.from_file(broken)
+    with pytest.raises(OSError):
+        Canonicalizer.from_file(tmp_path / "missing.jsonl")
+
+
+def test_canonicalize_many_is_lazy_ordered_and_reports_invalid_urls(maps_file: Path) -> None:
+    canonicalizer = Canonicalizer.from_file(maps_file)
+    canonicalizer.BATCH_SIZE = 3
+
+    def urls() -> Iterator[str]:
+        for number in itertools.count():
+            yield "::bad::" if number % 4 == 2 else f"https://{HOST}/p/1?id={number}&ref=x&sid=1"
+
+    errors: list[tuple[int, InvalidURL]] = []
+    first = list(itertools.islice(canonicalizer.canonicalize_many(urls(), errors), 10))
+    assert first == ["" if n % 4 == 2 else f"https://{HOST}/p/1?id={n}" for n in range(10)]
+    assert [index for index, _ in errors] == [2, 6]
+    assert all(error.reason for _, error in errors)
+
+
+def test_importing_miqps_imports_no_kafka() -> None:
+    code = ("import sys, miqps; from miqps import Canonicalizer; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('confluent_kafka', 'aiokafka', 'faust', 'mode', 'streams')))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert result.stdout.strip() == "[]"
+
+
+# --- from_kafka, with the real broker ---------------------------------------------------
+
+@pytest.fixture
+def maps_topic() -> Iterator[tuple[str, Callable[[DomainMap | None], None]]]:
+    """A topic of our own on the local broker, and a way to publish maps (None: tombstone)."""
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    from streams.settings import Settings
+    from streams.tools import produce
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        admin.list_topics(timeout=5)
+    except Exception as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"no Kafka broker at {bootstrap}: {error}")
+        pytest.skip(f"no Kafka broker at {bootstrap} (scripts/kafka-local start): {error}")
+    topic = f"test-api-maps-{os.getpid()}-{time.monotonic_ns()}"
+    config = {"cleanup.policy": "compact"}
+    admin.create_topics([NewTopic(topic, 2, 1, config=config)])[topic].result(30)
+    settings = Settings(bootstrap_servers=bootstrap)
+
+    def publish(domain_map: DomainMap | None) -> None:
+        value = domain_map.dumps().encode() if domain_map is not None else None
+        produce(settings, topic, [value], [HOST.encode()])
+
+    try:
+        yield bootstrap + "|" + topic, publish
+    finally:
+        admin.delete_topics([topic])[topic].result(30)
+
+
+def _eventually(check: Callable[[], bool], seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(120)
+def test_from_kafka_follows_the_maps_topic_live(
+        maps_topic: tuple[str, Callable[[DomainMap | None], None]]) -> None:
+    where, publish = maps_topic
+    bootstrap, topic = where.split("|")
+    publish(product_map(1, drop="ref"))
+    url = f"https://{HOST}/p/9?id=7&ref=mail&sid=1"
+    canonicalizer = Canonicalizer.from_kafka(bootstrap, topic=topic, timeout=60)
+    try:
+        assert canonicalizer.canonicalize(url) == f"https://{HOST}/p/9?id=7"
+        publish(product_map(2, drop="id"))  # a newer version: id neutral, ref kept
+        assert _eventually(lambda: canonicalizer.canonicalize(url) ==
+                           f"https://{HOST}/p/9?ref=mail")
+        publish(None)  # tombstone: the domain has no map any more
+        assert _eventually(lambda: canonicalizer.canonicalize(url) == url)
+    finally:
+        canonicalizer.close()
+
+
+@pytest.mark.timeout(60)
+def test_from_kafka_without_a_broker_times_out_clearly() -> None:
+    with socket.socket() as sock:  # bound, never listening: nothing answers there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        with pytest.raises(TimeoutError, match="maps topic"):
+            Canonicalizer.from_kafka(f"127.0.0.1:{port}", timeout=2)
