@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from itertools import pairwise
+from itertools import islice, pairwise
 from operator import itemgetter
 from os import PathLike
 from typing import Any
@@ -680,8 +680,6 @@ class Canonicalizer:
         """The canonical form of each URL, in order, lazily (in batches of
         :attr:`BATCH_SIZE`, so an endless stream works). An invalid URL gives ``""`` and,
         with ``errors``, appends ``(index, error)`` there."""
-        from itertools import islice
-
         iterator = iter(urls)
         start = 0
         batch_errors: list[tuple[int, InvalidURL]] = []

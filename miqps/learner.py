@@ -100,6 +100,9 @@ class DomainReport:
     verification_fetches: int = 0
     seconds: float = 0.0
     one_page: bool = False
+    # Default values a page showed to matter, by path shape and name: what a map that still
+    # lists them as defaults must withdraw.
+    refuted_defaults: dict[str, dict[str, set[str]]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -119,6 +122,7 @@ class _ShapePool:
     restore_contexts: list[tuple[str, frozenset[str]]] = field(default_factory=list)
     samples: list[_Sample] = field(default_factory=list)
     walled: bool = False
+    refuted: dict[str, set[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +183,7 @@ class Learner:
             verification_fetches=stats.by_host[domain] - fetches_pooled,
             seconds=time.monotonic() - started,
             one_page=one_page,
+            refuted_defaults={pool.shape: pool.refuted for pool in pools if pool.refuted},
         )
         return domain_map, report
 
@@ -380,9 +385,12 @@ class Learner:
         config = self.config
         tasks: list[Awaitable[None]] = []
         for name, evidence in pool.evidence.items():
+            outcomes = pool.value_outcomes[name]
+            changed = {v for v, o in outcomes.items() if o is Outcome.CHANGED}
+            if changed:  # such a value is no default, whatever the name's decision
+                pool.refuted.setdefault(name, set()).update(changed)
             if evidence.decision != "keep" or evidence.layer not in _CONTENT_LAYERS:
                 continue
-            outcomes = pool.value_outcomes[name]
             candidates = [v for v, o in outcomes.items() if o is Outcome.UNCHANGED][:2]
             counts = Counter(u.value_of(name) for u in pool.urls if name in u.names)
             common = [
@@ -421,12 +429,12 @@ class Learner:
                 # one change may still turn out to be a rotating block; a second ends it
                 changes.append(comparison)
                 if len(changes) > 1:
-                    return
+                    break
             elif comparison.outcome is Outcome.UNCHANGED:
                 confirmed += 1
-        if confirmed >= needed and not any(
-            self.prober.still_changed(pool.template, change) for change in changes
-        ):
+        if any(self.prober.still_changed(pool.template, change) for change in changes):
+            pool.refuted.setdefault(name, set()).add(value)
+        elif confirmed >= needed:
             pool.defaults.setdefault(name, []).append(value)
 
     async def _decide_patterns(self, pool: _ShapePool) -> dict[str, PatternDecision]:

@@ -195,9 +195,11 @@ class Probing:
                 chosen[pattern] = decision
         rest = {pattern for pattern in wanted if pattern not in chosen}
         walled: list[str] = []
+        refuted: dict[str, dict[str, set[str]]] = {}
         if rest:
             learner = Learner(prober, self.config, self.layers)
             learned, report = await learner.learn_domain(domain, urls)
+            refuted = report.refuted_defaults
             if report.one_page:
                 walled = sorted(rest & learned.patterns.keys())
                 learned.patterns.clear()
@@ -211,7 +213,9 @@ class Probing:
                                        "urls_seen": decision.urls_seen}
         for pattern, decision in chosen.items():
             decision.urls_seen = max(decision.urls_seen, int(wanted[pattern].get("urls_seen", 0)))
-        for pattern, decision in _withdraw_stale_defaults(current, chosen).items():
+        for pattern, decision in _withdraw_stale_defaults(current, refuted).items():
+            if pattern in chosen:
+                continue
             chosen[pattern] = decision
             wanted[pattern] = {"reason": STALE_DEFAULTS, "basis": "",
                                "urls_seen": decision.urls_seen}
@@ -306,34 +310,26 @@ class Probing:
 
 
 def _withdraw_stale_defaults(
-    current: DomainMap | None, fresh: Mapping[str, PatternDecision]
+    current: DomainMap | None, refuted: Mapping[str, Mapping[str, set[str]]]
 ) -> dict[str, PatternDecision]:
-    """Patterns of ``current`` whose default values the fresh decisions no longer confirm.
+    """Patterns of ``current`` listing a default value that a page of the same path shape
+    has just shown to matter (``refuted``: shape, then name, then values).
 
     Canonicalization re-applies the rules until they stop changing a URL, so a URL that
     loses its tracking parameters moves into a sibling pattern and is judged by that
     pattern's defaults too: a default the site has dropped (``lang=en`` after it switched to
     ``de``) must go from every pattern of the shape, or the two pages would merge there."""
-    if current is None:
+    if current is None or not refuted:
         return {}
-    confirmed: dict[tuple[str, str], set[str]] = {}
-    for pattern, decision in fresh.items():
-        shape = split_pattern(pattern)[0]
-        for name in decision.kept:
-            values = confirmed.setdefault((shape, name), set(decision.params[name].default_values))
-            values &= set(decision.params[name].default_values)
     withdrawn: dict[str, PatternDecision] = {}
     for pattern, decision in current.patterns.items():
-        if pattern in fresh:
-            continue
-        shape = split_pattern(pattern)[0]
+        stale = refuted.get(split_pattern(pattern)[0], {})
         params = dict(decision.params)
         for name, evidence in decision.params.items():
-            still = confirmed.get((shape, name))
-            if still is None or set(evidence.default_values) <= still:
-                continue
-            params[name] = replace(evidence, default_values=[
-                value for value in evidence.default_values if value in still])
+            gone = stale.get(name, set()) & set(evidence.default_values)
+            if gone:
+                params[name] = replace(evidence, default_values=[
+                    value for value in evidence.default_values if value not in gone])
         if params != decision.params:
             withdrawn[pattern] = replace(decision, params=params, decided_at=utc_now())
     return withdrawn
