@@ -1,9 +1,10 @@
-"""Raw loopback servers for the fetcher tests: they count connections and answer in bytes."""
+"""Loopback servers for tests: raw listeners that count connections, and HTML answers."""
 
 from __future__ import annotations
 
 import socket
 import threading
+from http.server import BaseHTTPRequestHandler
 
 
 class CountingListener:
@@ -51,3 +52,12 @@ class CountingListener:
         self._stop.set()
         self._thread.join(timeout=2)
         self.sock.close()
+
+
+def send_html(handler: BaseHTTPRequestHandler, status: int, body: bytes) -> None:
+    """Answer a test server's request with an HTML page."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", "text/html")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)

@@ -23,6 +23,7 @@ from simweb.resolve import match_route
 from simweb.server import SimWeb
 from simweb.sites import Role, build_sites
 from tests.miqps.conftest import LearnedRun, learn_on
+from tests.miqps.loopback import send_html
 
 CONTENT_ROLES = {Role.IDENTITY, Role.VARIANT, Role.FILTER, Role.PAGINATION, Role.SORT,
                  Role.DEFAULTED}
@@ -270,11 +271,7 @@ def test_failures_after_retries_are_inconclusive_never_unchanged() -> None:
 class _SamePageForEverything(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         body = b"<html><body><h1>Access denied</h1><p>Please try later.</p></body></html>"
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_html(self, 200, body)
 
     def log_message(self, format: str, *args: object) -> None:
         return
@@ -286,11 +283,7 @@ class _QueryIgnored(_SamePageForEverything):
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
         body = f"<html><body><h1>Listing</h1><p>{escape(path)}</p></body></html>".encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_html(self, 200, body)
 
 
 class _HomePageOnly(_SamePageForEverything):
@@ -300,11 +293,7 @@ class _HomePageOnly(_SamePageForEverything):
         home = urlsplit(self.path).path == "/"
         body = (b"<html><body><h1>Welcome home</h1><p>Our story.</p></body></html>" if home
                 else b"<html><body><h1>Not found</h1></body></html>")
-        self.send_response(200 if home else 404)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_html(self, 200 if home else 404, body)
 
 
 def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
@@ -445,11 +434,7 @@ class _AppShellBesideRealPages(_SamePageForEverything):
             chrome = " ".join(f"Section {n} of our catalogue" for n in range(20))
             body = (f"<html><body><div class='top'>{chrome}</div><div id='app'></div>"
                     "<script src='/app.js'></script></body></html>").encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_html(self, 200, body)
 
 
 def test_an_app_shell_answering_every_url_of_a_route_keeps_its_parameters() -> None:

@@ -19,6 +19,7 @@ from miqps.fetch import FetchConfig, Fetcher
 from miqps.learner import Learner
 from miqps.prober import Comparison, Outcome, PageProber
 from miqps.urls import parse
+from tests.miqps.loopback import send_html
 
 _ADS = (("Save big today", "On shoes"), ("Limited offer", "On boots"))
 
@@ -39,10 +40,10 @@ class _RepeatingAd(BaseHTTPRequestHandler):
             total = sum(type(self).fetches.values())
         split = urlsplit(self.path)
         if not split.path.startswith("/p/"):
-            self._send(404, b"<html><body><h1>Not found</h1></body></html>")
+            send_html(self, 404, b"<html><body><h1>Not found</h1></body></html>")
             return
         if self.interstitial_every and total % self.interstitial_every == 0:
-            self._send(200, b"<html><head><title>Just a moment...</title></head><body>"
+            send_html(self, 200, b"<html><head><title>Just a moment...</title></head><body>"
                             b"<h1>Checking your browser before accessing</h1>"
                             b"<p>Ray ID: 8c2f9a1b3d4e</p></body></html>")
             return
@@ -57,14 +58,7 @@ class _RepeatingAd(BaseHTTPRequestHandler):
             f"<p>A fine {colour} item.</p><p>Sturdy and light.</p></main>"
             f"<aside class='ad'><h3>{title}</h3><p>{line}</p></aside></body></html>"
         ).encode()
-        self._send(200, body)
-
-    def _send(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_html(self, 200, body)
 
     def log_message(self, format: str, *args: object) -> None:
         return
