@@ -118,6 +118,7 @@ class PageProber:
                 self.failures[url] = error.reason
                 return None
             if snapshot.unjudgeable is None:
+                self.failures.pop(url, None)  # an interstitial before it was retried away
                 return snapshot
             self.failures[url] = snapshot.unjudgeable
             if not snapshot.unjudgeable.startswith("interstitial"):
