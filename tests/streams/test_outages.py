@@ -30,16 +30,20 @@ from streams.outages import (
 from streams.settings import Settings
 from streams.tools import TopicReader, WorkerProcess, isolated_settings, produce
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
+# A worker restarted in place after the broker flapped goes through Faust's start-up again,
+# which takes tens of seconds on a loaded 2-core machine: outputs get this long.
+OUTPUT_WAIT = 360.0
 
 STOP_TIMEOUT = 10.0
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+def wait_until(condition: Callable[[], bool], timeout: float, what: str,
+               detail: Callable[[], str] = str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; {detail()}")
         time.sleep(0.2)
 
 
@@ -82,8 +86,10 @@ def test_sigterm_with_the_broker_gone_stops_in_time_and_loses_nothing(
         private_broker.start()
         second = worker(settings, tmp_path / "second.log").start()
         try:
-            wait_until(lambda: output_seqs(outputs) == set(range(len(stream))), 180,
-                       "every input to have an output after the outage")
+            wait_until(lambda: output_seqs(outputs) == set(range(len(stream))), OUTPUT_WAIT,
+                       "every input to have an output after the outage",
+                       lambda: f"{len(stream) - len(output_seqs(outputs))} missing; "
+                               f"log: {second.log_text()[-2000:]}")
         finally:
             second.stop()
         outputs.poll(1.0)
@@ -121,8 +127,10 @@ def test_a_worker_started_during_an_outage_waits_then_processes_everything(
         private_broker.start()
         produce(settings, settings.topics.raw, stream)
         with TopicReader(settings, settings.topics.canonical) as outputs:
-            wait_until(lambda: output_seqs(outputs) == set(range(len(stream))), 180,
-                       "every input to have an output")
+            wait_until(lambda: output_seqs(outputs) == set(range(len(stream))), OUTPUT_WAIT,
+                       "every input to have an output",
+                       lambda: f"{len(stream) - len(output_seqs(outputs))} missing; "
+                               f"log: {waiter.log_text()[-2000:]}")
         assert waiter.alive(), waiter.log_text()[-3000:]
     finally:
         private_broker.start()
