@@ -1,5 +1,5 @@
 """One Scrapy crawl of the simulated web, run in its own process (a Twisted reactor runs
-once per process): ``python -m tests.miqps.scrapy_crawl CONFIG.json OUT.json``.
+once per process): ``python -m tests.streams.scrapy_crawl CONFIG.json OUT.json``.
 
 CONFIG holds ``proxy``, ``start_urls``, ``hosts`` (the allowed ones), ``depth`` (how many
 links deep to follow) and ``maps`` (a maps file, or null for a crawl without the add-on).
@@ -63,7 +63,7 @@ def crawl(config: dict[str, Any]) -> dict[str, Any]:
         "LOG_INSTALL_ROOT_HANDLER": False,
     }
     if config["maps"]:
-        settings["ADDONS"] = {"miqps.scrapy.Addon": 600}
+        settings["ADDONS"] = {"streams.scrapy.Addon": 600}
         settings["MIQPS_MAPS"] = config["maps"]
     items: list[str] = []
     discovered: list[str] = []

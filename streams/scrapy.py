@@ -4,7 +4,7 @@ site's; a domain without a map keeps the fallback (by default Scrapy's) fingerpr
 
 Install ``miqps[scrapy]``, then in ``settings.py``::
 
-    ADDONS = {"miqps.scrapy.Addon": 600}
+    ADDONS = {"streams.scrapy.Addon": 600}
     MIQPS_MAPS = "maps.jsonl"                    # written by 'miqps learn'
     # or follow the maps topic live: MIQPS_KAFKA_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -79,7 +79,7 @@ class MapsRequestFingerprinter:
         elif maps:
             canonicalizer = Canonicalizer.from_file(maps, use_prior=use_prior)
         else:
-            raise ValueError("miqps.scrapy: set MIQPS_MAPS (a maps file) or "
+            raise ValueError("streams.scrapy: set MIQPS_MAPS (a maps file) or "
                              "MIQPS_KAFKA_BOOTSTRAP (to follow the maps topic)")
         fallback_class = load_object(
             settings.get("MIQPS_FALLBACK_REQUEST_FINGERPRINTER_CLASS") or DEFAULT_FALLBACK)

@@ -21,10 +21,10 @@ from miqps import Canonicalizer
 from miqps.fetch import FetchConfig
 from miqps.learner import LearnConfig
 from miqps.maps import DomainMap, merge_update, write_maps
-from miqps.scrapy import Addon, MapsRequestFingerprinter
 from simweb.corpus import content_key_for, generate_corpus
 from simweb.server import SimWeb
 from simweb.sites import Site, build_sites
+from streams.scrapy import Addon, MapsRequestFingerprinter
 from streams.settings import Settings as StreamSettings
 from streams.tools import TopicReader
 from tests.miqps.conftest import learn_on
@@ -107,7 +107,7 @@ def _crawl(tmp_path: Path, config: dict[str, Any], sites: dict[str, Site]) -> Cr
     config_path = tmp_path / f"crawl-{bool(config['maps'])}.json"
     out_path = config_path.with_suffix(".out.json")
     config_path.write_text(json.dumps(config), "utf-8")
-    subprocess.run([sys.executable, "-m", "tests.miqps.scrapy_crawl", str(config_path),
+    subprocess.run([sys.executable, "-m", "tests.streams.scrapy_crawl", str(config_path),
                     str(out_path)], check=True, timeout=240)
     out = json.loads(out_path.read_text("utf-8"))
 
