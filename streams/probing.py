@@ -19,7 +19,7 @@ from miqps.fetch import Fetcher
 from miqps.learner import LearnConfig, Learner
 from miqps.maps import DomainMap, GateVerdict, utc_now
 from miqps.prober import PageProber
-from miqps.update import Decided, MapUpdate, Request, Why, update_map
+from miqps.update import DEFAULT_MAX_FLIP_SHARE, Decided, MapUpdate, Request, Why, update_map
 from miqps.urls import InvalidURL, NormalizedURL, parse
 from streams.livemaps import LiveMaps
 from streams.stats import ProbeRequest
@@ -69,7 +69,7 @@ class Probing:
         live_maps: LiveMaps,
         fetcher: Fetcher,
         config: LearnConfig | None = None,
-        max_flip_share: float = 0.5,
+        max_flip_share: float = DEFAULT_MAX_FLIP_SHARE,
         layers: StaticLayers | None = None,
     ) -> None:
         self.live_maps = live_maps
