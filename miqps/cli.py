@@ -316,14 +316,14 @@ def _print_summary(
         ),
         f"inconclusive samples: {sum(r.inconclusive for r in reports)}",
         *(
-            f"{u.domain}: every URL fetched showed the same page (a bot wall?); nothing "
-            f"decided for its {len(u.walled)} patterns, asked again on the next run"
+            f"{u.domain}: every URL fetched showed the same page (a bot wall?); "
+            f"patterns left undecided, asked again on the next run: {len(u.walled)}"
             for u in updates
             if u.walled
         ),
         *(
-            f"{u.domain}: every probe of {len(u.unreachable)} patterns failed; nothing "
-            "decided for them, asked again on the next run"
+            f"{u.domain}: every probe failed; patterns left undecided, asked again on the "
+            f"next run: {len(u.unreachable)}"
             for u in updates
             if u.unreachable
         ),
