@@ -33,9 +33,10 @@ from pathlib import Path
 
 from miqps.canonical import Canonicalizer
 from miqps.fetch import FetchConfig, Fetcher
-from miqps.learner import LearnConfig, Learner, learn_all
-from miqps.maps import DomainMap, merge_update
+from miqps.learner import LearnConfig, Learner
+from miqps.maps import DomainMap
 from miqps.prober import PageProber
+from miqps.update import update_all
 from miqps.urls import InvalidURL, parse
 from simweb.corpus import CorpusURL, generate_corpus, url_traps
 from simweb.resolve import match_route, split_matrix, split_target
@@ -118,11 +119,10 @@ async def learn_maps(
             continue
     started = time.perf_counter()
     async with Fetcher(fetch_config) as fetcher:
-        learner = Learner(PageProber(fetcher), config)
-        maps, _ = await learn_all(learner, urls)
+        updates = await update_all(Learner(PageProber(fetcher), config), {}, urls)
         fetches = fetcher.stats.requests
     return (
-        {domain: merge_update(None, m) for domain, m in maps.items()},
+        {domain: u.published for domain, u in updates.items() if u.published is not None},
         fetches,
         time.perf_counter() - started,
     )

@@ -18,13 +18,13 @@ from miqps.canonical import Canonicalizer, StaticLayers
 from miqps.export import FORMATS as EXPORT_FORMATS
 from miqps.export import export
 from miqps.fetch import FetchConfig, Fetcher, FetchStats
-from miqps.learner import DomainReport, LearnConfig, Learner, learn_all
-from miqps.maps import DomainMap, InvalidMap, anomaly_gate, merge_update, read_maps, write_maps
+from miqps.learner import LearnConfig, Learner
+from miqps.maps import DomainMap, InvalidMap, merge_update, read_maps, write_maps
 from miqps.prober import PageProber
+from miqps.update import DEFAULT_MAX_FLIP_SHARE, MapUpdate, update_all
 from miqps.urls import InvalidURL, NormalizedURL, parse
 
 MAX_INVALID_MESSAGES = 20
-DEFAULT_MAX_FLIP_SHARE = 0.5
 
 
 def _truthy(value: str | None) -> bool:
@@ -196,24 +196,21 @@ def run_learn(args: argparse.Namespace) -> int:
             print(f"miqps learn: the previous maps, skipped lines included, are kept as "
                   f"{kept_as}", file=sys.stderr)
     started = time.monotonic()
-    learned, reports, fetch_stats = asyncio.run(
-        _learn(urls, config, fetch_config, show_progress=not args.no_progress)
+    updates, fetch_stats = asyncio.run(
+        _learn(urls, previous, config, fetch_config, args.max_flip_share,
+               show_progress=not args.no_progress)
     )
     final = dict(previous)
-    rejected: list[str] = []
-    for domain, domain_map in learned.items():
-        old = previous.get(domain)
-        candidate = merge_update(old, domain_map)
-        verdict = anomaly_gate(old, candidate, args.max_flip_share)
-        if verdict.accepted:
-            final[domain] = candidate
-        else:
-            rejected.append(domain)
-            print(f"miqps learn: {domain}: update rejected, old map kept: {verdict.reason}",
-                  file=sys.stderr)
+    for domain, update in updates.items():
+        if update.published is not None:
+            final[domain] = update.published
+        elif update.verdict is not None and not update.verdict.accepted:
+            print(f"miqps learn: {domain}: update rejected, old map kept: "
+                  f"{update.verdict.reason}", file=sys.stderr)
+        final.setdefault(domain, merge_update(None, DomainMap(domain)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_maps(args.out, final.values())
-    _print_summary(sys.stdout, urls, blank, invalid, reports, fetch_stats, rejected,
+    _print_summary(sys.stdout, urls, blank, invalid, list(updates.values()), fetch_stats,
                    time.monotonic() - started, args.out)
     return 0
 
@@ -261,23 +258,22 @@ def _load_maps(path: Path, skip_invalid: bool, command: str,
 
 
 async def _learn(
-    urls: list[NormalizedURL], config: LearnConfig, fetch_config: FetchConfig,
-    *, show_progress: bool,
-) -> tuple[dict[str, DomainMap], list[DomainReport], FetchStats]:
-    domains = len({url.host for url in urls if url.has_params})
-    progress = _progress(domains, show_progress)
+    urls: list[NormalizedURL], previous: dict[str, DomainMap], config: LearnConfig,
+    fetch_config: FetchConfig, max_flip_share: float, *, show_progress: bool,
+) -> tuple[dict[str, MapUpdate], FetchStats]:
+    progress = _progress(len({url.host for url in urls}), show_progress)
     async with Fetcher(fetch_config) as fetcher:
-        learner = Learner(PageProber(fetcher), config)
 
-        def done(report: DomainReport) -> None:
+        def done(update: MapUpdate) -> None:
             if progress is not None:
                 progress.set_postfix_str(f"{fetcher.stats.requests} fetches")
                 progress.update(1)
 
-        maps, reports = await learn_all(learner, urls, done)
+        updates = await update_all(Learner(PageProber(fetcher), config), previous, urls,
+                                   max_flip_share=max_flip_share, on_update=done)
         if progress is not None:
             progress.close()
-        return maps, reports, fetcher.stats
+        return updates, fetcher.stats
 
 
 def _progress(total: int, wanted: bool) -> Any:
@@ -293,19 +289,23 @@ def _print_summary(
     urls: list[NormalizedURL],
     blank: int,
     invalid: int,
-    reports: list[DomainReport],
+    updates: list[MapUpdate],
     fetch_stats: FetchStats,
-    rejected: list[str],
     seconds: float,
     path: Path,
 ) -> None:
     distinct = len({url.url for url in urls})
+    decisions = [entry.decision for update in updates for entry in update.decided.values()]
+    reports = [update.report for update in updates if update.report is not None]
     lines = [
         f"URLs read: {len(urls)} valid ({distinct} distinct), {blank} blank, {invalid} invalid",
-        f"domains: {len(reports)} learned, {len(rejected)} updates rejected by the anomaly gate",
-        f"patterns: {sum(r.patterns for r in reports)}",
-        f"parameters (per pattern): {sum(r.kept for r in reports)} kept, "
-        f"{sum(r.dropped for r in reports)} dropped",
+        f"domains: {len(updates)} learned, {sum(u.rejected for u in updates)} updates "
+        "rejected by the anomaly gate",
+        f"patterns: {len(decisions)} decided, "
+        f"{sum(len(u.skipped) for u in updates)} already in the map (skipped), "
+        f"{sum(len(u.walled) + len(u.unreachable) for u in updates)} left undecided",
+        f"parameters (per pattern): {sum(len(d.kept) for d in decisions)} kept, "
+        f"{sum(len(d.dropped) for d in decisions)} dropped",
         f"fetches: {fetch_stats.requests} ({fetch_stats.requests / max(distinct, 1):.3f} "
         f"per distinct URL), {fetch_stats.retries} retries, "
         f"{fetch_stats.failed} failed, {fetch_stats.refused} refused",
@@ -316,10 +316,16 @@ def _print_summary(
         ),
         f"inconclusive samples: {sum(r.inconclusive for r in reports)}",
         *(
-            f"{r.domain}: every URL fetched showed the same page (a bot wall?); "
-            "nothing dropped"
-            for r in reports
-            if r.one_page
+            f"{u.domain}: every URL fetched showed the same page (a bot wall?); "
+            f"patterns left undecided, asked again on the next run: {len(u.walled)}"
+            for u in updates
+            if u.walled
+        ),
+        *(
+            f"{u.domain}: every probe failed; patterns left undecided, asked again on the "
+            f"next run: {len(u.unreachable)}"
+            for u in updates
+            if u.unreachable
         ),
         f"time: {seconds:.1f}s",
         f"maps written to {path}",

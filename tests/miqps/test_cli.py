@@ -63,6 +63,18 @@ def test_learn_writes_one_schema_valid_map_per_domain(
         assert word in output
 
 
+def test_learn_on_an_existing_file_decides_only_what_it_lacks(
+    learned: tuple[Path, list[str], str], tmp_path: Path
+) -> None:
+    maps_path, _, _ = learned
+    again = tmp_path / "maps.jsonl"
+    again.write_bytes(maps_path.read_bytes())
+    result = run("learn", "--urls", str(maps_path.parent / "urls.txt"), "--out", str(again))
+    assert result.returncode == 0, result.stderr
+    assert "patterns: 0 decided" in result.stdout and "fetches: 0 " in result.stdout
+    assert again.read_bytes() == maps_path.read_bytes(), "nothing new: no new version"
+
+
 def test_canonicalize_prints_one_line_per_input_in_order(
     learned: tuple[Path, list[str], str],
 ) -> None:
@@ -132,10 +144,11 @@ def test_learn_refuses_private_targets_without_a_proxy(tmp_path: Path) -> None:
     result = run("learn", "--urls", str(urls), "--out", str(tmp_path / "maps.jsonl"))
     assert result.returncode == 0, result.stderr
     assert "fetches: 0 " in result.stdout and "0 failed, 4 refused" in result.stdout
+    assert "2 left undecided" in result.stdout
     documents = [json.loads(line) for line in (tmp_path / "maps.jsonl").read_text().splitlines()]
+    assert len(documents) == 2, "one map per domain, even with nothing decided"
     for document in documents:
-        for pattern in document["patterns"].values():
-            assert pattern["dropped"] == []
+        assert document["patterns"] == {}, "no evidence, no decision: asked again next run"
 
 
 def test_worker_and_maps_options_pass_through_to_the_stream_processor() -> None:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -209,3 +215,34 @@ async def test_a_site_that_is_down_gets_no_map_and_is_asked_for_again(
     site.down = False
     [again] = await probing.handle([request(PATTERN, sample_urls())])
     assert again.published is not None and again.published.patterns[PATTERN].kept == {"id"}
+
+
+async def test_a_walled_site_is_left_undecided_by_the_cli_and_the_stream_alike(
+    probing: Probing, drifting_web: tuple[DriftingSite, str], tmp_path: Path
+) -> None:
+    site, proxy = drifting_web
+    site.wall = True
+    [outcome] = await probing.handle([request(PATTERN, sample_urls())])
+    assert outcome.published is None
+    [audit] = outcome.audits
+    assert audit["reason"] == ONE_PAGE and audit["kept_after"] is None
+    (tmp_path / "urls.txt").write_text("\n".join(sample_urls()) + "\n")
+    maps = tmp_path / "maps.jsonl"
+
+    async def cli_learn() -> tuple[str, dict[str, Any]]:
+        command = [str(Path(sys.executable).with_name("miqps")), "learn", "--urls",
+                   str(tmp_path / "urls.txt"), "--out", str(maps), "--proxy", proxy,
+                   "--rate", "500", "--no-progress"]
+        done = await asyncio.to_thread(subprocess.run, command, capture_output=True,
+                                       text=True, timeout=120, check=True)
+        [document] = [json.loads(line) for line in maps.read_text().splitlines()]
+        return done.stdout, document
+
+    summary, document = await cli_learn()
+    assert document["patterns"] == {}, "no decision, as the stream publishes none"
+    assert "drift.test: every URL fetched showed the same page" in summary
+    site.wall = False
+    [again] = await probing.handle([request(PATTERN, sample_urls())])
+    assert again.published is not None and again.published.patterns[PATTERN].kept == {"id"}
+    _, document = await cli_learn()
+    assert document["patterns"][PATTERN]["kept"] == ["id"], "asked again on the next run"

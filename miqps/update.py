@@ -1,0 +1,315 @@
+"""The one path from evidence to a domain's next map: :func:`update_map`.
+
+``miqps learn`` and the stream's probing worker both call it. Given the domain's current
+map, sample URLs and the patterns asked for, it decides what it can and says why:
+
+- A pattern the map has already served is *skipped* without a fetch: for a first request,
+  any decision of it; for a re-verification, a decision newer than the one it re-verifies.
+  So a request delivered twice costs nothing the second time, and ``miqps learn`` on an
+  existing file only decides the patterns the file lacks.
+- A new pattern of a path shape whose parameters all have learned evidence in the map
+  (tracking parameters make new combinations appear all the time) is decided from that
+  evidence, and only its final canonical form is verified. If verification shows a change,
+  or nothing conclusive, the full learner decides. Re-verifications always go to the full
+  learner: they exist to gather fresh evidence.
+- The learner pools evidence over the path shapes of the patterns still open. A pattern
+  among the samples that was not asked for is taken too (*pooled*) if every one of its
+  parameters was decided on evidence and the map lacks it.
+- Default values a page of the same shape has just shown to matter are withdrawn from the
+  map's other patterns (*stale defaults*).
+- Nothing is decided for a pattern whose every probe failed (*unreachable*), nor for the
+  patterns of a domain whose every URL showed one and the same page (*walled*: a bot wall,
+  a login page). The map keeps what it had and the pattern is asked for again later.
+- The decisions are merged into the current map and passed through the anomaly gate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from miqps.learner import DomainReport, Learner, group_by_domain
+from miqps.maps import (
+    DomainMap,
+    GateVerdict,
+    Layer,
+    ParamEvidence,
+    PatternDecision,
+    Verification,
+    anomaly_gate,
+    merge_update,
+    utc_now,
+)
+from miqps.prober import Outcome
+from miqps.urls import NormalizedURL, path_shape, split_pattern
+
+DEFAULT_MAX_FLIP_SHARE = 0.5
+
+
+class Why(StrEnum):
+    """Why a pattern's decision is in the update."""
+
+    REQUESTED = "requested"
+    POOLED = "pooled"
+    STALE_DEFAULTS = "stale-defaults"
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A pattern asked for. ``basis`` is the ``decided_at`` of the decision to re-verify,
+    empty for a first decision; ``urls_seen`` is how many URLs of it the asker saw."""
+
+    basis: str = ""
+    urls_seen: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    decision: PatternDecision
+    why: Why
+    from_map_evidence: bool = False
+
+
+@dataclass(slots=True)
+class MapUpdate:
+    """What :func:`update_map` did for one domain. ``candidate`` is the merged next version
+    (None when nothing was decided); it is to be published only if ``verdict`` accepts it."""
+
+    domain: str
+    before: DomainMap | None
+    decided: dict[str, Decided] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    walled: list[str] = field(default_factory=list)
+    unreachable: list[str] = field(default_factory=list)
+    without_samples: list[str] = field(default_factory=list)
+    candidate: DomainMap | None = None
+    verdict: GateVerdict | None = None
+    fetches: int = 0
+    report: DomainReport | None = None
+
+    @property
+    def published(self) -> DomainMap | None:
+        """The next version of the map, if the gate accepted one."""
+        if self.verdict is not None and self.verdict.accepted:
+            return self.candidate
+        return None
+
+    @property
+    def rejected(self) -> bool:
+        return self.verdict is not None and not self.verdict.accepted
+
+
+async def update_map(
+    learner: Learner,
+    domain: str,
+    current: DomainMap | None,
+    urls: Sequence[NormalizedURL],
+    requested: Mapping[str, Request] | None = None,
+    *,
+    max_flip_share: float = DEFAULT_MAX_FLIP_SHARE,
+) -> MapUpdate:
+    """Decide the ``requested`` patterns of ``domain`` (every pattern of ``urls`` when
+    None) from the sample ``urls``, and merge them into ``current`` through the gate."""
+    samples = [url for url in urls if url.host == domain and url.has_params]
+    if requested is None:
+        requested = dict.fromkeys(sorted({url.pattern for url in samples}), Request())
+    update = MapUpdate(domain, current)
+    wanted = {pattern: request for pattern, request in requested.items()
+              if not is_settled(current, pattern, request.basis)}
+    update.skipped = sorted(set(requested) - set(wanted))
+    if not wanted:
+        return update
+    stats = learner.prober.fetcher.stats
+    fetches_before = stats.by_host[domain]
+    decided: dict[str, Decided] = {}
+    for pattern, request in wanted.items():
+        prior = None if request.basis else prior_evidence(current, pattern, learner)
+        if prior is None:
+            continue
+        own = [url for url in samples if url.pattern == pattern]
+        decision = await _decide_from_prior(learner, domain, pattern, own, prior)
+        if decision is not None:
+            decided[pattern] = Decided(decision, Why.REQUESTED, from_map_evidence=True)
+    rest = set(wanted) - set(decided)
+    if rest:
+        shapes = {split_pattern(pattern)[0] for pattern in rest}
+        learned, update.report = await learner.learn_domain(
+            domain, [url for url in samples if path_shape(url.path) in shapes])
+        if update.report.one_page:
+            update.walled = sorted(rest & learned.patterns.keys())
+        else:
+            decided.update(_learned(learned, rest, wanted, current))
+        for pattern, decision in _withdraw_stale_defaults(
+                current, update.report.refuted_defaults).items():
+            decided.setdefault(pattern, Decided(decision, Why.STALE_DEFAULTS))
+    for pattern, entry in decided.items():
+        if entry.why is Why.REQUESTED:
+            entry.decision.urls_seen = max(entry.decision.urls_seen, wanted[pattern].urls_seen)
+    update.unreachable = sorted(pattern for pattern, entry in decided.items()
+                                if entry.why is Why.REQUESTED and unreachable(entry.decision))
+    update.decided = {pattern: decided[pattern] for pattern in sorted(decided)
+                      if pattern not in update.unreachable}
+    update.without_samples = sorted(set(wanted) - set(decided) - set(update.walled))
+    update.fetches = stats.by_host[domain] - fetches_before
+    if update.decided:
+        patterns = {pattern: entry.decision for pattern, entry in update.decided.items()}
+        update.candidate = merge_update(current, DomainMap(domain, 0, utc_now(), patterns))
+        update.verdict = anomaly_gate(current, update.candidate, max_flip_share)
+    return update
+
+
+async def update_all(
+    learner: Learner,
+    maps: Mapping[str, DomainMap],
+    urls: Iterable[NormalizedURL],
+    *,
+    max_flip_share: float = DEFAULT_MAX_FLIP_SHARE,
+    on_update: Callable[[MapUpdate], None] | None = None,
+) -> dict[str, MapUpdate]:
+    """:func:`update_map` for every domain of ``urls``, concurrently, every pattern asked
+    for; per-host politeness is the fetcher's job."""
+    updates: dict[str, MapUpdate] = {}
+
+    async def one(domain: str, domain_urls: list[NormalizedURL]) -> None:
+        update = await update_map(learner, domain, maps.get(domain), domain_urls,
+                                  max_flip_share=max_flip_share)
+        updates[domain] = update
+        if on_update is not None:
+            on_update(update)
+
+    await asyncio.gather(*(one(d, u) for d, u in sorted(group_by_domain(urls).items())))
+    return dict(sorted(updates.items()))
+
+
+def _learned(
+    learned: DomainMap,
+    rest: set[str],
+    wanted: Mapping[str, Request],
+    current: DomainMap | None,
+) -> dict[str, Decided]:
+    """The learner's decisions to take: those asked for, and those pooled."""
+    taken: dict[str, Decided] = {}
+    for pattern, decision in learned.patterns.items():
+        if pattern in rest:
+            taken[pattern] = Decided(decision, Why.REQUESTED)
+        elif (pattern not in wanted and fully_evidenced(decision)
+              and (current is None or pattern not in current.patterns)):
+            taken[pattern] = Decided(decision, Why.POOLED)
+    return taken
+
+
+def is_settled(current: DomainMap | None, pattern: str, basis: str) -> bool:
+    """True when the request for ``pattern`` has been served already."""
+    if current is None:
+        return False
+    decision = current.patterns.get(pattern)
+    if decision is None:
+        return False
+    return not basis or decision.decided_at != basis
+
+
+def unreachable(decision: PatternDecision) -> bool:
+    """Every probe of the pattern failed: no evidence at all, as when the site is down."""
+    probed = [evidence for evidence in decision.params.values()
+              if evidence.layer != Layer.ALLOWLIST]
+    return (bool(probed) and decision.verification.samples == 0
+            and all(e.conclusive == 0 and e.inconclusive > 0 for e in probed))
+
+
+def fully_evidenced(decision: PatternDecision) -> bool:
+    """Every parameter decided on evidence, and the final form verified if anything drops."""
+    if any(evidence.layer in (Layer.INSUFFICIENT, Layer.PRIOR, Layer.UNLEARNED)
+           for evidence in decision.params.values()):
+        return False
+    return not decision.dropped or decision.verification.samples > 0
+
+
+def prior_evidence(current: DomainMap | None, pattern: str,
+                   learner: Learner) -> dict[str, ParamEvidence] | None:
+    """The newest learned evidence of each parameter of ``pattern`` within its path shape
+    in ``current``, or None if any parameter has none (an allowlisted one needs none)."""
+    if current is None:
+        return None
+    shape, names = split_pattern(pattern)
+    newest: dict[str, tuple[str, ParamEvidence]] = {}
+    for key, decision in current.patterns.items():
+        if split_pattern(key)[0] != shape:
+            continue
+        for name, evidence in decision.params.items():
+            if evidence.layer not in (Layer.LEARNED, Layer.ALLOWLIST):
+                continue
+            seen = newest.get(name)
+            if seen is None or seen[0] < decision.decided_at:
+                newest[name] = (decision.decided_at, evidence)
+    prior: dict[str, ParamEvidence] = {}
+    for name in names:
+        if name in newest:
+            prior[name] = replace(newest[name][1])
+        elif name in learner.layers.allowlist:
+            prior[name] = ParamEvidence("keep", Layer.ALLOWLIST)
+        else:
+            return None
+    return prior
+
+
+async def _decide_from_prior(
+    learner: Learner,
+    domain: str,
+    pattern: str,
+    urls: list[NormalizedURL],
+    prior: dict[str, ParamEvidence],
+) -> PatternDecision | None:
+    """Decide from ``prior`` and verify the final form (dropped parameters and default
+    values left out), or None to let the learner decide."""
+    kept = frozenset(name for name, evidence in prior.items() if evidence.decision == "keep")
+    dropped = frozenset(prior) - kept
+    defaults = frozenset(value for name in kept for value in prior[name].default_values)
+    verification = Verification()
+    if dropped or defaults:
+        if not urls:
+            return None
+        template = f"{domain}{path_shape(urls[0].path)}"
+        samples = sorted(urls, key=lambda url: url.url)
+        random.Random(f"{learner.config.seed}:{pattern}").shuffle(samples)
+        for url in samples[: learner.config.verify_samples]:
+            canonical = {name for name in kept if url.value_of(name) not in defaults}
+            outcome = await learner.prober.compare(template, url.url, url.with_only(canonical))
+            if outcome is Outcome.CHANGED:
+                return None
+            if outcome is Outcome.INCONCLUSIVE:
+                verification.inconclusive += 1
+            else:
+                verification.samples += 1
+        if verification.samples == 0:
+            return None
+    return PatternDecision(kept, dropped, prior, verification, utc_now(), len(urls))
+
+
+def _withdraw_stale_defaults(
+    current: DomainMap | None, refuted: Mapping[str, Mapping[str, set[str]]]
+) -> dict[str, PatternDecision]:
+    """Patterns of ``current`` listing a default value that a page of the same path shape
+    has just shown to matter (``refuted``: shape, then name, then values).
+
+    Canonicalization re-applies the rules until they stop changing a URL, so a URL that
+    loses its tracking parameters moves into a sibling pattern and is judged by that
+    pattern's defaults too: a default the site has dropped (``lang=en`` after it switched to
+    ``de``) must go from every pattern of the shape, or the two pages would merge there."""
+    if current is None or not refuted:
+        return {}
+    withdrawn: dict[str, PatternDecision] = {}
+    for pattern, decision in current.patterns.items():
+        stale = refuted.get(split_pattern(pattern)[0], {})
+        params = dict(decision.params)
+        for name, evidence in decision.params.items():
+            gone = stale.get(name, set()) & set(evidence.default_values)
+            if gone:
+                params[name] = replace(evidence, default_values=[
+                    value for value in evidence.default_values if value not in gone])
+        if params != decision.params:
+            withdrawn[pattern] = replace(decision, params=params, decided_at=utc_now())
+    return withdrawn
+

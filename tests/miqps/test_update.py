@@ -1,0 +1,196 @@
+"""update_map, the one decision path, against a small loopback web whose pages change."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Mapping
+
+import pytest
+
+from miqps.fetch import FetchConfig, Fetcher
+from miqps.learner import LearnConfig, Learner
+from miqps.maps import DomainMap
+from miqps.prober import PageProber
+from miqps.update import MapUpdate, Request, Why, update_all, update_map
+from miqps.urls import NormalizedURL, parse
+from tests.miqps.drifting import DriftingSite, serve_drifting
+
+DOMAIN = "drift.test"
+PATTERN = "/p?id&ref"
+
+
+def urls_of(query: str, numbers: range) -> list[NormalizedURL]:
+    """``/p?{query}`` for each number, ``{n}`` in ``query`` replaced by it."""
+    return [parse(f"http://{DOMAIN}/p?" + query.replace("{n}", str(n))) for n in numbers]
+
+
+def sample_urls(offset: int = 0) -> list[NormalizedURL]:
+    return urls_of("id={n}&ref=r{n}", range(offset, offset + 8))
+
+
+@pytest.fixture
+def site_and_proxy() -> Iterator[tuple[DriftingSite, str]]:
+    with serve_drifting() as served:
+        yield served
+
+
+@pytest.fixture
+def site(site_and_proxy: tuple[DriftingSite, str]) -> DriftingSite:
+    return site_and_proxy[0]
+
+
+@pytest.fixture
+async def fetcher(site_and_proxy: tuple[DriftingSite, str]) -> AsyncIterator[Fetcher]:
+    config = FetchConfig(proxy=site_and_proxy[1], per_host_rate=500.0, timeout=5.0,
+                         max_attempts=1)
+    async with Fetcher(config) as fetcher:
+        yield fetcher
+
+
+async def update(
+    fetcher: Fetcher,
+    current: DomainMap | None,
+    urls: list[NormalizedURL],
+    requested: Mapping[str, Request] | None = None,
+) -> MapUpdate:
+    """One run, with a prober of its own as every worker run and CLI run has."""
+    learner = Learner(PageProber(fetcher), LearnConfig())
+    return await update_map(learner, DOMAIN, current, urls, requested)
+
+
+async def first_map(fetcher: Fetcher, urls: list[NormalizedURL] | None = None) -> DomainMap:
+    learned = await update(fetcher, None, urls or sample_urls(), {PATTERN: Request()})
+    assert learned.published is not None
+    return learned.published
+
+
+async def test_a_first_request_is_learned_and_passes_the_gate(fetcher: Fetcher) -> None:
+    learned = await update(fetcher, None, sample_urls(), {PATTERN: Request(urls_seen=40)})
+    entry = learned.decided[PATTERN]
+    assert entry.why is Why.REQUESTED and not entry.from_map_evidence
+    assert entry.decision.kept == {"id"} and entry.decision.dropped == {"ref"}
+    assert entry.decision.urls_seen == 40, "the asker saw more URLs than it sent"
+    assert learned.verdict is not None and learned.verdict.accepted
+    assert learned.published is not None and learned.published is learned.candidate
+    assert learned.published.version == 1
+    assert learned.fetches > 0 and learned.report is not None
+    assert learned.skipped == learned.walled == learned.unreachable == []
+    assert learned.without_samples == []
+
+
+async def test_a_served_request_is_skipped_without_a_fetch_and_a_reverify_is_not(
+    fetcher: Fetcher,
+) -> None:
+    current = await first_map(fetcher)
+    again = await update(fetcher, current, sample_urls(), {PATTERN: Request()})
+    assert again.skipped == [PATTERN] and again.fetches == 0
+    assert again.candidate is None and again.published is None
+    basis = current.patterns[PATTERN].decided_at
+    reverified = await update(fetcher, current, sample_urls(100), {PATTERN: Request(basis)})
+    assert reverified.skipped == [] and reverified.fetches > 0
+    assert not reverified.decided[PATTERN].from_map_evidence, "re-verified by the learner"
+    assert reverified.published is not None and reverified.published.version == 2
+
+
+async def test_a_pattern_decided_on_evidence_among_the_samples_is_pooled(
+    fetcher: Fetcher,
+) -> None:
+    urls = sample_urls() + urls_of("id={n}", range(3, 5))
+    learned = await update(fetcher, None, urls, {PATTERN: Request()})
+    assert learned.decided["/p?id"].why is Why.POOLED
+    assert learned.decided[PATTERN].why is Why.REQUESTED
+
+
+async def test_a_new_combination_is_decided_from_the_maps_evidence(fetcher: Fetcher) -> None:
+    current = await first_map(fetcher, sample_urls() + urls_of("id={n}&utm_source=s{n}",
+                                                               range(8)))
+    combined = "/p?id&ref&utm_source"
+    urls = urls_of("id={n}&ref=x{n}&utm_source=mail", range(50, 53))
+    learned = await update(fetcher, current, urls, {combined: Request()})
+    entry = learned.decided[combined]
+    assert entry.from_map_evidence and entry.why is Why.REQUESTED
+    assert entry.decision.kept == {"id"} and entry.decision.dropped == {"ref", "utm_source"}
+    assert learned.report is None, "the learner did not run"
+    assert learned.fetches <= 2 * LearnConfig().verify_samples
+
+
+async def test_a_default_the_site_dropped_is_withdrawn_from_the_shapes_other_patterns(
+    fetcher: Fetcher, site: DriftingSite
+) -> None:
+    langs = ["en"] * 9 + ["de", "fr", "it"]
+    urls = [parse(f"http://{DOMAIN}/p?id={n}&lang={lang}") for n, lang in enumerate(langs)]
+    urls += urls_of("id={n}&utm_source=s{n}", range(20, 28))
+    learned = await update(fetcher, None, urls, {"/p?id&lang": Request()})
+    current = learned.published
+    assert current is not None
+    assert current.patterns["/p?id&lang"].params["lang"].default_values == ["lang=en"]
+    site.default_lang = "de"
+    combined = "/p?id&lang&utm_source"
+    tracked = urls_of("id={n}&lang=en&utm_source=m{n}", range(60, 64))
+    relearned = await update(fetcher, current, tracked, {combined: Request()})
+    stale = relearned.decided["/p?id&lang"]
+    assert stale.why is Why.STALE_DEFAULTS
+    assert stale.decision.params["lang"].default_values == []
+    assert relearned.decided[combined].decision.params["lang"].default_values == []
+
+
+async def test_a_walled_domain_gets_no_decision_and_keeps_its_old_map(
+    fetcher: Fetcher, site: DriftingSite
+) -> None:
+    current = await first_map(fetcher)
+    site.wall = True
+    basis = current.patterns[PATTERN].decided_at
+    walled = await update(fetcher, current, sample_urls(200), {PATTERN: Request(basis)})
+    assert walled.walled == [PATTERN] and walled.decided == {}
+    assert walled.candidate is None and walled.verdict is None and walled.published is None
+    assert walled.report is not None and walled.report.one_page
+    assert walled.fetches > 0 and walled.without_samples == []
+
+
+async def test_a_walled_domain_gets_no_first_map_and_is_decided_once_the_wall_is_gone(
+    fetcher: Fetcher, site: DriftingSite
+) -> None:
+    site.wall = True
+    walled = await update(fetcher, None, sample_urls(), None)
+    assert walled.walled == [PATTERN] and walled.published is None
+    site.wall = False
+    again = await update(fetcher, None, sample_urls(), None)
+    assert again.published is not None and again.published.patterns[PATTERN].kept == {"id"}
+
+
+async def test_a_pattern_whose_every_probe_failed_is_left_undecided(
+    fetcher: Fetcher, site: DriftingSite
+) -> None:
+    site.down = True
+    down = await update(fetcher, None, sample_urls(), {PATTERN: Request()})
+    assert down.unreachable == [PATTERN] and down.decided == {}
+    assert down.candidate is None and down.published is None and down.walled == []
+
+
+async def test_a_requested_pattern_without_sample_urls_is_said_so(fetcher: Fetcher) -> None:
+    learned = await update(fetcher, None, sample_urls(), {"/p?id&lang": Request()})
+    assert learned.without_samples == ["/p?id&lang"]
+    assert "/p?id&lang" not in learned.decided
+
+
+async def test_the_gate_rejects_an_update_that_drops_the_identifier(
+    fetcher: Fetcher, site: DriftingSite
+) -> None:
+    current = await first_map(fetcher)
+    site.ids_ignored = site.ref_matters = True
+    basis = current.patterns[PATTERN].decided_at
+    broken = await update(fetcher, current, sample_urls(200), {PATTERN: Request(basis)})
+    assert broken.decided[PATTERN].decision.dropped == {"id"}
+    assert broken.rejected and broken.published is None and broken.candidate is not None
+    assert broken.verdict is not None and broken.verdict.flipped == ((PATTERN, "id"),)
+
+
+async def test_without_requests_every_pattern_the_map_lacks_is_decided(fetcher: Fetcher) -> None:
+    current = await first_map(fetcher)
+    urls = sample_urls() + urls_of("id={n}&lang=en&sid=s{n}", range(30, 38))
+    updates = await update_all(Learner(PageProber(fetcher), LearnConfig()),
+                               {DOMAIN: current}, urls)
+    [(domain, incremental)] = updates.items()
+    assert domain == DOMAIN
+    assert incremental.skipped == [PATTERN]
+    assert list(incremental.decided) == ["/p?id&lang&sid"]
+    assert incremental.published is not None and PATTERN in incremental.published.patterns
