@@ -430,7 +430,10 @@ def documentation_table() -> str:
     for variable in variables():
         default = variable.format(variable.default) if variable.default is not None else None
         shown = f"`{default}`" if default not in (None, "") else "unset"
-        rows.append(f"| `{variable.name}` | {shown} | {variable.env.help} |")
+        env = variable.env
+        bounds = f" ({env.minimum:g}–{env.maximum:g})" if env.minimum is not None and \
+            env.maximum is not None else ""
+        rows.append(f"| `{variable.name}` | {shown} | {env.help}{bounds} |")
     return "\n".join(rows)
 
 
