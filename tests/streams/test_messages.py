@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from miqps.maps import Layer, ParamEvidence, Verification
@@ -100,6 +100,7 @@ RECORDS: dict[str, tuple[Any, st.SearchStrategy[Any]]] = {
 def test_every_record_round_trips_through_its_schema(schema: str) -> None:
     record_type, strategy = RECORDS[schema]
 
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(strategy)
     def round_trip(record: Any) -> None:
         value = record.to_bytes()
