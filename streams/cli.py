@@ -21,7 +21,7 @@ from streams.lifecycle import (
     wait_for_broker,
 )
 from streams.lograte import rate_limit_handlers
-from streams.settings import Settings, SettingsError, Topics, variable_at
+from streams.settings import Settings, SettingsError, Topics, variable_at, variables
 
 log = logging.getLogger("streams.cli")
 
@@ -109,17 +109,9 @@ def _settings(args: argparse.Namespace) -> Settings:
     except SettingsError as error:
         print(f"miqps: bad setting: {error}", file=sys.stderr)
         raise SystemExit(2) from None
-    options = {tuple(dest.split(".")): value for dest, value in vars(args).items()
-               if value is not None and _is_setting(dest)}
-    return settings.with_values(options)
-
-
-def _is_setting(dest: str) -> bool:
-    try:
-        variable_at(*dest.split("."))
-    except KeyError:
-        return False
-    return True
+    paths = {".".join(variable.path): variable.path for variable in variables()}
+    return settings.with_values({paths[dest]: value for dest, value in vars(args).items()
+                                 if value is not None and dest in paths})
 
 
 @contextlib.contextmanager

@@ -301,7 +301,8 @@ class Settings:
     # The bounds leave the front process and the worker their margins.
     stop_timeout: float = setting(
         "MIQPS_STOP_TIMEOUT",
-        "seconds a worker may take to stop after SIGTERM, even with the broker gone",
+        "seconds a worker may take to stop after SIGTERM, even with the broker gone; inputs "
+        "not committed by then are delivered again",
         30.0, minimum=5, maximum=3600)
     on_bug: Literal["stop", "retry"] = setting(
         "MIQPS_ON_BUG",
