@@ -1,67 +1,72 @@
 """The cost of the typed records of ``streams.messages`` on the canonicalizer's hot path.
 
-Writes one ``urls.canonical`` record per URL as the front did (a dict through orjson), by
-building a :class:`streams.messages.CanonicalOutput` (a frozen dataclass) and by its
-``encode`` (no record built), and
-reads them back (orjson alone against ``CanonicalOutput.from_bytes``, which checks every
-field). Prints records per second and the ratio to the dict baseline of the same run.
+Writes one ``urls.canonical`` record as the front does today (a dict through orjson), by
+building a :class:`streams.messages.CanonicalOutput` (a frozen dataclass) and calling
+``to_bytes``, and by ``CanonicalOutput.encode`` (no record built); reads it back with
+orjson alone and with ``CanonicalOutput.from_bytes`` (which checks every field). Prints
+microseconds per record, the best of many short runs taken in turns (so that a passing
+load touches every variant alike), and each ratio to its baseline of the same run.
 
-    .venv/bin/python -m bench.messages_encode [--records 200000]
+    .venv/bin/python -m bench.messages_encode [--rounds 7]
 """
 
 from __future__ import annotations
 
 import argparse
-import time
+import timeit
 from collections.abc import Callable
 
 import orjson
 
 from streams.messages import CanonicalOutput
 
+CALLS = 20_000
+URL = "https://shop.example/p/1?id=1&utm_source=mail"
+CANONICAL = "https://shop.example/p/1?id=1"
 
-def rate(records: int, work: Callable[[], object]) -> float:
-    best = float("inf")
-    for _ in range(3):
-        started = time.perf_counter()
-        work()
-        best = min(best, time.perf_counter() - started)
-    return records / best
+
+def as_dict() -> bytes:
+    return orjson.dumps({"url": URL, "canonical_url": CANONICAL, "domain": "shop.example",
+                         "pattern": "/p/*?id&utm_source", "kept": ("id",),
+                         "dropped": ("utm_source",), "status": "learned", "map_version": 3,
+                         "meta": None})
+
+
+def as_record() -> bytes:
+    return CanonicalOutput(URL, CANONICAL, "shop.example", "/p/*?id&utm_source", ("id",),
+                           ("utm_source",), "learned", 3, None).to_bytes()
+
+
+def as_encoded() -> bytes:
+    return CanonicalOutput.encode(URL, CANONICAL, "shop.example", "/p/*?id&utm_source",
+                                  ("id",), ("utm_source",), "learned", 3, None)
+
+
+def microseconds(variants: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    best = dict.fromkeys(variants, float("inf"))
+    for _ in range(rounds):
+        for name, work in variants.items():
+            best[name] = min(best[name], timeit.timeit(work, number=CALLS) / CALLS * 1e6)
+    return best
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="bench.messages_encode")
-    parser.add_argument("--records", type=int, default=200_000)
-    count = parser.parse_args().records
-    fields = [(f"https://shop{n % 500}.example/p/{n}?id={n}&utm_source=mail",
-               f"https://shop{n % 500}.example/p/{n}?id={n}", f"shop{n % 500}.example",
-               "/p/*?id&utm_source", ("id",), ("utm_source",), "learned", 3,
-               {"crawl": n} if n % 2 else None) for n in range(count)]
-    dumps = orjson.dumps
-
-    def as_dicts() -> list[bytes]:
-        return [dumps({"url": u, "canonical_url": c, "domain": d, "pattern": p, "kept": k,
-                       "dropped": r, "status": s, "map_version": v, "meta": m})
-                for u, c, d, p, k, r, s, v, m in fields]
-
-    def as_records() -> list[bytes]:
-        return [CanonicalOutput(*item).to_bytes() for item in fields]  # type: ignore[arg-type]
-
-    def as_encoded() -> list[bytes]:
-        encode = CanonicalOutput.encode
-        return [encode(*item) for item in fields]  # type: ignore[arg-type]
-
-    encoded = as_records()
-    assert encoded == as_dicts() == as_encoded(), "every way must write the same bytes"
-    write_dict, write_record = rate(count, as_dicts), rate(count, as_records)
-    write_encoded = rate(count, as_encoded)
-    read_json = rate(count, lambda: [orjson.loads(value) for value in encoded])
-    read_record = rate(count, lambda: [CanonicalOutput.from_bytes(value) for value in encoded])
-    print(f"write: dict {write_dict:,.0f}/s, CanonicalOutput {write_record:,.0f}/s, "
-          f"ratio {write_record / write_dict:.2f}; CanonicalOutput.encode {write_encoded:,.0f}/s, "
-          f"ratio {write_encoded / write_dict:.2f}")
-    print(f"read:  orjson.loads {read_json:,.0f}/s, CanonicalOutput.from_bytes "
-          f"{read_record:,.0f}/s, ratio {read_record / read_json:.2f}")
+    parser.add_argument("--rounds", type=int, default=7)
+    rounds = parser.parse_args().rounds
+    value = as_dict()
+    assert value == as_record() == as_encoded(), "every way must write the same bytes"
+    cost = microseconds({
+        "dict": as_dict, "record": as_record, "encode": as_encoded,
+        "loads": lambda: orjson.loads(value),
+        "from_bytes": lambda: CanonicalOutput.from_bytes(value),
+    }, rounds)
+    print(f"write: dict {cost['dict']:.2f} us; CanonicalOutput(...).to_bytes() "
+          f"{cost['record']:.2f} us ({cost['record'] / cost['dict']:.1f}x); "
+          f"CanonicalOutput.encode {cost['encode']:.2f} us "
+          f"({cost['encode'] / cost['dict']:.1f}x)")
+    print(f"read:  orjson.loads {cost['loads']:.2f} us; CanonicalOutput.from_bytes "
+          f"{cost['from_bytes']:.2f} us ({cost['from_bytes'] / cost['loads']:.1f}x)")
 
 
 if __name__ == "__main__":
