@@ -10,11 +10,10 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from types import FrameType
+from typing import Any, Literal, get_args, get_origin
 
 from streams.lifecycle import (
-    DEFAULT_STOP_TIMEOUT,
     EXIT_MARGIN,
     StopDeadline,
     is_broker_outage,
@@ -22,17 +21,13 @@ from streams.lifecycle import (
     wait_for_broker,
 )
 from streams.lograte import rate_limit_handlers
-from streams.settings import Settings
+from streams.settings import Settings, SettingsError, Topics, variable_at, variables
 
 log = logging.getLogger("streams.cli")
 
-DEFAULT_AGENTS = "canonicalize,probe"
 # Each attempt to reach the broker at start-up gives up after this long, so that a stop
 # request during the wait is served within it.
 CONNECT_ATTEMPT_SECONDS = 5.0
-# The stop timeout must leave the front process and the worker their margins.
-MIN_STOP_TIMEOUT = 5.0
-MAX_STOP_TIMEOUT = 3600.0
 
 
 def main(command: str, args: list[str]) -> int:
@@ -45,69 +40,78 @@ def main(command: str, args: list[str]) -> int:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap-servers", metavar="HOST:PORT[,...]",
-                        help="Kafka brokers (default: KAFKA_BOOTSTRAP_SERVERS or 127.0.0.1:9092)")
+    _setting_option(parser, ("bootstrap_servers",), "HOST:PORT[,...]")
     parser.add_argument("--topic-prefix", metavar="PREFIX",
-                        help="prefix of every default topic name (MIQPS_TOPIC_PREFIX)")
+                        help=f"{Topics.PREFIX.help} ({Topics.PREFIX.name})")
+
+
+# The settings `miqps worker` takes as options too; each option is named after its field.
+WORKER_OPTIONS: tuple[tuple[tuple[str, ...], str | None], ...] = (
+    (("agents",), "ROLE[,ROLE]"),
+    (("app_id",), None),
+    (("state_dir",), "DIR"),
+    (("fetch", "proxy"), "URL"),
+    (("fetch", "allow_private"), None),
+    (("partitions",), "N"),
+    (("stop_timeout",), "SECONDS"),
+    (("on_bug",), None),
+)
+
+
+def _setting_option(parser: argparse.ArgumentParser, path: tuple[str, ...],
+                    metavar: str | None) -> None:
+    """``--name`` for the setting at ``path``, overriding its environment variable."""
+    variable = variable_at(*path)
+    option = "--" + path[-1].replace("_", "-")
+    default = variable.format(variable.default) if variable.default is not None else "unset"
+    help = f"{variable.env.help} ({variable.name}, default {default})"
+    if variable.annotation is bool:
+        parser.add_argument(option, action="store_true", default=None, dest=".".join(path),
+                            help=help)
+        return
+
+    def convert(text: str) -> Any:
+        try:
+            return variable.convert(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
+
+    choices = get_args(variable.annotation) if get_origin(variable.annotation) is Literal \
+        else None
+    parser.add_argument(option, type=convert, dest=".".join(path), metavar=metavar,
+                        choices=choices, help=help)
 
 
 def worker_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="miqps worker",
         description="Run a Faust stream worker. Settings come from the environment "
-                    "(KAFKA_BOOTSTRAP_SERVERS, MIQPS_PROXY, MIQPS_ALLOW_PRIVATE, "
-                    "MIQPS_STATE_DIR, MIQPS_TOPIC_*); options override them.",
+                    "(every variable is listed in docs/STREAMS.md); options override them.",
     )
-    parser.add_argument("--agents", default=os.environ.get("MIQPS_AGENTS") or DEFAULT_AGENTS,
-                        metavar="ROLE[,ROLE]",
-                        help="which agents run here: canonicalize, probe or both "
-                             f"(MIQPS_AGENTS, default {DEFAULT_AGENTS})")
     _common(parser)
-    parser.add_argument("--app-id", help="Faust app id and consumer group prefix (MIQPS_APP_ID)")
-    parser.add_argument("--state-dir", type=Path, help="RocksDB state (MIQPS_STATE_DIR)")
-    parser.add_argument("--proxy", help="HTTP proxy for every probe fetch (MIQPS_PROXY)")
-    parser.add_argument("--allow-private", action="store_true", default=None,
-                        help="allow loopback and private targets (MIQPS_ALLOW_PRIVATE)")
-    parser.add_argument("--partitions", type=int,
-                        help="partitions of the topics this worker creates (MIQPS_PARTITIONS)")
+    for path, metavar in WORKER_OPTIONS:
+        _setting_option(parser, path, metavar)
     parser.add_argument("--create-topics-only", action="store_true",
                         help="create the missing topics and exit")
-    parser.add_argument("--stop-timeout", type=_stop_timeout,
-                        default=os.environ.get("MIQPS_STOP_TIMEOUT") or DEFAULT_STOP_TIMEOUT,
-                        metavar="SECONDS",
-                        help="after SIGTERM or SIGINT the worker exits within this many "
-                             "seconds, even with the broker gone; inputs whose offsets are "
-                             "not committed by then are delivered again "
-                             f"(MIQPS_STOP_TIMEOUT, default {DEFAULT_STOP_TIMEOUT:g})")
     parser.add_argument("--loglevel", default="info",
                         choices=["debug", "info", "warning", "error"])
     return parser
 
 
-def _stop_timeout(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not MIN_STOP_TIMEOUT <= seconds <= MAX_STOP_TIMEOUT:
-        raise argparse.ArgumentTypeError(
-            f"must be between {MIN_STOP_TIMEOUT:g} and {MAX_STOP_TIMEOUT:g} seconds: {text!r}")
-    return seconds
-
-
 def _settings(args: argparse.Namespace) -> Settings:
+    """Settings from the environment with the options given on the command line; a bad
+    value in the environment ends the command with a message naming the variable."""
     env = dict(os.environ)
     if args.topic_prefix is not None:
-        env["MIQPS_TOPIC_PREFIX"] = args.topic_prefix
-    settings = Settings.from_env(env)
-    return settings.with_overrides(
-        bootstrap_servers=args.bootstrap_servers,
-        app_id=getattr(args, "app_id", None),
-        state_dir=getattr(args, "state_dir", None),
-        proxy=getattr(args, "proxy", None),
-        allow_private=getattr(args, "allow_private", None),
-        partitions=getattr(args, "partitions", None),
-    )
+        env[Topics.PREFIX.name] = args.topic_prefix
+    try:
+        settings = Settings.from_env(env)
+    except SettingsError as error:
+        print(f"miqps: bad setting: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    paths = {".".join(variable.path): variable.path for variable in variables()}
+    return settings.with_values({paths[dest]: value for dest, value in vars(args).items()
+                                 if value is not None and dest in paths})
 
 
 @contextlib.contextmanager
@@ -148,19 +152,19 @@ def _ensure_topics(settings: Settings, stop_timeout: float) -> dict[str, int] | 
 
 def run_worker(argv: Sequence[str]) -> int:
     args = worker_parser().parse_args(list(argv))
-    roles = frozenset(role.strip() for role in args.agents.split(",") if role.strip())
     logging.basicConfig(level=args.loglevel.upper(),
                         format="[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     rate_limit_handlers()
     settings = _settings(args)
+    roles = frozenset(settings.agents)
     from streams.runtime import ROLES
 
     if not roles or roles - set(ROLES):
         print(f"miqps worker: --agents takes {' and/or '.join(ROLES)}", file=sys.stderr)
         return 2
     try:
-        partitions = _ensure_topics(settings, args.stop_timeout)
+        partitions = _ensure_topics(settings, settings.stop_timeout)
     except Exception as error:
         print(f"miqps worker: cannot create topics on {settings.bootstrap_servers}: {error}",
               file=sys.stderr)
@@ -172,7 +176,7 @@ def run_worker(argv: Sequence[str]) -> int:
         for name, count in sorted(partitions.items()):
             print(f"{name}\t{count} partitions")
         return 0
-    return _run_faust(settings, roles, partitions, args.loglevel, args.stop_timeout)
+    return _run_faust(settings, roles, partitions, args.loglevel, settings.stop_timeout)
 
 
 def _run_faust(settings: Settings, roles: frozenset[str], partitions: dict[str, int],

@@ -18,7 +18,7 @@ from typing import IO
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from streams.kafka import consumer_config, producer_config
-from streams.settings import Settings
+from streams.settings import Settings, variables
 
 
 def worker_command() -> list[str]:
@@ -30,32 +30,13 @@ def worker_command() -> list[str]:
 
 
 def worker_env(settings: Settings, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    topics = settings.topics
+    """This process's environment with every setting of ``settings`` (an unset one, such
+    as no proxy, removed), then ``extra``."""
     env = dict(os.environ)
-    env.update({
-        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-        "MIQPS_APP_ID": settings.app_id,
-        "MIQPS_STATE_DIR": str(settings.state_dir),
-        "MIQPS_PARTITIONS": str(settings.partitions),
-        "MIQPS_TOPIC_RAW": topics.raw,
-        "MIQPS_TOPIC_CANONICAL": topics.canonical,
-        "MIQPS_TOPIC_DLQ": topics.dlq,
-        "MIQPS_TOPIC_PROBE_REQUESTS": topics.probe_requests,
-        "MIQPS_TOPIC_MAPS": topics.maps,
-        "MIQPS_TOPIC_MAP_UPDATES": topics.map_updates,
-        "MIQPS_TOPIC_SAMPLES": topics.samples,
-        "MIQPS_RARE_AFTER": str(settings.policy.rare_after),
-        "MIQPS_REVERIFY_AFTER": str(settings.policy.reverify_after),
-        "MIQPS_MIN_DISTINCT_VALUES": str(settings.policy.min_distinct_values),
-        "MIQPS_SATURATION_URLS": str(settings.policy.saturation_urls),
-        "MIQPS_PROBE_RETRY_AFTER": str(settings.policy.retry_after),
-        "MIQPS_PROBE_RATE": str(settings.probe_rate_per_host),
-        "PYTHONUNBUFFERED": "1",
-    })
-    if settings.proxy:
-        env["MIQPS_PROXY"] = settings.proxy
-    if settings.allow_private:
-        env["MIQPS_ALLOW_PRIVATE"] = "1"
+    for variable in variables():
+        env.pop(variable.name, None)
+    env.update(settings.to_env())
+    env["PYTHONUNBUFFERED"] = "1"
     if extra:
         env.update(extra)
     return env

@@ -1,4 +1,5 @@
-"""Faust topic handles: every topic of this app carries raw bytes, encoded by streams.codecs."""
+"""Faust topic handles: every topic of this app carries raw bytes, written and read by
+streams.messages."""
 
 from __future__ import annotations
 

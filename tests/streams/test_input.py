@@ -1,9 +1,11 @@
+"""Reading urls.raw input and writing dead letters (streams.messages)."""
+
 import base64
 
 import orjson
 import pytest
 
-from streams.codecs import BadInput, Source, decode_input, encode_dead_letter, encode_output
+from streams.messages import BadInput, Source, decode_input, encode_dead_letter
 from tests.streams.support import assert_valid
 
 LIMIT = 1024 * 1024
@@ -83,11 +85,3 @@ def test_dead_letter_truncates_only_beyond_the_cap_and_says_so() -> None:
     assert record["truncated"] is True and record["original_bytes"] == 5000
     assert base64.b64decode(record["original"]) == value[:1000]
     assert record["key"] is None
-
-
-def test_output_matches_its_schema() -> None:
-    document = orjson.loads(encode_output("http://a.example/p?id=1&utm_source=x",
-                                          "http://a.example/p?id=1", "a.example",
-                                          "/p?id&utm_source", ["id"], ["utm_source"], "learned",
-                                          3, {"crawl": 1}))
-    assert_valid("urls-canonical", document)

@@ -1,0 +1,540 @@
+"""The record of every topic, one frozen type each; ``schemas/*.schema.json`` describe them.
+
+Each type writes itself with ``to_bytes`` and reads itself back with ``from_bytes``, which
+raises :class:`BadInput` (with a short reason) for anything that is not such a record.
+
+Input on ``urls.raw`` is a URL as UTF-8 text, or a JSON object with a ``"url"`` string whose
+other fields travel to the output as ``meta``. Everything that cannot be read becomes a
+:class:`BadInput` and goes to the DLQ as a :class:`DeadLetter`, with the original bytes.
+
+The maps topic carries :class:`miqps.maps.DomainMap` documents, which the core reads and
+writes itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields, is_dataclass
+from functools import cache, partial
+from types import NoneType, UnionType
+from typing import (
+    Any,
+    ClassVar,
+    Literal,
+    TypeVar,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
+
+import orjson
+
+from miqps.urls import InvalidURL, NormalizedURL, parse
+
+JSON_STARTS = (ord("{"), ord("["), ord('"'))
+WHITESPACE = b" \t\r\n"
+
+Record = TypeVar("Record")
+
+
+class BadInput(Exception):
+    """A message that cannot be read as the record its topic carries; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def load_json(value: bytes | None, what: str) -> Any:
+    """The JSON document in ``value``, or :class:`BadInput` naming what was expected."""
+    if value is None:
+        raise BadInput(f"null value instead of {what}")
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        raise BadInput(f"not valid JSON for {what}") from None
+
+
+def decode_document(value: bytes | None, what: str) -> dict[str, Any]:
+    """A JSON object, or :class:`BadInput` naming what was expected."""
+    document = load_json(value, what)
+    if not isinstance(document, dict):
+        raise BadInput(f"not a JSON object for {what}")
+    return document
+
+
+class _Mismatch(Exception):
+    """A JSON value that is not of the type a record field declares."""
+
+
+Reader = Callable[[Any], Any]
+
+
+@cache
+def _reader(annotation: Any) -> Reader:
+    """A function that returns a JSON value as the declared type holds it (arrays become
+    tuples, objects of records become records) or raises _Mismatch. Ints are not bools, and
+    a float field takes an int too, as JSON does not tell 1 from 1.0."""
+    origin = get_origin(annotation)
+    if annotation is Any:
+        return _same
+    if annotation in _SCALARS:
+        exact = _SCALARS[annotation]
+
+        def scalar(value: Any) -> Any:
+            if type(value) not in exact:
+                raise _Mismatch
+            return value if annotation is not float else float(value)
+        return scalar
+    if origin in (Union, UnionType):
+        options = [_reader(option) for option in get_args(annotation)]
+        return partial(_first_of, options)
+    if origin is Literal:
+        choices = get_args(annotation)
+        return partial(_one_of, choices)
+    if origin is tuple:
+        return partial(_tuple_of, _reader(get_args(annotation)[0]))
+    if origin is dict:
+        return partial(_dict_of, _reader(get_args(annotation)[1]))
+    if isinstance(annotation, type) and is_dataclass(annotation):
+        return partial(_record, annotation)
+    raise TypeError(f"no JSON reader for {annotation!r}")
+
+
+_SCALARS: dict[Any, tuple[type, ...]] = {NoneType: (NoneType,), bool: (bool,), int: (int,),
+                                         float: (int, float), str: (str,)}
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _first_of(options: list[Reader], value: Any) -> Any:
+    for option in options:
+        try:
+            return option(value)
+        except _Mismatch:
+            continue
+    raise _Mismatch
+
+
+def _one_of(choices: tuple[Any, ...], value: Any) -> Any:
+    if value not in choices:
+        raise _Mismatch
+    return value
+
+
+def _tuple_of(item: Reader, value: Any) -> tuple[Any, ...]:
+    if type(value) is not list:
+        raise _Mismatch
+    return tuple([item(element) for element in value])
+
+
+def _dict_of(item: Reader, value: Any) -> dict[str, Any]:
+    if type(value) is not dict:
+        raise _Mismatch
+    return {key: item(element) for key, element in value.items()}
+
+
+def _record(cls: type, value: Any) -> Any:
+    return _from_fields(cls, value, f"a {_words(cls.__name__)}")
+
+
+def _words(name: str) -> str:
+    return "".join(f" {letter.lower()}" if letter.isupper() else letter
+                   for letter in name).strip()
+
+
+_READERS: dict[type, dict[str, tuple[Reader, Any]]] = {}
+
+
+def _readers(cls: type) -> dict[str, tuple[Reader, Any]]:
+    readers = _READERS.get(cls)
+    if readers is None:
+        hints = get_type_hints(cls)
+        readers = _READERS[cls] = {item.name: (_reader(hints[item.name]), hints[item.name])
+                                   for item in fields(cls)}
+    return readers
+
+
+def _from_fields(cls: type[Record], document: Any, what: str) -> Record:
+    """``cls`` built from a JSON object with exactly its fields, each of its declared type,
+    or :class:`BadInput` saying which field is wrong."""
+    if type(document) is not dict:
+        raise BadInput(f"not a JSON object for {what}")
+    readers = _readers(cls)
+    if document.keys() != readers.keys():
+        missing = [name for name in readers if name not in document]
+        if missing:
+            raise BadInput(f"{what} without {', '.join(missing)}")
+        raise BadInput(f"{what} with unknown fields {', '.join(sorted(document - readers.keys()))}")
+    values: dict[str, Any] = {}
+    for name, (reader, annotation) in readers.items():
+        try:
+            values[name] = reader(document[name])
+        except _Mismatch:
+            raise BadInput(f"{what} whose {name} is not of type {_type_name(annotation)}") \
+                from None
+    return cls(**values)
+
+
+def _type_name(annotation: Any) -> str:
+    if get_origin(annotation) is None:
+        return str(annotation.__name__)
+    return str(annotation).replace("typing.", "").replace("streams.messages.", "")
+
+
+# ---------------------------------------------------------------- urls.raw
+
+
+@dataclass(frozen=True, slots=True)
+class RawURL:
+    """One ``urls.raw`` message: the URL as it came, parsed, and the envelope's other fields."""
+
+    text: str
+    url: NormalizedURL
+    meta: dict[str, Any] | None
+
+    def to_bytes(self) -> bytes:
+        if self.meta is None:
+            return self.text.encode("utf-8", "surrogatepass")
+        return orjson.dumps({"url": self.text, **self.meta})
+
+    @classmethod
+    def from_bytes(cls, value: bytes | None, max_bytes: int) -> RawURL:
+        """Read one ``urls.raw`` message of at most ``max_bytes``, or raise BadInput."""
+        if value is None:
+            raise BadInput("null value")
+        size = len(value)
+        if size > max_bytes:
+            raise BadInput(f"message of {size} bytes is larger than the {max_bytes}-byte limit")
+        meta: dict[str, Any] | None = None
+        body = value
+        if not body or body[0] in WHITESPACE or body[-1] in WHITESPACE:
+            body = value.strip(WHITESPACE)
+            if not body:
+                raise BadInput("empty message")
+        if body[0] in JSON_STARTS:
+            text, meta = _from_envelope(body)
+        else:
+            try:
+                text = body.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise BadInput(f"not valid UTF-8 (byte {error.start})") from None
+        try:
+            url = parse(text)
+        except InvalidURL as error:
+            raise BadInput(f"invalid URL: {error.reason}") from None
+        return cls(text, url, meta)
+
+
+def _from_envelope(body: bytes) -> tuple[str, dict[str, Any] | None]:
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        message = str(error)
+        if "UTF-8" in message or "utf-8" in message:
+            raise BadInput("not valid UTF-8 in JSON") from None
+        raise BadInput(f"not valid JSON: {message.split(':')[0]}") from None
+    if not isinstance(document, dict):
+        raise BadInput(f"JSON {type(document).__name__} instead of an object with a \"url\"")
+    url = document.get("url")
+    if not isinstance(url, str):
+        raise BadInput("JSON object without a \"url\" string")
+    meta = {key: item for key, item in document.items() if key != "url"}
+    return url.strip(), meta or None
+
+
+def decode_input(value: bytes | None, max_bytes: int) -> RawURL:
+    """Read one ``urls.raw`` message, or raise :class:`BadInput`."""
+    return RawURL.from_bytes(value, max_bytes)
+
+
+# ---------------------------------------------------------------- urls.canonical
+
+
+@dataclass(frozen=True, slots=True)
+class CanonicalOutput:
+    """One ``urls.canonical`` record per valid input, keyed by ``canonical_url``."""
+
+    url: str
+    canonical_url: str
+    domain: str
+    pattern: str
+    kept: tuple[str, ...]
+    dropped: tuple[str, ...]
+    status: Literal["learned", "provisional"]
+    map_version: int
+    meta: dict[str, Any] | None
+
+    def to_bytes(self) -> bytes:
+        return self.encode(self.url, self.canonical_url, self.domain, self.pattern, self.kept,
+                           self.dropped, self.status, self.map_version, self.meta)
+
+    @staticmethod
+    def encode(url: str, canonical_url: str, domain: str, pattern: str,
+               kept: tuple[str, ...], dropped: tuple[str, ...],
+               status: Literal["learned", "provisional"], map_version: int,
+               meta: dict[str, Any] | None) -> bytes:
+        """The bytes of the record of these fields, without building it: once per input,
+        this costs a third of building a frozen record and writing it
+        (``python -m bench.messages_encode``)."""
+        return orjson.dumps({"url": url, "canonical_url": canonical_url, "domain": domain,
+                             "pattern": pattern, "kept": kept, "dropped": dropped,
+                             "status": status, "map_version": map_version, "meta": meta})
+
+    @classmethod
+    def from_bytes(cls, value: bytes | None) -> CanonicalOutput:
+        return _from_fields(cls, load_json(value, "a canonical output"), "a canonical output")
+
+
+# ---------------------------------------------------------------- miqps.pattern-samples
+
+
+@dataclass(frozen=True, slots=True)
+class UrlSample:
+    """A URL that brings a new parameter value of its pattern."""
+
+    kind: ClassVar[str] = "url"
+    domain: str
+    pattern: str
+    url: str
+    count: int
+    basis: str
+
+
+@dataclass(frozen=True, slots=True)
+class CountSample:
+    """How many more URLs a pattern had since the last count."""
+
+    kind: ClassVar[str] = "count"
+    domain: str
+    pattern: str
+    count: int
+    basis: str
+
+
+@dataclass(frozen=True, slots=True)
+class DueSample:
+    """A reminder that a path shape's rare-pattern time limit has passed."""
+
+    kind: ClassVar[str] = "due"
+    domain: str
+    shape: str
+
+
+Sample = UrlSample | CountSample | DueSample
+SAMPLE_TYPES: dict[str, type[Sample]] = {kind.kind: kind for kind in (UrlSample, CountSample,
+                                                                     DueSample)}
+
+
+def sample_to_bytes(sample: Sample) -> bytes:
+    """One item of a pack, as :meth:`SamplePack.from_items` joins them."""
+    return orjson.dumps({"kind": sample.kind, **_as_dict(sample)})
+
+
+def _as_dict(record: Any) -> dict[str, Any]:
+    return {item.name: getattr(record, item.name) for item in fields(record)}
+
+
+def read_sample(item: Any) -> Sample:
+    """One item of a ``miqps.pattern-samples`` array, or :class:`BadInput`."""
+    if not isinstance(item, dict) or item.get("kind") not in SAMPLE_TYPES:
+        raise BadInput("pattern sample without a known kind")
+    kind = item["kind"]
+    body = {key: value for key, value in item.items() if key != "kind"}
+    sample = _from_fields(SAMPLE_TYPES[kind], body, f"a {kind} pattern sample")
+    if not sample.domain:
+        raise BadInput("pattern sample with an empty domain")
+    return sample
+
+
+def read_sample_items(value: bytes | None) -> list[Any]:
+    """The items of a ``miqps.pattern-samples`` message, each still to be read with
+    :func:`read_sample` (so that one bad item spoils only itself)."""
+    items = load_json(value, "pattern samples")
+    if not isinstance(items, list):
+        raise BadInput("pattern samples that are not a JSON array")
+    return items
+
+
+@dataclass(frozen=True, slots=True)
+class SamplePack:
+    """A ``miqps.pattern-samples`` message: samples of domains of one partition."""
+
+    samples: tuple[Sample, ...]
+
+    @staticmethod
+    def from_items(items: list[bytes]) -> bytes:
+        """A pack of items already written by :func:`sample_to_bytes`."""
+        return b"[" + b",".join(items) + b"]"
+
+    def to_bytes(self) -> bytes:
+        return self.from_items([sample_to_bytes(sample) for sample in self.samples])
+
+    @classmethod
+    def from_bytes(cls, value: bytes | None) -> SamplePack:
+        return cls(tuple(read_sample(item) for item in read_sample_items(value)))
+
+
+# ---------------------------------------------------------------- miqps.probe-requests
+
+
+@dataclass(frozen=True, slots=True)
+class RequestedPattern:
+    """Why one pattern of a probe request is asked for."""
+
+    reason: Literal["enough-samples", "time-limit", "reverify", "retry"]
+    basis: str
+    urls_seen: int
+    first_seen: float
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeRequest:
+    """Patterns of one domain and path shape to learn, keyed by domain, with the shape's
+    pool of sample URLs."""
+
+    domain: str
+    shape: str
+    patterns: dict[str, RequestedPattern]
+    urls: tuple[str, ...]
+    requested_at: float
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(self)
+
+    @classmethod
+    def from_bytes(cls, value: bytes | None) -> ProbeRequest:
+        request = _from_fields(cls, load_json(value, "a probe request"), "a probe request")
+        if not (request.domain and request.shape.startswith("/") and request.patterns
+                and request.urls):
+            raise BadInput("a probe request without a domain, a shape, patterns or URLs")
+        return request
+
+
+# ---------------------------------------------------------------- miqps.map-updates
+
+
+@dataclass(frozen=True, slots=True)
+class MapUpdate:
+    """The audit record of one pattern of an accepted or rejected update of a domain's map.
+
+    ``evidence`` and ``verification`` are the map's own documents
+    (:meth:`miqps.maps.ParamEvidence.to_json`, :meth:`miqps.maps.Verification.to_json`).
+    """
+
+    domain: str
+    pattern: str
+    accepted: bool
+    reason: str
+    request_reason: str
+    version_before: int
+    version_after: int | None
+    kept_before: tuple[str, ...] | None
+    dropped_before: tuple[str, ...] | None
+    kept_after: tuple[str, ...] | None
+    dropped_after: tuple[str, ...] | None
+    flipped_to_dropped: tuple[str, ...]
+    evidence: dict[str, dict[str, Any]]
+    verification: dict[str, Any] | None
+    urls_seen: int
+    fetches: int
+    at: str
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(self)
+
+    @classmethod
+    def from_bytes(cls, value: bytes | None) -> MapUpdate:
+        return _from_fields(cls, load_json(value, "a map update"), "a map update")
+
+
+# ---------------------------------------------------------------- urls.dlq
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a message came from."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int | None = None
+
+
+Stage = Literal["canonicalize", "pattern-stats", "probe"]
+STAGES: tuple[Stage, ...] = get_args(Stage)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A ``urls.dlq`` record: why, where from, and the original bytes (base64) so nothing
+    is lost; keyed by the original key."""
+
+    reason: str
+    stage: Stage
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int | None
+    key: str | None
+    original: str
+    original_bytes: int
+    truncated: bool
+    null_value: bool
+    dead_at: float
+
+    @classmethod
+    def of(cls, reason: str, value: bytes | None, key: bytes | None, source: Source,
+           stage: Stage, max_original_bytes: int, now: float | None = None) -> DeadLetter:
+        """The record of a message, keeping at most ``max_original_bytes`` of its value."""
+        original = value if value is not None else b""
+        truncated = len(original) > max_original_bytes
+        kept = original[:max_original_bytes] if truncated else original
+        return cls(
+            reason=reason,
+            stage=stage,
+            topic=source.topic,
+            partition=source.partition,
+            offset=source.offset,
+            timestamp_ms=source.timestamp_ms,
+            key=base64.b64encode(key).decode("ascii") if key is not None else None,
+            original=base64.b64encode(kept).decode("ascii"),
+            original_bytes=len(original),
+            truncated=truncated,
+            null_value=value is None,
+            dead_at=time.time() if now is None else now,
+        )
+
+    def original_value(self) -> bytes | None:
+        """The original value (its beginning only if ``truncated``); None for a tombstone."""
+        return None if self.null_value else base64.b64decode(self.original, validate=True)
+
+    def original_key(self) -> bytes | None:
+        return None if self.key is None else base64.b64decode(self.key, validate=True)
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(self)
+
+    @classmethod
+    def from_bytes(cls, value: bytes | None) -> DeadLetter:
+        record = _from_fields(cls, load_json(value, "a dead letter"), "a dead letter")
+        try:
+            record.original_value()
+            record.original_key()
+        except binascii.Error:
+            raise BadInput("a dead letter whose original or key is not base64") from None
+        return record
+
+
+def encode_dead_letter(reason: str, value: bytes | None, key: bytes | None, source: Source,
+                       stage: str, max_original_bytes: int) -> bytes:
+    """:meth:`DeadLetter.of` as bytes, for callers whose stage is any string."""
+    if stage not in STAGES:
+        raise ValueError(f"dead-letter stage must be one of {', '.join(STAGES)}: {stage!r}")
+    return DeadLetter.of(reason, value, key, source, stage, max_original_bytes).to_bytes()

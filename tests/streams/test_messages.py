@@ -1,0 +1,212 @@
+"""Every topic record of streams.messages against its JSON Schema, both ways."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import fields
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from miqps.maps import Layer, ParamEvidence, Verification
+from streams.messages import (
+    SAMPLE_TYPES,
+    BadInput,
+    CanonicalOutput,
+    CountSample,
+    DeadLetter,
+    DueSample,
+    MapUpdate,
+    ProbeRequest,
+    RawURL,
+    RequestedPattern,
+    SamplePack,
+    Source,
+    UrlSample,
+    read_sample,
+)
+from tests.streams.support import SCHEMAS, assert_valid
+
+names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
+param_names = st.lists(st.from_regex(r"[a-z_]{1,8}", fullmatch=True), unique=True, max_size=4)
+counts = st.integers(min_value=0, max_value=2**40)
+patterns = st.from_regex(r"/[a-z*/]{0,8}\?[a-z&]{0,12}", fullmatch=True)
+domains = st.from_regex(r"[a-z]{1,10}\.example", fullmatch=True)
+timestamps = st.floats(min_value=0, max_value=4e9, allow_nan=False)
+meta = st.none() | st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5),
+                                   min_size=1, max_size=3)
+
+outputs = st.builds(CanonicalOutput, url=names, canonical_url=names, domain=domains,
+                    pattern=patterns, kept=param_names.map(tuple),
+                    dropped=param_names.map(tuple),
+                    status=st.sampled_from(["learned", "provisional"]), map_version=counts,
+                    meta=meta)
+requested = st.builds(RequestedPattern,
+                      reason=st.sampled_from(["enough-samples", "time-limit", "reverify",
+                                              "retry"]),
+                      basis=names, urls_seen=counts, first_seen=timestamps)
+requests = st.builds(ProbeRequest, domain=domains, shape=st.just("/p/*"),
+                     patterns=st.dictionaries(patterns, requested, min_size=1, max_size=3),
+                     urls=st.lists(names, min_size=1, max_size=3).map(tuple),
+                     requested_at=timestamps)
+samples = st.one_of(
+    st.builds(UrlSample, domain=domains, pattern=patterns, url=names, count=counts,
+              basis=names),
+    st.builds(CountSample, domain=domains, pattern=patterns, count=counts, basis=names),
+    st.builds(DueSample, domain=domains, shape=st.just("/p")),
+)
+packs = st.builds(SamplePack, st.lists(samples, min_size=1, max_size=4).map(tuple))
+dead_letters = st.builds(
+    DeadLetter.of, reason=names.filter(bool), value=st.none() | st.binary(max_size=40),
+    key=st.none() | st.binary(max_size=8),
+    source=st.builds(Source, topic=names, partition=counts, offset=counts,
+                     timestamp_ms=st.none() | counts),
+    stage=st.sampled_from(["canonicalize", "pattern-stats", "probe"]),
+    max_original_bytes=st.integers(min_value=0, max_value=50))
+
+
+def evidence(decision: str) -> dict[str, Any]:
+    return ParamEvidence(decision, Layer.LEARNED, 6, 1, 5, 0, ["lang=en"]).to_json()
+
+
+updates = st.builds(
+    MapUpdate, domain=domains, pattern=patterns, accepted=st.booleans(), reason=names,
+    request_reason=names, version_before=counts,
+    version_after=st.none() | st.integers(min_value=1, max_value=10**6),
+    kept_before=st.none() | param_names.map(tuple),
+    dropped_before=st.none() | param_names.map(tuple),
+    kept_after=st.none() | param_names.map(tuple),
+    dropped_after=st.none() | param_names.map(tuple),
+    flipped_to_dropped=param_names.map(tuple),
+    evidence=st.dictionaries(st.sampled_from(["id", "ref"]),
+                             st.sampled_from(["keep", "drop"]).map(evidence), max_size=2),
+    verification=st.none() | st.just(Verification(2, 0, 1, ["id"]).to_json()),
+    urls_seen=counts, fetches=counts, at=st.just("2026-12-03T08:00:00Z"))
+
+RECORDS: dict[str, tuple[Any, st.SearchStrategy[Any]]] = {
+    "urls-canonical": (CanonicalOutput, outputs),
+    "probe-request": (ProbeRequest, requests),
+    "pattern-sample": (SamplePack, packs),
+    "map-update": (MapUpdate, updates),
+    "urls-dlq": (DeadLetter, dead_letters),
+}
+
+
+@pytest.mark.parametrize("schema", sorted(RECORDS))
+def test_every_record_round_trips_through_its_schema(schema: str) -> None:
+    record_type, strategy = RECORDS[schema]
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(strategy)
+    def round_trip(record: Any) -> None:
+        value = record.to_bytes()
+        assert_valid(schema, orjson.loads(value))
+        assert record_type.from_bytes(value) == record
+
+    round_trip()
+
+
+def schema_of(name: str) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads((SCHEMAS / f"{name}.schema.json").read_text("utf-8"))
+    return document
+
+
+@pytest.mark.parametrize(("schema", "record_type"), [
+    ("urls-canonical", CanonicalOutput), ("probe-request", ProbeRequest),
+    ("map-update", MapUpdate), ("urls-dlq", DeadLetter),
+])
+def test_record_fields_are_the_schemas_properties(schema: str, record_type: type) -> None:
+    document = schema_of(schema)
+    names_ = [item.name for item in fields(record_type)]
+    assert names_ == document["required"]
+    assert set(names_) == set(document["properties"])
+
+
+def test_each_sample_kind_has_the_fields_its_schema_requires() -> None:
+    sample = schema_of("pattern-sample")["$defs"]["sample"]
+    allowed = set(sample["properties"]) - {"kind"}
+    for rule in sample["allOf"]:
+        kind = rule["if"]["properties"]["kind"]["const"]
+        sample_type = SAMPLE_TYPES[kind]
+        names_ = {item.name for item in fields(sample_type)}
+        assert names_ >= set(rule["then"]["required"]) and names_ <= allowed
+        assert sample_type.kind == kind
+
+
+def test_raw_url_round_trips_as_text_and_as_envelope() -> None:
+    for value in (b"http://a.example/p?id=1", b'{"url":"http://a.example/p?id=1","crawl":7}'):
+        raw = RawURL.from_bytes(value, 1024)
+        assert_valid("urls-raw", raw.text if raw.meta is None else orjson.loads(value))
+        assert RawURL.from_bytes(raw.to_bytes(), 1024) == raw
+
+
+def test_dead_letter_gives_back_the_original_bytes() -> None:
+    record = DeadLetter.from_bytes(DeadLetter.of("bad", b"\xff\x00", b"k",
+                                                 Source("urls.raw", 1, 2), "canonicalize",
+                                                 100).to_bytes())
+    assert (record.original_value(), record.original_key()) == (b"\xff\x00", b"k")
+    tombstone = DeadLetter.of("null value", None, None, Source("urls.raw", 0, 0),
+                              "canonicalize", 100)
+    assert tombstone.original_value() is None and tombstone.null_value
+
+
+GOOD_OUTPUT = CanonicalOutput("http://a.example/?id=1", "http://a.example/?id=1", "a.example",
+                              "/?id", ("id",), (), "learned", 2, None).to_bytes()
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    (None, "null value instead of a canonical output"),
+    (b"{", "not valid JSON for a canonical output"),
+    (b"[]", "not a JSON object for a canonical output"),
+    (GOOD_OUTPUT.replace(b'"meta":null', b'"meta":null,"x":1'),
+     "a canonical output with unknown fields x"),
+    (GOOD_OUTPUT.replace(b',"meta":null', b""), "a canonical output without meta"),
+    (GOOD_OUTPUT.replace(b'"map_version":2', b'"map_version":"2"'),
+     "a canonical output whose map_version is not of type int"),
+    (GOOD_OUTPUT.replace(b'"map_version":2', b'"map_version":true'),
+     "a canonical output whose map_version is not of type int"),
+    (GOOD_OUTPUT.replace(b'"kept":["id"]', b'"kept":[1]'),
+     "a canonical output whose kept is not of type tuple[str, ...]"),
+    (GOOD_OUTPUT.replace(b'"learned"', b'"maybe"'),
+     "a canonical output whose status is not of type Literal['learned', 'provisional']"),
+])
+def test_bad_canonical_output_is_bad_input_with_a_reason(value: bytes | None,
+                                                         reason: str) -> None:
+    with pytest.raises(BadInput) as caught:
+        CanonicalOutput.from_bytes(value)
+    assert caught.value.reason == reason
+
+
+def test_bad_probe_request_and_dead_letter_are_bad_input() -> None:
+    request = orjson.loads(ProbeRequest("a.example", "/p", {
+        "/p?id": RequestedPattern("retry", "", 1, 0.0)}, ("http://a.example/p?id=1",),
+        1.0).to_bytes())
+    with pytest.raises(BadInput, match="probe request without a domain, a shape"):
+        ProbeRequest.from_bytes(orjson.dumps({**request, "urls": []}))
+    request["patterns"]["/p?id"]["reason"] = "whim"
+    with pytest.raises(BadInput, match="whose reason is not"):
+        ProbeRequest.from_bytes(orjson.dumps(request))
+    letter = orjson.loads(DeadLetter.of("bad", b"x", None, Source("t", 0, 0), "probe",
+                                        10).to_bytes())
+    with pytest.raises(BadInput, match="not base64"):
+        DeadLetter.from_bytes(orjson.dumps({**letter, "original": "#"}))
+    assert base64.b64decode(letter["original"]) == b"x"
+
+
+@pytest.mark.parametrize(("item", "reason"), [
+    ([], "pattern sample without a known kind"),
+    ({"kind": "other", "domain": "a.example"}, "pattern sample without a known kind"),
+    ({"kind": "due", "domain": "", "shape": "/p"}, "pattern sample with an empty domain"),
+    ({"kind": "url", "domain": "a.example", "pattern": "/p?id", "count": 1, "basis": ""},
+     "a url pattern sample without url"),
+    ({"kind": "count", "domain": "a.example", "pattern": "/p?id", "count": "1", "basis": ""},
+     "a count pattern sample whose count is not of type int"),
+])
+def test_bad_sample_is_bad_input(item: Any, reason: str) -> None:
+    with pytest.raises(BadInput) as caught:
+        read_sample(item)
+    assert caught.value.reason == reason
