@@ -276,7 +276,7 @@ class ReportBuilder:
 
     def _variants_by_param(self) -> tuple[Bar, ...]:
         bars = [
-            Bar(f"{domain} {name}", tally.variants(name),
+            Bar(f"{domain} ?{name}", tally.variants(name),
                 "dropped" if tally.dropped[name] else "kept")
             for domain, tally in self._tallies.items()
             for name in tally.urls_with

@@ -19,7 +19,7 @@ from miqps.report import DomainView, PatternView, ReportView
 
 _CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
         "img-src data:; form-action 'none'; base-uri 'none'")
-_LABEL_CHARS = 48
+_LABEL_CHARS = 38
 
 
 def _asset(name: str) -> str:
@@ -122,7 +122,7 @@ def _plots(view: ReportView) -> Iterator[str]:
 def _bar_chart(chart_id: str, caption: str, rows: Sequence[tuple[str, Sequence[tuple[int, str]]]],
                legend: Sequence[tuple[str, str]]) -> str:
     """Horizontal bars, one group per row, labelled on the left and valued on the right."""
-    label_width, bar_width, bar_height, gap = 300, 360, 12, 8
+    label_width, bar_width, bar_height, gap = 230, 290, 12, 6
     largest = max((value for _, values in rows for value, _ in values), default=0) or 1
     parts: list[str] = []
     y = 28
@@ -152,8 +152,8 @@ def _bar_chart(chart_id: str, caption: str, rows: Sequence[tuple[str, Sequence[t
         y += 20
     height = y + 4
     return (f'<figure id="{chart_id}"><figcaption>{escape(caption)}</figcaption>'
-            f'<svg role="img" width="{label_width + bar_width + 80}" height="{height}" '
-            f'viewBox="0 0 {label_width + bar_width + 80} {height}">'
+            f'<svg role="img" width="{label_width + bar_width + 60}" height="{height}" '
+            f'viewBox="0 0 {label_width + bar_width + 60} {height}">'
             f"<g class=legend>{''.join(keys)}</g>{''.join(parts)}</svg></figure>")
 
 
