@@ -20,7 +20,7 @@ from typing import Any
 
 import xxhash
 
-from miqps.canonical import Canonicalizer
+from miqps.canonical import Canonicalizer, Decision
 from miqps.maps import DomainMap, PatternDecision
 from miqps.urls import InvalidURL, parse
 
@@ -230,48 +230,55 @@ class ReportBuilder:
             tally.without[name].add(_digest(url.without((name,))))
             tally.dropped[name] += name in dropped
             tally.applied[decision.pattern, name][f"{verdict}: {layer}"] += 1
-        self._remember_explanation(decision.pattern, decision.to_json())
+        self._remember_explanation(decision)
 
-    def _remember_explanation(self, pattern: str, explanation: dict[str, Any]) -> None:
+    def _remember_explanation(self, decision: Decision) -> None:
         limit = self._limits.explained_urls
+        pattern = decision.pattern
         if pattern not in self._first_of_pattern and len(self._first_of_pattern) < limit:
-            self._first_of_pattern[pattern] = explanation
+            self._first_of_pattern[pattern] = decision.to_json()
         elif len(self._more_explained) < limit:
-            self._more_explained.append(explanation)
+            self._more_explained.append(decision.to_json())
         else:
             self._unexplained += 1
 
     def view(self) -> ReportView:
+        """The report; full views only of the domains shown, sums over every domain."""
         limits = self._limits
-        domains = [self._domain_view(domain, tally) for domain, tally in self._tallies.items()]
-        domains += [self._domain_view(domain, _DomainTally())
-                    for domain in self._maps.keys() - self._tallies.keys()]
-        domains.sort(key=lambda d: (-d.distinct_urls, -d.fetches, d.domain))
+        tallies = dict(self._tallies)
+        for domain in self._maps.keys() - tallies.keys():
+            tallies[domain] = _DomainTally()
+        fetches = {domain: estimated_fetches(domain_map)
+                   for domain, domain_map in self._maps.items()}
+        order = sorted(tallies, key=lambda domain: (
+            -len(tallies[domain].distinct), -fetches.get(domain, 0), domain))
+
+        def saved(domain: str) -> int:
+            return len(tallies[domain].distinct) - len(tallies[domain].canonical)
+
+        by_saved = sorted(tallies, key=lambda domain: (
+            -saved(domain), -fetches.get(domain, 0), domain))
         firsts = list(self._first_of_pattern.values())
-        room = limits.explained_urls - len(firsts)
-        explanations = firsts + self._more_explained[:room]
-        hidden_explanations = self._unexplained + len(self._more_explained) - max(room, 0)
+        more = self._more_explained[: max(limits.explained_urls - len(firsts), 0)]
         return ReportView(
             lines=self._lines,
             blank=self._blank,
             invalid=self._invalid,
             invalid_examples=tuple(self._invalid_examples),
-            urls=sum(d.urls for d in domains),
-            distinct_urls=sum(d.distinct_urls for d in domains),
-            canonical_urls=sum(d.canonical_urls for d in domains),
-            learned_urls=sum(d.learned_urls for d in domains),
-            fetches=sum(d.fetches for d in domains),
-            domain_count=len(domains),
-            domains=tuple(domains[: limits.domains]),
-            hidden_domains=max(len(domains) - limits.domains, 0),
-            explanations=tuple(explanations),
-            hidden_explanations=hidden_explanations,
+            urls=sum(tally.lines for tally in tallies.values()),
+            distinct_urls=sum(len(tally.distinct) for tally in tallies.values()),
+            canonical_urls=sum(len(tally.canonical) for tally in tallies.values()),
+            learned_urls=sum(tally.learned for tally in tallies.values()),
+            fetches=sum(fetches.values()),
+            domain_count=len(tallies),
+            domains=tuple(self._domain_view(domain, tallies[domain], fetches.get(domain, 0))
+                          for domain in order[: limits.domains]),
+            hidden_domains=max(len(order) - limits.domains, 0),
+            explanations=(*firsts, *more),
+            hidden_explanations=self._unexplained + len(self._more_explained) - len(more),
             variants_by_param=self._variants_by_param(),
-            saved_and_fetches=tuple(
-                (d.domain, d.duplicates_saved, d.fetches)
-                for d in sorted(domains, key=lambda d: (-d.duplicates_saved, -d.fetches,
-                                                        d.domain))[: limits.plotted_bars]
-            ),
+            saved_and_fetches=tuple((domain, saved(domain), fetches.get(domain, 0))
+                                    for domain in by_saved[: limits.plotted_bars]),
         )
 
     def _variants_by_param(self) -> tuple[Bar, ...]:
@@ -284,7 +291,7 @@ class ReportBuilder:
         bars.sort(key=lambda bar: (-bar.value, bar.label))
         return tuple(bars[: self._limits.plotted_bars])
 
-    def _domain_view(self, domain: str, tally: _DomainTally) -> DomainView:
+    def _domain_view(self, domain: str, tally: _DomainTally, fetches: int) -> DomainView:
         limits = self._limits
         domain_map = self._maps.get(domain)
         map_patterns = domain_map.patterns if domain_map else {}
@@ -303,7 +310,7 @@ class ReportBuilder:
             distinct_urls=len(tally.distinct),
             canonical_urls=len(tally.canonical),
             learned_urls=tally.learned,
-            fetches=estimated_fetches(domain_map) if domain_map else 0,
+            fetches=fetches,
             patterns=tuple(
                 _pattern_view(key, map_patterns.get(key), tally)
                 for key in keys[: limits.patterns_per_domain]

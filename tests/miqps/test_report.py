@@ -138,6 +138,10 @@ def test_embedded_explanations_are_the_json_answers_one_per_pattern_first() -> N
     for answer in view.explanations:
         assert answer == canonicalizer.explain(answer["url"]).to_json()
 
+    view, _ = build(SHOP_URLS, [shop_map()], Limits(explained_urls=5))
+    assert [answer["url"] for answer in view.explanations] == [SHOP_URLS[i] for i in (0, 3, 1, 2)]
+    assert view.hidden_explanations == 0
+
 
 def test_limits_hide_rows_and_count_them() -> None:
     urls = [f"https://site{n}.example/p?a={k}&b={k}" for n in range(5) for k in range(n + 1)]
