@@ -215,6 +215,20 @@ def test_cli_reads_lines_as_canonicalize_does(tmp_path: Path) -> None:
     assert '<dd data-total="distinct">2</dd>' in page
 
 
+def test_cli_options_reach_the_report(tmp_path: Path) -> None:
+    blog = ["https://blog.example/a?ref=1&utm_medium=x", "https://blog.example/a?ref=1"]
+    urls_file, maps_file = write_inputs(tmp_path, [*SHOP_URLS, *blog], [shop_map()])
+    out = tmp_path / "report.html"
+    common = ["report", "--urls", str(urls_file), "--maps", str(maps_file), "--out", str(out)]
+    assert main([*common, "--max-domains", "1", "--max-explained", "1"]) == 0
+    page = out.read_text(encoding="utf-8")
+    assert '<dd data-total="canonical">3</dd>' in page  # the prior drops utm_medium
+    assert "1 more domains with fewer distinct URLs not shown" in page
+    assert page.count('"canonical_url":') == 1
+    assert main([*common, "--no-prior"]) == 0
+    assert '<dd data-total="canonical">4</dd>' in out.read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ({"--maps": "missing.jsonl"}, "cannot read maps"),
     ({"--urls": "missing.txt"}, "cannot read"),

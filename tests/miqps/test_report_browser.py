@@ -42,8 +42,11 @@ def explain_in_page(page: Page, url: str) -> None:
 
 
 def test_the_page_shows_the_reports_numbers(browser_page: Page, tmp_path: Path) -> None:
+    requested: list[str] = []
+    browser_page.on("request", lambda request: requested.append(request.url))
     view, _ = build([*SHOP_URLS, *BLOG_URLS], [shop_map()])
     open_report(browser_page, tmp_path, view)
+    assert requested == [(tmp_path / "report.html").as_uri()]  # self-contained
     totals = {key: browser_page.text_content(f'[data-total="{key}"]')
               for key in ("lines", "distinct", "canonical", "saved", "learned", "domains")}
     assert totals == {"lines": "7", "distinct": "6", "canonical": "4", "saved": "2",
