@@ -98,6 +98,9 @@ def test_hostile_maps_are_shown_as_text_and_never_run(browser_page: Page,
     hostile = browser_page.locator("section.domain", has_text=f"shop.example{HOSTILE}")
     assert hostile.locator("h2").text_content() == f"shop.example{HOSTILE}"
     assert HOSTILE in hostile.locator("table.patterns").inner_text()
+    explain_in_page(browser_page, f"https://shop.example/?{HOSTILE}")
+    assert HOSTILE in (browser_page.text_content("#explain-missing") or "")
+    assert browser_page.evaluate("typeof window.pwned") == "undefined"
 
 
 def test_the_domain_filter_hides_other_rows(browser_page: Page, tmp_path: Path) -> None:
