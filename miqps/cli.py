@@ -21,6 +21,7 @@ from miqps.fetch import FetchConfig, Fetcher, FetchStats
 from miqps.learner import LearnConfig, Learner
 from miqps.maps import DomainMap, InvalidMap, merge_update, read_maps, write_maps
 from miqps.prober import PageProber
+from miqps.report import Limits, ReportBuilder
 from miqps.update import DEFAULT_MAX_FLIP_SHARE, MapUpdate, update_all
 from miqps.urls import InvalidURL, NormalizedURL, parse
 
@@ -91,6 +92,27 @@ def build_parser() -> argparse.ArgumentParser:
                             help="only this domain's map (repeatable)")
     _add_skip_invalid(export_cmd, "of --maps")
 
+    report = commands.add_parser(
+        "report", help="write the parameter-sprawl report of a URL list as one HTML file")
+    report.add_argument("--urls", required=True, type=Path, help="file with one URL per line")
+    report.add_argument("--maps", required=True, type=Path,
+                        help="maps written by 'miqps learn'")
+    report.add_argument("--out", required=True, type=Path, help="the HTML file to write")
+    report.add_argument("--no-prior", action="store_true",
+                        help="canonicalize as 'miqps canonicalize --no-prior' does")
+    report_limits = Limits()
+    report.add_argument("--max-domains", type=int, default=report_limits.domains,
+                        help="domains shown, those with the most distinct URLs first")
+    report.add_argument("--max-patterns", type=int,
+                        default=report_limits.patterns_per_domain,
+                        help="patterns shown per domain, those with the most URLs first")
+    report.add_argument("--max-params", type=int, default=report_limits.params_per_domain,
+                        help="parameters shown per domain, those creating the most URLs first")
+    report.add_argument("--max-explained", type=int, default=report_limits.explained_urls,
+                        help="distinct URLs whose explanation is embedded (one per pattern "
+                        "first)")
+    _add_skip_invalid(report, "of --maps")
+
     worker = commands.add_parser("worker", help="run the Faust stream worker (streams extra)")
     worker.add_argument("args", nargs=argparse.REMAINDER)
     maps_cmd = commands.add_parser("maps", help="print current maps from the compacted topic")
@@ -116,6 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_canonicalize(args)
         if args.command == "export":
             return run_export(args)
+        if args.command == "report":
+            return run_report(args)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -228,6 +252,43 @@ def run_export(args: argparse.Namespace) -> int:
             return 1
         maps = {domain: maps[domain] for domain in args.domain}
     sys.stdout.write(export(maps, args.format))
+    return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    try:
+        limits = Limits(domains=args.max_domains, patterns_per_domain=args.max_patterns,
+                        params_per_domain=args.max_params,
+                        explained_urls=args.max_explained)
+    except ValueError as error:
+        print(f"miqps report: {error}", file=sys.stderr)
+        return 2
+    loaded = _load_maps(args.maps, args.skip_invalid, "miqps report", "maps")
+    if loaded is None:
+        return 2
+    maps = loaded[0]
+    canonicalizer = Canonicalizer(StaticLayers.default(), use_prior=not args.no_prior)
+    canonicalizer.load(maps)
+    builder = ReportBuilder(canonicalizer, maps, limits)
+    try:
+        with args.urls.open(encoding="utf-8", errors="surrogateescape", newline="") as handle:
+            builder.add_lines(handle)
+    except OSError as error:
+        print(f"miqps report: cannot read {args.urls}: {error.strerror}", file=sys.stderr)
+        return 2
+    view = builder.view()
+    from miqps.report_html import render
+
+    page = render(view, (f"URLs: {args.urls}", f"maps: {args.maps}"))
+    try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(page, encoding="utf-8", errors="surrogateescape")
+    except OSError as error:
+        print(f"miqps report: cannot write {args.out}: {error.strerror}", file=sys.stderr)
+        return 2
+    print(f"{view.lines} lines: {view.distinct_urls} distinct URLs, {view.canonical_urls} "
+          f"canonical ({view.duplicates_saved} duplicates saved), {view.blank} blank, "
+          f"{view.invalid} invalid; {view.domain_count} domains; report written to {args.out}")
     return 0
 
 
