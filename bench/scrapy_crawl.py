@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 from simweb.corpus import content_key_for
 from simweb.crawl import CrawlWeb, build_crawl_sites
+from simweb.server import SimWeb
 from simweb.sites import Site
 
 
@@ -63,7 +64,7 @@ class Comparison:
         return 1 - self.with_addon.fetched / self.without.fetched
 
 
-def crawl(web: CrawlWeb, sites: dict[str, Site], workdir: Path, depth: int,
+def crawl(web: SimWeb, sites: dict[str, Site], workdir: Path, depth: int,
           maps: Path | None = None, rewrite: bool = False) -> Crawl:
     """One crawl from every site's home page, in a process of its own."""
     name = "without" if maps is None else ("rewrite" if rewrite else "addon")
