@@ -64,17 +64,17 @@ def test_crawl_links_are_the_same_for_every_url_of_a_page() -> None:
     site = build_crawl_sites("tuning", 1, seed=2, items=12)[0]
     item_href = kit(site).item_href[3]
     tracking = next(n.name for n in site.noise if n.name.startswith("utm_"))
-    with CrawlWeb([site], rate_limit_per_second=0, flaky_rate=0.0) as web:
-        with httpx.Client(proxy=web.proxy_url, follow_redirects=True) as client:
-            blocks = []
-            for url in (f"http://{site.host}{item_href}",
-                        f"http://{site.host}{item_href}{'&' if '?' in item_href else '?'}"
-                        f"{tracking}=mail"):
-                response = client.get(url)
-                assert response.status_code == 200
-                block = LexborHTMLParser(response.text).css_first("nav.more")
-                assert block is not None
-                blocks.append([str(a.attributes["href"]) for a in block.css("a")])
+    blocks = []
+    with (CrawlWeb([site], rate_limit_per_second=0, flaky_rate=0.0) as web,
+          httpx.Client(proxy=web.proxy_url, follow_redirects=True) as client):
+        for url in (f"http://{site.host}{item_href}",
+                    f"http://{site.host}{item_href}{'&' if '?' in item_href else '?'}"
+                    f"{tracking}=mail"):
+            response = client.get(url)
+            assert response.status_code == 200
+            block = LexborHTMLParser(response.text).css_first("nav.more")
+            assert block is not None
+            blocks.append([str(a.attributes["href"]) for a in block.css("a")])
     assert blocks[0] == blocks[1] == crawl_links(site, _page(site, item_href))
 
 
