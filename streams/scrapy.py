@@ -273,7 +273,7 @@ class CanonicalRequestsMiddleware(BaseSpiderMiddleware):
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> CanonicalRequestsMiddleware:
         if not crawler.settings.getbool("MIQPS_REWRITE_REQUESTS", False):
-            raise NotConfigured("MIQPS_REWRITE_REQUESTS is off")
+            raise NotConfigured  # off by default: nothing to warn about
         fingerprinter = crawler.request_fingerprinter
         if not isinstance(fingerprinter, MapsRequestFingerprinter):
             raise ValueError(
