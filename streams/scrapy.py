@@ -24,7 +24,8 @@ Settings:
   parse of each request's URL (needs the ``streams`` extra).
 
   The feed is advisory: when the producer's local queue stays full after a few polls,
-  the URL is dropped, counted and logged, and the crawl goes on.
+  the URL is dropped, counted and logged, and the crawl goes on; while the queue stays
+  full, each further URL gets one try without waiting.
 - ``MIQPS_REWRITE_REQUESTS`` (default False): also fetch each request the spider yields
   at its canonical URL (:class:`CanonicalRequestsMiddleware`), not at the URL the site
   gave; the site's URL stays in ``request.meta["miqps_original_url"]``. Redirects are
@@ -204,6 +205,8 @@ class UnlearnedFeed:
         self.topic = topic
         self.per_pattern = per_pattern
         self.sent: dict[tuple[str, str], int] = {}
+        self.congested = False
+        """The last URL was dropped: try the next one once, without waiting."""
 
     @classmethod
     def connect(cls, bootstrap: str, topic: str, per_pattern: int) -> UnlearnedFeed:
@@ -223,18 +226,21 @@ class UnlearnedFeed:
         count = self.sent.get(key, 0)
         if count >= self.per_pattern:
             return None
-        for attempt in range(FEED_ATTEMPTS):
+        for attempt in range(1 if self.congested else FEED_ATTEMPTS):
             try:
                 self.producer.produce(self.topic, url.encode(), domain.encode())
             except BufferError:
                 # The local queue is full: let delivery drain it, a little.
-                self.producer.poll(FEED_POLL_SECONDS if attempt else 0)
+                self.producer.poll(FEED_POLL_SECONDS if attempt and not self.congested else 0)
                 continue
             self.producer.poll(0)
             self.sent[key] = count + 1
+            self.congested = False
             return "fed"
         # Learning can wait, crawling cannot: the feed is advisory.
-        logger.warning("miqps: the unlearned-URL feed's queue is full; dropped %s", url)
+        logger.log(logging.DEBUG if self.congested else logging.WARNING,
+                   "miqps: the unlearned-URL feed's queue is full; dropped %s", url)
+        self.congested = True
         return "dropped"
 
     def close(self) -> None:

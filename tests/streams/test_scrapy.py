@@ -160,8 +160,14 @@ def test_the_feed_retries_a_full_queue_a_few_times_then_drops_and_says_so(
         assert feed.send("a.test", "id", "https://a.test/?id=2") == "dropped"
     assert stuck.polls == FEED_ATTEMPTS
     assert "dropped https://a.test/?id=2" in caplog.text
-    # A dropped URL does not use up its pattern's share.
+    # While the queue stays full, one try each, and a dropped URL does not use up its
+    # pattern's share.
     assert feed.send("a.test", "id", "https://a.test/?id=3") == "dropped"
+    assert stuck.polls == FEED_ATTEMPTS + 1
+    stuck.full_for = 0
+    assert feed.send("a.test", "id", "https://a.test/?id=4") == "fed"
+    assert feed.send("a.test", "id", "https://a.test/?id=5") is None  # its share is used
+    assert feed.congested is False
 
 
 # --- a real crawl --------------------------------------------------------------------
