@@ -47,9 +47,9 @@ class Crawl:
     def pages(self) -> int:
         return len(self.items)
 
-    @property
-    def redirects(self) -> int:
-        prefix = "downloader/response_status_count/3"
+    def responses(self, status_class: str) -> int:
+        """Responses with a status starting with ``status_class`` ("3", "404")."""
+        prefix = f"downloader/response_status_count/{status_class}"
         return sum(value for key, value in self.stats.items() if key.startswith(prefix))
 
 
@@ -149,9 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     if result.rewriting is not None:
         rows.append(("with MIQPS_REWRITE_REQUESTS", result.rewriting))
     for label, run in rows:
-        print(f"  {label:<28} {run.fetched:6,} pages fetched ({run.redirects:5,} redirects) "
-              f"{run.pages:6,} items {len(run.lost):3} lost  "
-              f"({1 - run.fetched / without.fetched:.1%} fewer)")
+        print(f"  {label:<28} {run.fetched:6,} pages fetched ({run.responses('3'):5,} "
+              f"redirects, {run.responses('404'):5,} not found) {run.pages:6,} items "
+              f"{len(run.lost):3} lost  ({1 - run.fetched / without.fetched:.1%} fewer)")
     floor = 1 - result.distinct_pages / without.fetched
     print(f"  saving {result.saving:.1%} (target >= 40%); perfect deduplication: {floor:.1%}; "
           f"learning sent {result.learn_fetches:,} requests")

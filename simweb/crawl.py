@@ -112,7 +112,7 @@ class _LinkMaker:
 
     def variants(self) -> list[str]:
         """From an item's plain page, each of its other pages (variants, languages, pages),
-        every other one with noise too."""
+        about half of them with a tracking parameter or a session id too."""
         page, route = self.page, self.page.route
         if page.kind is not PageKind.ITEM or page.values or route is None:
             return []
