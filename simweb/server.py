@@ -18,7 +18,7 @@ from typing import cast
 
 from simweb.challenge import client_shell, interstitial
 from simweb.render import render_document, render_main
-from simweb.resolve import normalize_host, resolve, split_target
+from simweb.resolve import Page, normalize_host, resolve, split_target
 from simweb.sites import Interstitial, PageKind, Rendering, Site
 
 _MAX_CACHED_PAGES = 50_000
@@ -187,6 +187,18 @@ class SimWeb:
             return None
         return site.interstitials[digest[8] % len(site.interstitials)]
 
+    def document(
+        self,
+        site: Site,
+        page: Page,
+        main: str,
+        echo: Sequence[tuple[str, str]],
+        rng: random.Random,
+        request_url: str,
+    ) -> str:
+        """The HTML of one fetch of ``page`` (a hook for modes that add to it)."""
+        return render_document(site, page, main, echo, rng, request_url)
+
     def handle(self, handler: _Handler, head: bool) -> None:
         target = handler.path
         try:
@@ -243,7 +255,7 @@ class SimWeb:
             if len(self._pages) >= _MAX_CACHED_PAGES:
                 self._pages.clear()
             self._pages[page.key] = main
-        html = render_document(site, page, main, result.echo, rng, request_url)
+        html = self.document(site, page, main, result.echo, rng, request_url)
         if page.kind is PageKind.NOT_FOUND:
             headers.append(("X-Robots-Tag", "noindex"))
         _send(handler, result.status, headers, html.encode(), head)

@@ -23,22 +23,35 @@ Settings:
   ``MIQPS_FEED_PER_PATTERN`` (default 50) URLs per host and pattern. It costs a full
   parse of each request's URL (needs the ``streams`` extra).
 
+  The feed is advisory: when the producer's local queue stays full after a few polls,
+  the URL is dropped, counted and logged, and the crawl goes on; while the queue stays
+  full, each further URL gets one try without waiting.
+- ``MIQPS_REWRITE_REQUESTS`` (default False): also fetch each request the spider yields
+  at its canonical URL (:class:`CanonicalRequestsMiddleware`), not at the URL the site
+  gave; the site's URL stays in ``request.meta["miqps_original_url"]``. Redirects are
+  followed as the site sends them.
+
 Stats: ``miqps/requests_canonicalized``, ``miqps/params_dropped`` (query parameters left
 out of fingerprints), ``miqps/duplicates_filtered`` (requests the dupefilter dropped whose
 URL the maps changed), ``miqps/domains_without_map`` (distinct hosts fingerprinted by the
-fallback) and ``miqps/unlearned_fed`` (URLs sent with ``MIQPS_FEED_UNLEARNED``).
+fallback), ``miqps/unlearned_fed`` (URLs sent with ``MIQPS_FEED_UNLEARNED``),
+``miqps/unlearned_dropped`` (URLs that feed dropped) and ``miqps/requests_rewritten``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
-from typing import Any
+from typing import Any, Protocol
 from weakref import WeakKeyDictionary
 
 from scrapy import Request, signals
 from scrapy.crawler import Crawler
+from scrapy.exceptions import NotConfigured
+from scrapy.http import Response
 from scrapy.settings import SETTINGS_PRIORITIES, BaseSettings
+from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 from scrapy.statscollectors import StatsCollector
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
@@ -47,9 +60,15 @@ from scrapy.utils.request import RequestFingerprinterProtocol
 from miqps.canonical import Canonicalizer
 from miqps.urls import InvalidURL
 
-__all__ = ["Addon", "MapsRequestFingerprinter"]
+__all__ = ["Addon", "CanonicalRequestsMiddleware", "MapsRequestFingerprinter"]
 
 DEFAULT_FALLBACK = "scrapy.utils.request.RequestFingerprinter"
+REWRITE_MIDDLEWARE_ORDER = 50
+"""Near the engine: the spider's other middlewares see the URL the site gave."""
+FEED_ATTEMPTS = 3
+FEED_POLL_SECONDS = 0.05
+
+logger = logging.getLogger(__name__)
 
 
 class MapsRequestFingerprinter:
@@ -84,9 +103,9 @@ class MapsRequestFingerprinter:
         fallback_class = load_object(
             settings.get("MIQPS_FALLBACK_REQUEST_FINGERPRINTER_CLASS") or DEFAULT_FALLBACK)
         feed_to = settings.get("MIQPS_FEED_UNLEARNED")
-        unlearned = UnlearnedFeed(feed_to, settings.get("MIQPS_RAW_TOPIC", "urls.raw"),
-                                  settings.getint("MIQPS_FEED_PER_PATTERN", 50)
-                                  ) if feed_to else None
+        unlearned = UnlearnedFeed.connect(
+            feed_to, settings.get("MIQPS_RAW_TOPIC", "urls.raw"),
+            settings.getint("MIQPS_FEED_PER_PATTERN", 50)) if feed_to else None
         fingerprinter = cls(canonicalizer, build_from_crawler(fallback_class, crawler),
                             crawler.stats, unlearned)
         crawler.signals.connect(fingerprinter.request_dropped, signals.request_dropped)
@@ -144,10 +163,11 @@ class MapsRequestFingerprinter:
             decision = self.canonicalizer.explain(request.url)
         except InvalidURL:
             return
-        if (self.unlearned is not None and decision.status != "learned"
-                and self.unlearned.send(decision.domain, decision.pattern, request.url)
-                and self.stats is not None):
-            self.stats.inc_value("miqps/unlearned_fed")
+        if self.unlearned is None or decision.status == "learned":
+            return
+        outcome = self.unlearned.send(decision.domain, decision.pattern, request.url)
+        if outcome is not None and self.stats is not None:
+            self.stats.inc_value(f"miqps/unlearned_{outcome}")
 
     def _count_unmapped(self, host: str) -> None:
         if host not in self._unmapped:
@@ -167,34 +187,61 @@ class MapsRequestFingerprinter:
             self.unlearned.close()
 
 
+class FeedProducer(Protocol):
+    """What :class:`UnlearnedFeed` needs of a ``confluent_kafka.Producer``."""
+
+    def produce(self, topic: str, value: bytes, key: bytes) -> None: ...
+
+    def poll(self, timeout: float) -> int: ...
+
+    def flush(self, timeout: float) -> int: ...
+
+
 class UnlearnedFeed:
     """Sends URLs of unlearned patterns to the stream's raw topic, a few per pattern."""
 
-    def __init__(self, bootstrap: str, topic: str, per_pattern: int) -> None:
+    def __init__(self, producer: FeedProducer, topic: str, per_pattern: int) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.per_pattern = per_pattern
+        self.sent: dict[tuple[str, str], int] = {}
+        self.congested = False
+        """The last URL was dropped: try the next one once, without waiting."""
+
+    @classmethod
+    def connect(cls, bootstrap: str, topic: str, per_pattern: int) -> UnlearnedFeed:
         try:
             from confluent_kafka import Producer
         except ImportError as error:
             raise RuntimeError(
                 f"MIQPS_FEED_UNLEARNED needs the 'streams' extra ({error})") from error
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 100,
-                                  "log_level": 3})
-        self.topic = topic
-        self.per_pattern = per_pattern
-        self.sent: dict[tuple[str, str], int] = {}
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 100,
+                             "log_level": 3})
+        return cls(producer, topic, per_pattern)
 
-    def send(self, domain: str, pattern: str, url: str) -> bool:
-        """Send ``url`` unless its pattern had its share; whether it was sent."""
+    def send(self, domain: str, pattern: str, url: str) -> str | None:
+        """Send ``url`` unless its pattern had its share: "fed" when it was queued,
+        "dropped" when the producer's queue stayed full, None when not sent."""
         key = (domain, pattern)
         count = self.sent.get(key, 0)
         if count >= self.per_pattern:
-            return False
-        self.sent[key] = count + 1
-        try:
-            self.producer.produce(self.topic, url.encode(), domain.encode())
-        except BufferError:
-            return False  # the local queue is full: learning can wait, crawling cannot
-        self.producer.poll(0)
-        return True
+            return None
+        for attempt in range(1 if self.congested else FEED_ATTEMPTS):
+            try:
+                self.producer.produce(self.topic, url.encode(), domain.encode())
+            except BufferError:
+                # The local queue is full: let delivery drain it, a little.
+                self.producer.poll(FEED_POLL_SECONDS if attempt and not self.congested else 0)
+                continue
+            self.producer.poll(0)
+            self.sent[key] = count + 1
+            self.congested = False
+            return "fed"
+        # Learning can wait, crawling cannot: the feed is advisory.
+        logger.log(logging.DEBUG if self.congested else logging.WARNING,
+                   "miqps: the unlearned-URL feed's queue is full; dropped %s", url)
+        self.congested = True
+        return "dropped"
 
     def close(self) -> None:
         self.producer.flush(10)
@@ -218,11 +265,48 @@ def _params(url: str) -> int:
     return sum(1 for pair in query.split("&") if pair)
 
 
+class CanonicalRequestsMiddleware(BaseSpiderMiddleware):
+    """A spider middleware, on only with ``MIQPS_REWRITE_REQUESTS = True``: each request
+    the spider yields (start requests included) goes out at its canonical URL, the site's
+    URL kept in ``meta["miqps_original_url"]``. Needs :class:`MapsRequestFingerprinter`
+    (the add-on installs both)."""
+
+    def __init__(self, crawler: Crawler, fingerprinter: MapsRequestFingerprinter) -> None:
+        super().__init__(crawler)
+        self.fingerprinter = fingerprinter
+        self.stats = crawler.stats
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> CanonicalRequestsMiddleware:
+        if not crawler.settings.getbool("MIQPS_REWRITE_REQUESTS", False):
+            raise NotConfigured  # off by default: nothing to warn about
+        fingerprinter = crawler.request_fingerprinter
+        if not isinstance(fingerprinter, MapsRequestFingerprinter):
+            raise ValueError(
+                "streams.scrapy: MIQPS_REWRITE_REQUESTS needs REQUEST_FINGERPRINTER_CLASS = "
+                f"MapsRequestFingerprinter (enable the add-on), not {type(fingerprinter)}")
+        return cls(crawler, fingerprinter)
+
+    def get_processed_request(self, request: Request,
+                              response: Response | None) -> Request | None:
+        canonical = self.fingerprinter.canonical_url(request)
+        if canonical is None or canonical == request.url:
+            return request
+        if self.stats is not None:
+            self.stats.inc_value("miqps/requests_rewritten")
+        meta = {"miqps_original_url": request.url, **request.meta}
+        return request.replace(url=canonical, meta=meta)
+
+
 class Addon:
     """Enables :class:`MapsRequestFingerprinter` through Scrapy's ``ADDONS`` setting,
-    keeping the fingerprinter it replaces as the fallback for domains without a map."""
+    keeping the fingerprinter it replaces as the fallback for domains without a map,
+    and :class:`CanonicalRequestsMiddleware` (which stays off unless
+    ``MIQPS_REWRITE_REQUESTS`` is set)."""
 
     def update_settings(self, settings: BaseSettings) -> None:
+        settings.setdefault_in_component_priority_dict(
+            "SPIDER_MIDDLEWARES", CanonicalRequestsMiddleware, REWRITE_MIDDLEWARE_ORDER)
         current = settings.get("REQUEST_FINGERPRINTER_CLASS")
         if current is not None and load_object(current) is not MapsRequestFingerprinter:
             settings.set("MIQPS_FALLBACK_REQUEST_FINGERPRINTER_CLASS", current, "addon")

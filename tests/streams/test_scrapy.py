@@ -2,32 +2,31 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from scrapy import Request
+from scrapy.crawler import Crawler
+from scrapy.exceptions import NotConfigured
 from scrapy.settings import Settings
 from scrapy.utils.request import RequestFingerprinter
 from scrapy.utils.test import get_crawler
 
+from bench.scrapy_crawl import Comparison, Crawl, compare
 from miqps import Canonicalizer
-from miqps.fetch import FetchConfig
-from miqps.learner import LearnConfig
-from miqps.maps import DomainMap, merge_update, write_maps
-from simweb.corpus import content_key_for, generate_corpus
-from simweb.server import SimWeb
-from simweb.sites import Site, build_sites
-from streams.scrapy import Addon, MapsRequestFingerprinter
+from miqps.maps import DomainMap, write_maps
+from streams.scrapy import (
+    FEED_ATTEMPTS,
+    Addon,
+    CanonicalRequestsMiddleware,
+    MapsRequestFingerprinter,
+    UnlearnedFeed,
+)
 from streams.settings import Settings as StreamSettings
 from streams.tools import TopicReader
-from tests.miqps.conftest import learn_on
 from tests.miqps.test_api import HOST, maps_topic, product_map
 
 __all__ = ["maps_topic"]  # a fixture shared with test_api
@@ -86,73 +85,108 @@ def test_a_crawl_without_maps_is_refused_clearly() -> None:
         MapsRequestFingerprinter.from_crawler(get_crawler())
 
 
+# --- the optional request rewriting --------------------------------------------------
+
+def _crawler_with_addon(tmp_path: Path, **settings: Any) -> Crawler:
+    path = tmp_path / "maps.jsonl"
+    write_maps(path, [product_map()])
+    crawler = get_crawler(settings_dict={"ADDONS": {Addon: 600}, "MIQPS_MAPS": str(path),
+                                         **settings})
+    crawler._apply_settings()
+    return crawler
+
+
+def test_rewriting_sends_requests_to_their_canonical_url(tmp_path: Path) -> None:
+    crawler = _crawler_with_addon(tmp_path, MIQPS_REWRITE_REQUESTS=True)
+    middleware = CanonicalRequestsMiddleware.from_crawler(crawler)
+    site_url = f"https://{HOST}/p/1?sid=9&id=7&ref=b"
+    rewritten = middleware.get_processed_request(Request(site_url, meta={"depth": 2}), None)
+    assert rewritten is not None
+    assert rewritten.url == f"https://{HOST}/p/1?id=7"
+    assert rewritten.meta == {"depth": 2, "miqps_original_url": site_url}
+    unmapped = Request("https://other.test/p/1?id=7&ref=a")
+    assert middleware.get_processed_request(unmapped, None) is unmapped
+    assert crawler.stats is not None
+    assert crawler.stats.get_value("miqps/requests_rewritten") == 1
+
+
+def test_rewriting_is_off_by_default(tmp_path: Path) -> None:
+    crawler = _crawler_with_addon(tmp_path)
+    assert crawler.settings.getdict("SPIDER_MIDDLEWARES")[CanonicalRequestsMiddleware] == 50
+    with pytest.raises(NotConfigured):
+        CanonicalRequestsMiddleware.from_crawler(crawler)
+
+
+def test_rewriting_without_the_maps_fingerprinter_is_refused_clearly() -> None:
+    crawler = get_crawler(settings_dict={"MIQPS_REWRITE_REQUESTS": True})
+    crawler._apply_settings()
+    with pytest.raises(ValueError, match="enable the add-on"):
+        CanonicalRequestsMiddleware.from_crawler(crawler)
+
+
+# --- the optional feed of unlearned patterns -------------------------------------------
+
+class FullQueueProducer:
+    """A producer whose local queue is full for its first ``full_for`` calls."""
+
+    def __init__(self, full_for: int) -> None:
+        self.full_for = full_for
+        self.produced: list[bytes] = []
+        self.polls = 0
+
+    def produce(self, topic: str, value: bytes, key: bytes) -> None:
+        if self.full_for > 0:
+            self.full_for -= 1
+            raise BufferError("Local: Queue full")
+        self.produced.append(value)
+
+    def poll(self, timeout: float) -> int:
+        self.polls += 1
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+
+def test_the_feed_retries_a_full_queue_a_few_times_then_drops_and_says_so(
+        caplog: pytest.LogCaptureFixture) -> None:
+    briefly_full = FullQueueProducer(full_for=2)
+    fed = UnlearnedFeed(briefly_full, "raw", 5).send("a.test", "id", "https://a.test/?id=1")
+    assert fed == "fed"
+    assert briefly_full.produced == [b"https://a.test/?id=1"]
+    stuck = FullQueueProducer(full_for=10**9)
+    feed = UnlearnedFeed(stuck, "raw", 1)
+    with caplog.at_level(logging.WARNING, logger="streams.scrapy"):
+        assert feed.send("a.test", "id", "https://a.test/?id=2") == "dropped"
+    assert stuck.polls == FEED_ATTEMPTS
+    assert "dropped https://a.test/?id=2" in caplog.text
+    # While the queue stays full, one try each, and a dropped URL does not use up its
+    # pattern's share.
+    assert feed.send("a.test", "id", "https://a.test/?id=3") == "dropped"
+    assert stuck.polls == FEED_ATTEMPTS + 1
+    stuck.full_for = 0
+    assert feed.send("a.test", "id", "https://a.test/?id=4") == "fed"
+    assert feed.send("a.test", "id", "https://a.test/?id=5") is None  # its share is used
+    assert feed.congested is False
+
+
 # --- a real crawl --------------------------------------------------------------------
 
-@dataclass
-class Crawl:
-    fetched: int
-    item_urls: list[str]
-    lost: set[str]
-    stats: dict[str, Any]
-
-
-@dataclass
-class SimWebCrawls:
-    without: Crawl
-    with_addon: Crawl
-    maps_path: Path
-
-
-def _crawl(tmp_path: Path, config: dict[str, Any], sites: dict[str, Site]) -> Crawl:
-    config_path = tmp_path / f"crawl-{bool(config['maps'])}.json"
-    out_path = config_path.with_suffix(".out.json")
-    config_path.write_text(json.dumps(config), "utf-8")
-    subprocess.run([sys.executable, "-m", "tests.streams.scrapy_crawl", str(config_path),
-                    str(out_path)], check=True, timeout=240)
-    out = json.loads(out_path.read_text("utf-8"))
-
-    def key(url: str) -> str:
-        return content_key_for(sites[urlsplit(url).hostname or ""], url)
-
-    scraped = {key(url) for url in out["items"]}
-    # Ground truth: every page the crawl was sent to (fetched or filtered as a duplicate)
-    # that exists must be among the items; a missing page is no item.
-    lost = {k for k in map(key, out["discovered"]) if k not in scraped
-            and not k.endswith("|notfound")}
-    stats = out["stats"]
-    return Crawl(stats.get("downloader/response_count", 0), out["items"], lost, stats)
-
-
 @pytest.fixture(scope="module")
-def simweb_crawls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimWebCrawls]:
-    tmp_path = tmp_path_factory.mktemp("crawl")
-    site_list = build_sites("tuning", 3, seed=5)
-    sites = {site.host: site for site in site_list}
-    learning = generate_corpus(site_list, 300, seed=5)
-    seeds = [entry.url for entry in generate_corpus(site_list, 20, seed=6)]
-    with SimWeb(site_list, seed=5, rate_limit_per_second=300, hang_seconds=2.0,
-                flaky_rate=0.0) as web:
-        fetch_config = FetchConfig(proxy=web.proxy_url, per_host_rate=200, timeout=2.0,
-                                   backoff_base=0.05)
-        maps, *_ = learn_on(web, learning, LearnConfig(), fetch_config)
-    maps_path = tmp_path / "maps.jsonl"
-    write_maps(maps_path, [merge_update(None, m) for m in maps.values()])
-    with SimWeb(site_list, seed=6, rate_limit_per_second=1000, flaky_rate=0.0,
-                interstitials=False) as web:
-        config = {"proxy": web.proxy_url, "start_urls": seeds, "hosts": sorted(sites),
-                  "depth": 1, "maps": None}
-        without = _crawl(tmp_path, config, sites)
-        with_addon = _crawl(tmp_path, {**config, "maps": str(maps_path)}, sites)
-    yield SimWebCrawls(without, with_addon, maps_path)
+def simweb_crawls(tmp_path_factory: pytest.TempPathFactory) -> Comparison:
+    return compare(tmp_path_factory.mktemp("crawl"), "tuning", 3, seed=5, items=10, depth=2)
 
 
-@pytest.mark.timeout(300)
-def test_the_addon_loses_no_item_and_fetches_fewer_pages(simweb_crawls: SimWebCrawls) -> None:
+def _summary(label: str, crawl: Crawl, without: Crawl) -> str:
+    return (f"{label}: {crawl.fetched} pages fetched, {crawl.pages} items, {len(crawl.lost)} "
+            f"lost ({1 - crawl.fetched / without.fetched:.0%} fewer pages)")
+
+
+@pytest.mark.timeout(400)
+def test_the_addon_loses_no_item_and_fetches_fewer_pages(simweb_crawls: Comparison) -> None:
     without, with_addon = simweb_crawls.without, simweb_crawls.with_addon
-    print(f"\nwithout the add-on: {without.fetched} pages fetched, {len(without.item_urls)} items, "
-          f"{len(without.lost)} lost\nwith the add-on:    {with_addon.fetched} pages fetched, "
-          f"{len(with_addon.item_urls)} items, {len(with_addon.lost)} lost "
-          f"({1 - with_addon.fetched / without.fetched:.0%} fewer pages)")
+    print("\n" + "\n".join(_summary(label, crawl, without) for label, crawl in (
+        ("without the add-on", without), ("with the add-on", with_addon))))
     assert without.lost == set()
     assert with_addon.lost == set()
     assert with_addon.fetched < without.fetched
@@ -160,14 +194,27 @@ def test_the_addon_loses_no_item_and_fetches_fewer_pages(simweb_crawls: SimWebCr
     assert stats["miqps/params_dropped"] > 0
     assert stats["miqps/duplicates_filtered"] > 0
     assert "miqps/requests_canonicalized" not in without.stats
+    assert "miqps/requests_rewritten" not in stats
 
 
-def test_the_addon_fetches_the_sites_own_urls(simweb_crawls: SimWebCrawls) -> None:
-    """Requests are not rewritten: pages are fetched at the URL the site gave, tracking
-    parameters included, though their fingerprint left them out."""
-    canonicalizer = Canonicalizer.from_file(simweb_crawls.maps_path)
-    fetched = simweb_crawls.with_addon.item_urls
+def test_the_addon_fetches_the_sites_own_urls(simweb_crawls: Comparison) -> None:
+    """Requests are not rewritten by default: pages are fetched at the URL the site gave,
+    tracking parameters included, though their fingerprint left them out."""
+    canonicalizer = Canonicalizer.from_file(simweb_crawls.maps)
+    fetched = [first for _, first in simweb_crawls.with_addon.items]
     assert any(canonicalizer.canonicalize(url) != url for url in fetched)
+
+
+def test_rewriting_crawls_canonical_urls_and_loses_no_item(simweb_crawls: Comparison) -> None:
+    rewriting, without = simweb_crawls.rewriting, simweb_crawls.without
+    assert rewriting is not None
+    print("\n" + _summary("with MIQPS_REWRITE_REQUESTS", rewriting, without))
+    assert rewriting.lost == set()
+    canonicalizer = Canonicalizer.from_file(simweb_crawls.maps)
+    requested = [first for _, first in rewriting.items]
+    assert [url for url in requested if canonicalizer.canonicalize(url) != url] == []
+    assert rewriting.stats["miqps/requests_rewritten"] > 0
+    assert rewriting.fetched < simweb_crawls.with_addon.fetched
 
 
 @pytest.mark.kafka

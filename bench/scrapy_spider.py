@@ -1,10 +1,11 @@
 """One Scrapy crawl of the simulated web, run in its own process (a Twisted reactor runs
-once per process): ``python -m tests.streams.scrapy_crawl CONFIG.json OUT.json``.
+once per process): ``python -m bench.scrapy_spider CONFIG.json OUT.json``.
 
 CONFIG holds ``proxy``, ``start_urls``, ``hosts`` (the allowed ones), ``depth`` (how many
-links deep to follow) and ``maps`` (a maps file, or null for a crawl without the add-on).
-OUT gets the URLs of the items scraped, the URLs discovered (requested, whether fetched or
-filtered as duplicates) and the crawl's stats."""
+links deep to follow), ``maps`` (a maps file, or null for a crawl without the add-on) and
+``rewrite`` (``MIQPS_REWRITE_REQUESTS``). OUT gets, per item scraped, its URL and the URL
+first requested for it (before redirects), the URLs discovered (requested, whether fetched
+or filtered as duplicates) and the crawl's stats."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from scrapy.http import Response
 class SimWebSpider(scrapy.Spider):
     name = "simweb"
 
-    def __init__(self, config: dict[str, Any], items: list[str], discovered: list[str],
+    def __init__(self, config: dict[str, Any], items: list[tuple[str, str]],
+                 discovered: list[str],
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.config = config
@@ -39,7 +41,8 @@ class SimWebSpider(scrapy.Spider):
         return scrapy.Request(url, callback=self.parse, meta={"proxy": self.config["proxy"]})
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[scrapy.Request]:
-        self.items.append(response.url)
+        first_url = (response.meta.get("redirect_urls") or [response.url])[0]
+        self.items.append((response.url, first_url))
         if response.meta.get("depth", 0) >= self.config["depth"]:
             return
         for href in response.css("a::attr(href)").getall():
@@ -65,7 +68,8 @@ def crawl(config: dict[str, Any]) -> dict[str, Any]:
     if config["maps"]:
         settings["ADDONS"] = {"streams.scrapy.Addon": 600}
         settings["MIQPS_MAPS"] = config["maps"]
-    items: list[str] = []
+        settings["MIQPS_REWRITE_REQUESTS"] = config.get("rewrite", False)
+    items: list[tuple[str, str]] = []
     discovered: list[str] = []
     process = CrawlerProcess(settings)
     crawler = process.create_crawler(SimWebSpider)
