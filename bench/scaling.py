@@ -28,13 +28,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
-from bench.stream_throughput import high_watermarks, learned_maps, passthrough, synthetic_urls
+from bench.stream_throughput import high_watermarks, learned_inputs, passthrough
 from streams.kafka import consumer_config, ensure_topics
 from streams.settings import Settings
-from streams.tools import WorkerProcess, delete_topics, isolated_settings, produce
+from streams.tools import WorkerProcess, delete_topics, isolated_settings
 
 ASSIGNED = re.compile(r"canonicalizer: assigned partitions \[([\d, ]*)\]")
 TARGET_RATIO = 0.15
@@ -87,15 +85,7 @@ def run(args: argparse.Namespace, root: Path) -> int:
     settings = isolated_settings(Settings.from_env(), "bench-scale", root / "state",
                                  partitions=args.partitions)
     try:
-        ensure_topics(settings)
-        urls = list(synthetic_urls(args.urls, args.domains))
-        maps = learned_maps(urls)
-        produce(settings, settings.topics.maps, (m.dumps().encode() for m in maps),
-                (m.domain.encode() for m in maps))
-        produce(settings, settings.topics.raw, (url.encode() for url in urls))
-        copy_topic = settings.topics.raw + ".copy"
-        admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
-        admin.create_topics([NewTopic(copy_topic, args.partitions, 1)])[copy_topic].result(30)
+        urls, _, copy_topic = learned_inputs(settings, args.urls, args.domains)
         print(f"{len(urls)} learned URLs over {args.partitions} partitions; "
               f"{os.cpu_count()} cores; logs in {root}", flush=True)
         baseline = passthrough(settings, settings.topics.raw, copy_topic, len(urls),
