@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 
@@ -34,6 +34,7 @@ from streams.tools import WorkerProcess, delete_topics, isolated_settings
 CANONICALIZE = "canonicalize"
 PROBE = "probe"
 STOP_TIMEOUT = 10.0
+JOINED = "Joined group"  # Faust's consumer, in every worker's log
 
 
 class InputStream(threading.Thread):
@@ -151,6 +152,7 @@ class ChaosReport:
     worst_latency: float
     maps_converged: bool
     refused_inputs: int = 0
+    note: str = ""
 
     @property
     def duplicate_share(self) -> float:
@@ -160,10 +162,11 @@ class ChaosReport:
         recovery = "n/a" if self.recovery is None else f"{self.recovery:.1f}s"
         refused = f"; {self.refused_inputs} inputs refused by the cluster" \
             if self.refused_inputs else ""
+        note = f"; {self.note}" if self.note else ""
         return (f"{self.scenario}: {self.inputs} inputs, {self.missing} missing, "
                 f"{self.duplicates} duplicates ({self.duplicate_share:.2%}), recovery "
                 f"{recovery}, worst input-to-output {self.worst_latency:.1f}s, maps "
-                f"{'converged' if self.maps_converged else 'NOT converged'}{refused}")
+                f"{'converged' if self.maps_converged else 'NOT converged'}{refused}{note}")
 
 
 def recovery_time(produced_at: dict[int, float], first_read: dict[int, float],
@@ -384,19 +387,22 @@ def kill_broker_scenario(rig: ChaosRig, timing: Timing) -> ChaosReport:
 
 
 def rebalance_storm(rig: ChaosRig, timing: Timing, every: float = 5.0,
-                    at_once: int = 2) -> ChaosReport:
+                    at_once: int = 3) -> ChaosReport:
     """For ``timing.down`` seconds, a worker joins every ``every`` seconds (canonicalizer
-    and probing in turn) and, beyond ``at_once`` of them, the oldest leaves (SIGTERM)."""
+    and probing in turn) and, beyond ``at_once`` of them, the oldest leaves (SIGTERM).
+    There is no single fault to recover from: the worst input-to-output time tells how long
+    outputs stalled."""
     rig.wait_flowing(timing.drain)
     since = rig.mark()
     time.sleep(timing.before)
     began = time.monotonic()
     storm: list[str] = []
+    started: list[WorkerProcess] = []
     for turn in itertools.count():
         if time.monotonic() - began >= timing.down:
             break
         name = f"storm{turn}"
-        rig.start_worker(name, CANONICALIZE if turn % 2 == 0 else PROBE)
+        started.append(rig.start_worker(name, CANONICALIZE if turn % 2 == 0 else PROBE))
         storm.append(name)
         if len(storm) > at_once:
             rig.leave(storm.pop(0))
@@ -404,5 +410,8 @@ def rebalance_storm(rig: ChaosRig, timing: Timing, every: float = 5.0,
     for name in storm:
         rig.leave(name)
     time.sleep(timing.after)
-    return rig.measure(f"rebalance storm ({timing.down:g}s, a worker every {every:g}s)",
-                       since, began, timing.drain, timing.maps)
+    report = rig.measure(f"rebalance storm ({timing.down:g}s, a worker every {every:g}s)",
+                         since, None, timing.drain, timing.maps)
+    joined = sum(JOINED in worker.log_text() for worker in started)
+    return replace(report, note=f"{joined} of {len(started)} storm workers joined a group "
+                                f"before leaving")
