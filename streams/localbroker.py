@@ -5,6 +5,7 @@ downloaded twice."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
@@ -93,8 +94,14 @@ class LocalBroker:
                                f"{done.stderr.decode(errors='replace')[-2000:]}")
 
     def start(self) -> LocalBroker:
-        self._run("start")
-        self.wait_for_brokers(self.brokers)
+        """Start every node; if that fails, stop the ones that did start, then raise."""
+        try:
+            self._run("start")
+            self.wait_for_brokers(self.brokers)
+        except BaseException:
+            with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+                self.stop()
+            raise
         return self
 
     def stop(self) -> None:
