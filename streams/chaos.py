@@ -34,6 +34,8 @@ from streams.tools import WorkerProcess, delete_topics, isolated_settings
 CANONICALIZE = "canonicalize"
 PROBE = "probe"
 STOP_TIMEOUT = 10.0
+# The rig's own clients see the faults too: their connection errors would only be noise.
+QUIET = {"log_level": 0}
 JOINED = "Joined group"  # Faust's consumer, in every worker's log
 
 
@@ -47,7 +49,8 @@ class InputStream(threading.Thread):
         self.topic = settings.topics.raw
         self.urls = urls
         self.rate = rate
-        self.producer = Producer(producer_config(settings, **{"message.timeout.ms": 300_000}))
+        self.producer = Producer(producer_config(settings, **QUIET,
+                                                 **{"message.timeout.ms": 300_000}))
         self.produced_at: dict[int, float] = {}
         self.acknowledged: set[int] = set()
         self.refused: Counter[str] = Counter()
@@ -106,7 +109,7 @@ class OutputLedger(threading.Thread):
         super().__init__(name="chaos-outputs", daemon=True)
         topic = settings.topics.canonical
         self.consumer = Consumer(consumer_config(
-            settings, f"miqps-chaos-{uuid.uuid4().hex}",
+            settings, f"miqps-chaos-{uuid.uuid4().hex}", **QUIET,
             **{"enable.auto.commit": False, "fetch.wait.max.ms": 100}))
         partitions = self.consumer.list_topics(topic, timeout=30).topics[topic].partitions
         self.consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
@@ -334,7 +337,7 @@ class ChaosRig:
 
 def leader_of(settings: Settings, topic: str, partition: int = 0) -> int:
     """The broker id that leads ``partition`` of ``topic``."""
-    consumer = Consumer(consumer_config(settings, f"miqps-chaos-{uuid.uuid4().hex}"))
+    consumer = Consumer(consumer_config(settings, f"miqps-chaos-{uuid.uuid4().hex}", **QUIET))
     try:
         metadata = consumer.list_topics(topic, timeout=30).topics[topic]
         leader: int = metadata.partitions[partition].leader
