@@ -51,10 +51,7 @@ def run(args: argparse.Namespace, workdir: Path) -> list[ChaosReport]:
     with LocalBroker(workdir / "kafka", brokers=3) as cluster, \
             ChaosRig(cluster, workdir, "bench-chaos", rate=args.rate,
                      partitions=args.partitions) as rig:
-        for name, agents in (("c1", CANONICALIZE), ("c2", CANONICALIZE), ("p1", PROBE)):
-            rig.start_worker(name, agents)
-        rig.start_inputs()
-        rig.wait_flowing(300.0)
+        rig.start_pipeline(300.0)
         print(f"cluster {cluster.bootstrap}; {args.rate:g} inputs/s over "
               f"{args.partitions} partitions; logs in {workdir}", flush=True)
         scenarios: list[Callable[[], ChaosReport]] = [

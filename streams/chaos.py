@@ -264,6 +264,14 @@ class ChaosRig:
             worker.process.send_signal(signal.SIGTERM)
         self.leaving.append(worker)
 
+    def start_pipeline(self, timeout: float) -> None:
+        """Two canonicalizer workers (``c1``, ``c2``) and a probing one (``p1``), the input
+        stream, and a wait until outputs flow."""
+        for name, agents in (("c1", CANONICALIZE), ("c2", CANONICALIZE), ("p1", PROBE)):
+            self.start_worker(name, agents)
+        self.start_inputs()
+        self.wait_flowing(timeout)
+
     def start_inputs(self) -> InputStream:
         self.stream = InputStream(self.config, self.urls, self.rate)
         self.stream.start()

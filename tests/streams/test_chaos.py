@@ -36,10 +36,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.cluster, pytest.mark.timeout(420)]
 @pytest.fixture(scope="module")
 def rig(cluster: LocalBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChaosRig]:
     with ChaosRig(cluster, tmp_path_factory.mktemp("chaos"), "chaos", rate=150.0) as rig:
-        for name, agents in (("c1", CANONICALIZE), ("c2", CANONICALIZE), ("p1", PROBE)):
-            rig.start_worker(name, agents)
-        rig.start_inputs()
-        rig.wait_flowing(240.0)
+        rig.start_pipeline(240.0)
         yield rig
 
 
