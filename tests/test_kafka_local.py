@@ -117,7 +117,7 @@ def _produce_all_acks(bootstrap: str, topic: str, count: int) -> int:
         delivered += error is None
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                         "message.timeout.ms": 30_000})
+                         "message.timeout.ms": 30_000, "log_level": 0})
     for number in range(count):
         producer.produce(topic, str(number).encode(), on_delivery=on_delivery)
     producer.flush(40)
