@@ -224,10 +224,12 @@ def group_lag(settings: Settings, group: str, topic: str) -> int:
         consumer.close()
 
 
-def measure_throughput(base: Settings, args: argparse.Namespace, root: Path) -> None:
-    settings = isolated_settings(base, "bench-tp", root / "tp", partitions=args.partitions)
+def learned_inputs(settings: Settings, count: int, domains: int,
+                   ) -> tuple[list[str], list[DomainMap], str]:
+    """``count`` synthetic URLs in ``urls.raw`` and maps deciding all their patterns in
+    ``miqps.maps``; (the URLs, the maps, an empty topic for a passthrough copy)."""
     ensure_topics(settings)
-    urls = list(synthetic_urls(args.urls, args.domains))
+    urls = list(synthetic_urls(count, domains))
     maps = learned_maps(urls)
     produce(settings, settings.topics.maps, (m.dumps().encode() for m in maps),
             (m.domain.encode() for m in maps))
@@ -236,7 +238,13 @@ def measure_throughput(base: Settings, args: argparse.Namespace, root: Path) -> 
     copy_topic = settings.topics.raw + ".copy"
     from confluent_kafka.cimpl import NewTopic
 
-    admin.create_topics([NewTopic(copy_topic, args.partitions, 1)])[copy_topic].result(30)
+    admin.create_topics([NewTopic(copy_topic, settings.partitions, 1)])[copy_topic].result(30)
+    return urls, maps, copy_topic
+
+
+def measure_throughput(base: Settings, args: argparse.Namespace, root: Path) -> None:
+    settings = isolated_settings(base, "bench-tp", root / "tp", partitions=args.partitions)
+    urls, maps, copy_topic = learned_inputs(settings, args.urls, args.domains)
     print(f"throughput: {len(urls)} URLs over {len(maps)} learned domains "
           f"({sum(len(m.patterns) for m in maps)} patterns), {args.partitions} partitions",
           flush=True)

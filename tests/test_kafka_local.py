@@ -16,7 +16,10 @@ import pytest
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
+from confluent_kafka.admin._config import ConfigResource  # noqa: E402
 from confluent_kafka.cimpl import NewTopic  # noqa: E402
+
+from streams.localbroker import LocalBroker, maven_cache  # noqa: E402
 
 pytestmark = pytest.mark.kafka
 
@@ -89,3 +92,78 @@ def test_auto_created_topic_has_one_partition(admin: AdminClient) -> None:
         assert len(partitions) == 1
     finally:
         admin.delete_topics([topic])[topic].result(timeout=30)
+
+
+def _run_script(broker: LocalBroker, *command: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, KAFKA_LOCAL_PORT=str(broker.port),
+               KAFKA_LOCAL_CONTROLLER_PORT=str(broker.controller_port),
+               KAFKA_LOCAL_HOME=str(broker.home), KAFKA_LOCAL_M2=str(maven_cache()))
+    return subprocess.run([str(SCRIPT), "--brokers", str(broker.brokers), *command],
+                          capture_output=True, text=True, timeout=180, check=False, env=env)
+
+
+def _partition_replicas(bootstrap: str, topic: str) -> list[tuple[list[int], list[int]]]:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
+    return [(sorted(p.replicas), sorted(p.isrs)) for p in partitions]
+
+
+def _produce_all_acks(bootstrap: str, topic: str, count: int) -> int:
+    """How many of ``count`` records were acknowledged by every in-sync replica."""
+    delivered = 0
+
+    def on_delivery(error: object, _message: object) -> None:
+        nonlocal delivered
+        delivered += error is None
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "message.timeout.ms": 30_000, "log_level": 0})
+    for number in range(count):
+        producer.produce(topic, str(number).encode(), on_delivery=on_delivery)
+    producer.flush(40)
+    return delivered
+
+
+@pytest.mark.cluster
+def test_cluster_topics_are_replicated_on_three_brokers_with_two_in_sync(
+    cluster: LocalBroker,
+) -> None:
+    status = _run_script(cluster, "status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert [line.split(":")[0] for line in status.stdout.splitlines()] == [
+        "node 1", "node 2", "node 3"]
+    topic = f"test.cluster.auto.{uuid.uuid4().hex[:12]}"
+    assert _produce_all_acks(cluster.bootstrap, topic, 10) == 10
+    assert _partition_replicas(cluster.bootstrap, topic) == [([1, 2, 3], [1, 2, 3])]
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+    resource = ConfigResource("topic", topic)
+    config = admin.describe_configs([resource])[resource].result(timeout=30)
+    assert config["min.insync.replicas"].value == "2"
+
+
+@pytest.mark.cluster
+def test_a_killed_node_is_reported_and_rejoins_after_a_restart(cluster: LocalBroker) -> None:
+    topic = f"test.cluster.kill.{uuid.uuid4().hex[:12]}"
+    assert _produce_all_acks(cluster.bootstrap, topic, 10) == 10
+    killed = _run_script(cluster, "kill", "2")
+    try:
+        assert killed.returncode == 0, killed.stderr
+        status = _run_script(cluster, "status")
+        assert status.returncode == 1
+        assert "node 2: not running" in status.stdout, status.stdout
+        assert _run_script(cluster, "status", "1").returncode == 0
+        # Two replicas of three are still in sync: writes that need min.insync.replicas go on.
+        assert _produce_all_acks(cluster.bootstrap, topic, 100) == 100
+    finally:
+        cluster.start_node(2)
+    deadline = time.monotonic() + 60
+    while _partition_replicas(cluster.bootstrap, topic) != [([1, 2, 3], [1, 2, 3])]:
+        assert time.monotonic() < deadline, _partition_replicas(cluster.bootstrap, topic)
+        time.sleep(0.5)
+
+
+@pytest.mark.cluster
+def test_a_node_outside_the_cluster_is_refused(cluster: LocalBroker) -> None:
+    done = _run_script(cluster, "kill", "4")
+    assert done.returncode != 0
+    assert "node must be 1..3, got '4'" in done.stderr
