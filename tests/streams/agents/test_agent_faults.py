@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import string
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from tests.streams.conftest import DriftingSite
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420)]
 
 BUG_HOOK = Path(__file__).with_name("bughook")
+SHAPES_PER_REBALANCE = 2
 
 
 @pytest.fixture
@@ -142,32 +142,26 @@ def test_every_requested_pattern_is_answered_through_20_rebalances_of_the_probe_
                                   "canonicalize", tmp_path / "canonicalizer.log").start()
     prober = WorkerProcess(settings.with_overrides(state_dir=tmp_path / "p"), "probe",
                            tmp_path / "prober.log").start()
-    churning = threading.Event()
-    churning.set()
-    sent = [0]
+    sent = 0
 
-    def produce_new_shapes() -> None:
-        while churning.is_set():
-            produce(settings, settings.topics.raw, urls_of_shapes(sent[0], 1))
-            sent[0] += 1
-            time.sleep(0.5)
+    def send_new_shapes() -> None:
+        nonlocal sent
+        produce(settings, settings.topics.raw, urls_of_shapes(sent, SHAPES_PER_REBALANCE))
+        sent += SHAPES_PER_REBALANCE
 
-    producer = threading.Thread(target=produce_new_shapes, daemon=True)
     rebalances = 0
     try:
         for worker in (canonicalizer, prober):
             wait_until(ready(worker), 90, "a worker")
-        producer.start()
         for cycle in range(10):
             extra = WorkerProcess(settings.with_overrides(state_dir=tmp_path / f"x{cycle}"),
                                   "probe", tmp_path / f"extra{cycle}.log").start()
+            send_new_shapes()  # their requests come due while the group rebalances
             wait_until(ready(extra), 90, "the extra prober")
             rebalances += 1
-            time.sleep(1.0)
+            send_new_shapes()
             assert extra.stop() == 0, extra.log_text()[-3000:]
             rebalances += 1
-        churning.clear()
-        producer.join(30)
 
         def all_answered() -> bool:
             asked = {pattern for request in requested(requests)
@@ -178,7 +172,6 @@ def test_every_requested_pattern_is_answered_through_20_rebalances_of_the_probe_
         assert canonicalizer.alive() and prober.alive()
         asked = requested(requests)
     finally:
-        churning.clear()
         for worker in (canonicalizer, prober):
             worker.stop()
         requests.close()
@@ -186,6 +179,6 @@ def test_every_requested_pattern_is_answered_through_20_rebalances_of_the_probe_
     patterns = {pattern for request in asked for pattern in request["patterns"]}
     again = sum(1 for request in asked for info in request["patterns"].values()
                 if info["reason"] == "retry")
-    print(f"\n{rebalances} rebalances; {sent[0]} new shapes sent; {len(patterns)} patterns "
+    print(f"\n{rebalances} rebalances; {sent} new shapes sent; {len(patterns)} patterns "
           f"requested in {len(asked)} requests, {again} of them sent again; all answered")
     assert rebalances == 20
