@@ -186,6 +186,7 @@ class ShapeStats:
         (its request may have been lost). None when no pattern waits for a time."""
         deadlines: list[float] = []
         sampled = {pattern for pattern, _ in self.pool}
+        occurrences: dict[str, int] | None = None
         for pattern, state in self.patterns.items():
             if pattern not in sampled or not needs_learning(pattern, state.basis):
                 continue
@@ -194,8 +195,11 @@ class ShapeStats:
                 deadlines.append(time_limit)
                 continue
             retry_at = state.requested_at + state.retry_delay(policy)
-            if not self.ready(pattern, policy, allowlist):
-                retry_at = max(retry_at, time_limit)
+            if retry_at < time_limit:
+                if occurrences is None:
+                    occurrences = self.occurrences()
+                if not self.ready(pattern, policy, allowlist, occurrences):
+                    retry_at = time_limit
             deadlines.append(retry_at)
         return min(deadlines) if deadlines else None
 
