@@ -163,12 +163,14 @@ def test_every_requested_pattern_is_answered_through_20_rebalances_of_the_probe_
             assert extra.stop() == 0, extra.log_text()[-3000:]
             rebalances += 1
 
+        sent_patterns = {f"/{word(n)}?id&ref" for n in range(sent)}
+
         def all_answered() -> bool:
             asked = {pattern for request in requested(requests)
                      for pattern in request["patterns"]}
-            return bool(asked) and asked <= answered(updates)
+            return asked <= answered(updates) and sent_patterns <= answered(updates)
 
-        wait_until(all_answered, 150, "every requested pattern to be answered")
+        wait_until(all_answered, 150, "every pattern sent to be requested and answered")
         assert canonicalizer.alive() and prober.alive()
         asked = requested(requests)
     finally:
