@@ -1,4 +1,5 @@
-"""The agents under faults, on the real broker: a bug of ours, and a rebalance storm.
+"""The agents under faults, on the real broker: a bug of ours, lost probe requests and a
+rebalance storm.
 
 Each test has topics, app id and state of its own (a unique prefix).
 """
@@ -40,8 +41,12 @@ def settings(bootstrap: str, drifting_web: tuple[DriftingSite, str],
 
 
 def with_bug(planted: str, **env: str) -> dict[str, str]:
+    """The environment of a worker with faults planted (see bughook/sitecustomize.py)."""
     path = os.pathsep.join(p for p in (str(BUG_HOOK), os.environ.get("PYTHONPATH")) if p)
     return {"PYTHONPATH": path, "MIQPS_TEST_BUGS": planted, **env}
+
+
+LOSES_ITS_FIRST_REQUESTS = with_bug("0", MIQPS_TEST_LOST_REQUESTS="1")
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -133,7 +138,7 @@ def test_with_retry_a_passing_bug_costs_a_backoff_and_no_sample(
         updates.close()
 
 
-def test_every_requested_pattern_is_answered_through_20_rebalances_of_the_probe_group(
+def test_every_pattern_is_answered_through_20_rebalances_and_lost_requests(
     settings: Settings, tmp_path: Path
 ) -> None:
     requests = TopicReader(settings, settings.topics.probe_requests)
@@ -141,7 +146,7 @@ def test_every_requested_pattern_is_answered_through_20_rebalances_of_the_probe_
     canonicalizer = WorkerProcess(settings.with_overrides(state_dir=tmp_path / "c"),
                                   "canonicalize", tmp_path / "canonicalizer.log").start()
     prober = WorkerProcess(settings.with_overrides(state_dir=tmp_path / "p"), "probe",
-                           tmp_path / "prober.log").start()
+                           tmp_path / "prober.log", LOSES_ITS_FIRST_REQUESTS).start()
     sent = 0
 
     def send_new_shapes() -> None:
@@ -155,7 +160,8 @@ def test_every_requested_pattern_is_answered_through_20_rebalances_of_the_probe_
             wait_until(ready(worker), 90, "a worker")
         for cycle in range(10):
             extra = WorkerProcess(settings.with_overrides(state_dir=tmp_path / f"x{cycle}"),
-                                  "probe", tmp_path / f"extra{cycle}.log").start()
+                                  "probe", tmp_path / f"extra{cycle}.log",
+                                  LOSES_ITS_FIRST_REQUESTS).start()
             send_new_shapes()  # their requests come due while the group rebalances
             wait_until(ready(extra), 90, "the extra prober")
             rebalances += 1
@@ -184,3 +190,4 @@ def test_every_requested_pattern_is_answered_through_20_rebalances_of_the_probe_
     print(f"\n{rebalances} rebalances; {sent} new shapes sent; {len(patterns)} patterns "
           f"requested in {len(asked)} requests, {again} of them sent again; all answered")
     assert rebalances == 20
+    assert again >= 1, "every probe worker drops the first requests it takes"
