@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import faust
 
-from streams.agents import canonicalize, probe
+from streams.agents import pattern_stats, probe
 from streams.runtime import CANONICALIZE, PROBE, Runtime
 
 
@@ -40,7 +40,7 @@ def create_app(runtime: Runtime) -> faust.App:
         autodiscover=False,
     )
     if CANONICALIZE in runtime.roles:
-        canonicalize.register(app, runtime)
+        pattern_stats.register(app, runtime)
     if PROBE in runtime.roles:
         probe.register(app, runtime)
     return app

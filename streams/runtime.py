@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import mode
 
+from streams.errorpolicy import BugPolicy, on_bug_from_env
 from streams.frontproc import FrontProcess
 from streams.lifecycle import DEFAULT_STOP_TIMEOUT
 from streams.livemaps import LiveMaps
@@ -34,6 +35,7 @@ class Runtime:
         self.roles = roles
         self.partitions = partitions
         self.stop_timeout = stop_timeout
+        self.on_bug = on_bug_from_env()
         self.live_maps = LiveMaps(settings.policy.reverify_after)
         self.feed = MapFeed(settings, self.live_maps, self.fatal)
         self.front: FrontProcess | None = None
@@ -52,6 +54,10 @@ class Runtime:
         if self._loop is None or self._on_fatal is None:
             raise error
         self._loop.call_soon_threadsafe(self._on_fatal, error)
+
+    def bug_policy(self) -> BugPolicy:
+        """What an agent does on a bug of ours: stop this worker, or back off and retry."""
+        return BugPolicy(self.on_bug, self.fatal)
 
     def request_stop(self) -> None:
         """Ask the front process to stop now, while Faust stops its own services."""

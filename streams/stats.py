@@ -8,8 +8,10 @@ values; and a bounded pool of sample URLs that bring those values.
 
 A pattern is requested once it is *ready* (every parameter that is not allowlisted has
 enough distinct values, or has been seen often enough to show it has no more), or once it
-is older than ``rare_after``. A request is sent once; another only after ``retry_after``
-and only if the map still does not have the pattern, so there is never a storm.
+is older than ``rare_after``. A request is sent once; another only if the map still does
+not have the pattern after ``retry_after``, then after twice as long, and so on (up to
+``2 ** MAX_RETRY_DOUBLINGS`` times ``retry_after``), so a request lost on its way is sent
+again soon while a site that cannot be learned is not asked over and over.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def value_digest(value: str) -> int:
 
 
 SAMPLE_KINDS = ("url", "count", "due")
+MAX_RETRY_DOUBLINGS = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,18 +75,24 @@ def decode_samples(value: bytes | None) -> list[Any]:
 
 
 def read_observation(item: Any) -> Observation:
-    """Raises BadInput, InvalidURL, KeyError, TypeError or ValueError for a bad item."""
+    """Raises BadInput or InvalidURL for a malformed item, and nothing else."""
     if not isinstance(item, dict) or item.get("kind") not in SAMPLE_KINDS:
         raise BadInput("pattern sample without a known kind")
-    domain, pattern = item["domain"], item.get("pattern", "")
-    shape = item.get("shape") or shape_of(pattern)
+    domain, pattern = item.get("domain"), item.get("pattern", "")
+    shape = item.get("shape") or (shape_of(pattern) if isinstance(pattern, str) else None)
     if not (isinstance(domain, str) and domain and isinstance(pattern, str)
             and isinstance(shape, str) and shape.startswith("/")):
         raise BadInput("pattern sample without a domain and a pattern or shape")
     if item["kind"] == "due":
         return Observation(domain, shape, "", None, 0, "")
-    url = parse(item["url"]) if item["kind"] == "url" else None
-    return Observation(domain, shape, pattern, url, int(item["count"]), str(item["basis"]))
+    count, basis, text = item.get("count"), item.get("basis"), item.get("url")
+    if not (isinstance(count, int) and not isinstance(count, bool) and isinstance(basis, str)):
+        raise BadInput("pattern sample without an integer count and a basis string")
+    if item["kind"] == "count":
+        return Observation(domain, shape, pattern, None, count, basis)
+    if not isinstance(text, str):
+        raise BadInput("pattern sample of kind url without a url string")
+    return Observation(domain, shape, pattern, parse(text), count, basis)
 
 
 @dataclass(slots=True)
@@ -92,9 +101,15 @@ class PatternState:
     urls: int = 0
     requested_at: float = 0.0
     basis: str = ""
+    requests: int = 0
+
+    def retry_delay(self, policy: LearningPolicy) -> float:
+        """How long after its last request the pattern is asked for again."""
+        return float(policy.retry_after * 2 ** min(max(self.requests - 1, 0),
+                                                   MAX_RETRY_DOUBLINGS))
 
     def waiting(self, now: float, policy: LearningPolicy) -> bool:
-        return self.requested_at == 0.0 or now - self.requested_at >= policy.retry_after
+        return self.requested_at == 0.0 or now - self.requested_at >= self.retry_delay(policy)
 
 
 @dataclass(slots=True)
@@ -118,13 +133,20 @@ class ProbeRequest:
         return orjson.dumps(self.to_json())
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ProbeRequest:
-        domain, shape = data["domain"], data["shape"]
-        patterns, urls = data["patterns"], data["urls"]
+    def from_json(cls, data: Any) -> ProbeRequest:
+        """Raises BadInput for anything but a probe request."""
+        if not isinstance(data, dict):
+            raise BadInput("a probe request that is not a JSON object")
+        domain, shape = data.get("domain"), data.get("shape")
+        patterns, urls = data.get("patterns"), data.get("urls")
+        requested_at = data.get("requested_at", 0.0)
         if not (isinstance(domain, str) and isinstance(shape, str) and isinstance(patterns, dict)
-                and isinstance(urls, list) and all(isinstance(u, str) for u in urls)):
-            raise ValueError("not a probe request")
-        return cls(domain, shape, patterns, urls, float(data.get("requested_at", 0.0)))
+                and all(isinstance(info, dict) for info in patterns.values())
+                and isinstance(urls, list) and all(isinstance(u, str) for u in urls)
+                and isinstance(requested_at, int | float)):
+            raise BadInput("not a probe request: domain, shape, patterns or urls missing or "
+                           "of the wrong type")
+        return cls(domain, shape, patterns, urls, float(requested_at))
 
 
 @dataclass(slots=True)
@@ -139,7 +161,7 @@ class ShapeStats:
         return orjson.dumps({
             "d": self.domain,
             "s": self.shape,
-            "p": {key: [st.first_seen, st.urls, st.requested_at, st.basis]
+            "p": {key: [st.first_seen, st.urls, st.requested_at, st.basis, st.requests]
                   for key, st in self.patterns.items()},
             "v": self.values,
             "u": self.pool,
@@ -151,16 +173,35 @@ class ShapeStats:
         return cls(
             domain=doc["d"],
             shape=doc["s"],
-            patterns={key: PatternState(f, n, r, b) for key, (f, n, r, b) in doc["p"].items()},
+            # Records written before the request count was kept have four fields.
+            patterns={key: PatternState(*fields) for key, fields in doc["p"].items()},
             values=doc["v"],
             pool=[(pattern, url) for pattern, url in doc["u"]],
         )
 
-    def time_limit(self, policy: LearningPolicy) -> float | None:
-        """When the earliest pattern never requested reaches ``rare_after``, if any."""
-        waiting = [state.first_seen for state in self.patterns.values()
-                   if state.requested_at == 0.0]
-        return min(waiting) + policy.rare_after if waiting else None
+    def next_deadline(self, policy: LearningPolicy, allowlist: frozenset[str],
+                      needs_learning: Callable[[str, str], bool]) -> float | None:
+        """When a pattern that still needs learning comes due without another sighting: a
+        never-requested one at its time limit, a requested one once its retry delay is over
+        (its request may have been lost). None when no pattern waits for a time."""
+        deadlines: list[float] = []
+        sampled = {pattern for pattern, _ in self.pool}
+        occurrences: dict[str, int] | None = None
+        for pattern, state in self.patterns.items():
+            if pattern not in sampled or not needs_learning(pattern, state.basis):
+                continue
+            time_limit = state.first_seen + policy.rare_after
+            if not state.requested_at:
+                deadlines.append(time_limit)
+                continue
+            retry_at = state.requested_at + state.retry_delay(policy)
+            if retry_at < time_limit:
+                if occurrences is None:
+                    occurrences = self.occurrences()
+                if not self.ready(pattern, policy, allowlist, occurrences):
+                    retry_at = time_limit
+            deadlines.append(retry_at)
+        return min(deadlines) if deadlines else None
 
     def observe(self, pattern: str, url: NormalizedURL | None, count: int, basis: str,
                 now: float, policy: LearningPolicy, allowlist: frozenset[str]) -> bool:
@@ -308,5 +349,6 @@ class ShapeStats:
                 "first_seen": state.first_seen,
             }
             state.requested_at = now
+            state.requests += 1
         return ProbeRequest(self.domain, self.shape, patterns,
                             [url for _, url in self.pool], now)

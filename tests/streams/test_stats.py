@@ -146,3 +146,47 @@ def test_sample_packs_are_read_item_by_item() -> None:
     with pytest.raises(InvalidURL):
         read_observation({"kind": "url", "domain": "a.example", "pattern": "/p?id",
                           "url": "ftp://a.example/", "count": 1, "basis": ""})
+
+
+def test_each_retry_waits_twice_as_long_as_the_one_before() -> None:
+    stats = ShapeStats("a.example", "/p")
+    observe(stats, "http://a.example/p?id=1", 0.0)
+    asked = []
+    for now in range(60, 5000, 10):
+        due = stats.due(float(now), POLICY, ALLOWLIST, unlearned)
+        if due:
+            stats.request(due, float(now))
+            asked.append(now)
+    assert asked == [60, 360, 960, 2160, 4560]
+
+
+def test_records_written_before_requests_were_counted_still_load() -> None:
+    old = orjson.dumps({"d": "a.example", "s": "/p", "p": {"/p?id": [5.0, 2, 70.0, ""]},
+                        "v": {}, "u": [["/p?id", "http://a.example/p?id=1"]]})
+    state = ShapeStats.loads(old).patterns["/p?id"]
+    assert (state.requested_at, state.requests) == (70.0, 0)
+    assert state.waiting(370.0, POLICY)
+
+
+def test_malformed_samples_and_requests_are_bad_input_not_other_errors() -> None:
+    import pytest
+
+    from streams.codecs import BadInput
+    from streams.stats import read_observation
+
+    for item in ({"kind": "url"}, {"kind": "count", "domain": "a.example", "pattern": 3},
+                 {"kind": "count", "domain": "a.example", "pattern": "/p?id", "count": "2",
+                  "basis": ""},
+                 {"kind": "url", "domain": "a.example", "pattern": "/p?id", "count": 1,
+                  "basis": ""},
+                 {"kind": "count", "domain": "a.example", "pattern": "/p?id", "count": 1}):
+        with pytest.raises(BadInput):
+            read_observation(item)
+    documents: list[object] = [[], {"domain": "a.example"},
+                     {"domain": "a.example", "shape": "/p", "patterns": {"/p?id": 1},
+                      "urls": []},
+                     {"domain": "a.example", "shape": "/p", "patterns": {}, "urls": [],
+                      "requested_at": "now"}]
+    for document in documents:
+        with pytest.raises(BadInput):
+            ProbeRequest.from_json(document)

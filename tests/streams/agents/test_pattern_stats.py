@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 from miqps.urls import parse
-from streams.agents.canonicalize import DeadlineTracker, restore_deadlines
+from streams.agents.pattern_stats import restore_deadlines
+from streams.deadlines import DeadlineTracker
+from streams.pattern_processor import PatternStatsProcessor
 from streams.settings import LearningPolicy
 from streams.stats import ShapeStats
 
-POLICY = LearningPolicy(rare_after=100.0)
+POLICY = LearningPolicy(rare_after=100.0, retry_after=50.0)
 ALLOWLIST: frozenset[str] = frozenset()
+LEARNED = "learned.example"
 
 
-def test_deadlines_come_due_earliest_first_whatever_the_order_they_were_set_in() -> None:
-    tracker = DeadlineTracker()
-    tracker.add(30.0, "late.example", "/a")
-    tracker.add(10.0, "early.example", "/b")
-    tracker.add(20.0, "middle.example", "/c")
-    assert tracker.pop_due(15.0) == [("early.example", "/b")]
-    assert tracker.pop_due(40.0) == [("middle.example", "/c"), ("late.example", "/a")]
-    assert len(tracker) == 0
+def unless_learned(domain: str, pattern: str, basis: str) -> bool:
+    return domain != LEARNED
 
 
 def stats_record(domain: str, first_seen: float, requested_at: float | None) -> bytes:
@@ -30,13 +27,18 @@ def stats_record(domain: str, first_seen: float, requested_at: float | None) -> 
     return stats.dumps()
 
 
-async def test_a_restore_sets_the_timer_again_only_for_shapes_still_waiting() -> None:
+async def test_a_restore_sets_the_timer_again_for_shapes_waiting_for_a_time() -> None:
     records = [
         (b"a", stats_record("waiting.example", 1000.0, None)),
         (b"b", stats_record("requested.example", 1000.0, 1100.0)),
-        (b"c", b"not a stats record"),
+        (b"c", stats_record(LEARNED, 1000.0, 1100.0)),
+        (b"d", b"not a stats record"),
     ]
     tracker = DeadlineTracker()
-    assert await restore_deadlines(records, tracker, POLICY) == 1
+    processor = PatternStatsProcessor(POLICY, ALLOWLIST, unless_learned)
+    assert await restore_deadlines(records, tracker, processor, now=0.0) == 2
     assert tracker.pop_due(1099.0) == []
     assert tracker.pop_due(1100.0) == [("waiting.example", "/p")]
+    assert tracker.pop_due(1149.0) == []
+    assert tracker.pop_due(1150.0) == [("requested.example", "/p")], "its answer may be lost"
+    assert len(tracker) == 0

@@ -1,0 +1,85 @@
+"""What an agent does when its own code fails: the error policy.
+
+Input that cannot be decoded or validated is the sender's fault and goes to the dead-letter
+topic; the agents catch those errors themselves (``BadInput``, ``InvalidURL``). Any other
+exception is a bug of ours. The message it happened on is then not acknowledged (so its
+offset is never committed), the traceback is logged, and the worker either stops (the
+default: a restarted worker starts again from the last committed offset) or backs off and
+tries the same work again, as ``MIQPS_ON_BUG`` says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import os
+from collections.abc import Awaitable, Callable, Mapping
+
+log = logging.getLogger(__name__)
+
+ON_BUG_VARIABLE = "MIQPS_ON_BUG"
+FIRST_BACKOFF = 1.0
+MAX_BACKOFF = 60.0
+
+
+class OnBug(enum.StrEnum):
+    STOP = "stop"
+    RETRY = "retry"
+
+
+def parse_on_bug(text: str | None) -> OnBug:
+    """``stop`` (the default, also for an empty value) or ``retry``; anything else is an
+    error that names the variable and its choices."""
+    value = (text or OnBug.STOP.value).strip().lower()
+    try:
+        return OnBug(value)
+    except ValueError:
+        choices = " or ".join(choice.value for choice in OnBug)
+        raise ValueError(f"{ON_BUG_VARIABLE} must be {choices}, not {text!r}") from None
+
+
+def on_bug_from_env(env: Mapping[str, str] | None = None) -> OnBug:
+    return parse_on_bug((os.environ if env is None else env).get(ON_BUG_VARIABLE))
+
+
+class BugPolicy:
+    """Runs an agent's work for one message under the error policy."""
+
+    def __init__(
+        self,
+        on_bug: OnBug,
+        stop_worker: Callable[[BaseException], None],
+        first_backoff: float = FIRST_BACKOFF,
+        max_backoff: float = MAX_BACKOFF,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.on_bug = on_bug
+        self.stop_worker = stop_worker
+        self.first_backoff = first_backoff
+        self.max_backoff = max_backoff
+        self.sleep = sleep
+        self.bugs = 0
+
+    async def run(self, work: Callable[[], Awaitable[None]], what: str) -> None:
+        """Await ``work()`` until it succeeds. On a bug: log it, then stop the worker and
+        wait to be cancelled (``stop``), or wait and run ``work()`` again (``retry``, the
+        wait doubling up to ``max_backoff``). Returns only when ``work()`` succeeded, so
+        the caller acknowledges only what was done."""
+        backoff = self.first_backoff
+        while True:
+            try:
+                await work()
+                return
+            except Exception as error:
+                self.bugs += 1
+                if self.on_bug is OnBug.STOP:
+                    log.exception("%s failed on a bug; the message is not acknowledged and "
+                                  "the worker stops (%s=retry backs off and retries)",
+                                  what, ON_BUG_VARIABLE)
+                    self.stop_worker(error)
+                    await asyncio.Event().wait()  # until the stopping worker cancels us
+                log.exception("%s failed on a bug; the message is not acknowledged, "
+                              "retrying in %gs", what, backoff)
+                await self.sleep(backoff)
+                backoff = min(backoff * 2, self.max_backoff)

@@ -1,0 +1,46 @@
+"""Python imports this module at startup in a worker started with this directory first on
+``PYTHONPATH`` (tests/streams/agents/test_agent_faults.py). It plants faults in the real
+worker:
+
+- ``MIQPS_TEST_BUGS=N`` (or ``always``): the pattern-stats processor raises AttributeError
+  on its first N calls (on every call), as a bug in our code would;
+- ``MIQPS_TEST_LOST_REQUESTS=N``: the first N batches of probe requests the worker takes
+  are dropped unanswered, as a request lost on its way would be.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from streams import pattern_processor, probing
+from streams.stats import ProbeRequest
+
+_bugs = os.environ.get("MIQPS_TEST_BUGS", "")
+_lost = int(os.environ.get("MIQPS_TEST_LOST_REQUESTS") or 0)
+_calls = {"apply": 0, "handle": 0}
+_apply = pattern_processor.PatternStatsProcessor.apply
+_handle = probing.Probing.handle
+
+
+def _buggy_apply(self: pattern_processor.PatternStatsProcessor, *args: Any,
+                 **kwargs: Any) -> pattern_processor.Step:
+    _calls["apply"] += 1
+    if _bugs == "always" or _calls["apply"] <= int(_bugs or 0):
+        raise AttributeError("'NoneType' object has no attribute 'patterns' (planted bug)")
+    return _apply(self, *args, **kwargs)
+
+
+async def _losing_handle(self: probing.Probing, requests: Iterable[ProbeRequest],
+                         *args: Any, **kwargs: Any) -> list[probing.ProbeOutcome]:
+    _calls["handle"] += 1
+    if _calls["handle"] <= _lost:
+        print(f"planted loss: probe requests dropped: {[r.shape for r in requests]}",
+              flush=True)
+        return []
+    return await _handle(self, requests, *args, **kwargs)
+
+
+pattern_processor.PatternStatsProcessor.apply = _buggy_apply  # type: ignore[method-assign]
+probing.Probing.handle = _losing_handle  # type: ignore[method-assign]

@@ -1,0 +1,193 @@
+"""The agents under faults, on the real broker: a bug of ours, lost probe requests and a
+rebalance storm.
+
+Each test has topics, app id and state of its own (a unique prefix).
+"""
+
+from __future__ import annotations
+
+import os
+import string
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from streams.kafka import ensure_topics
+from streams.settings import LearningPolicy, Settings
+from streams.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
+from tests.streams.conftest import DriftingSite
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420)]
+
+BUG_HOOK = Path(__file__).with_name("bughook")
+SHAPES_PER_REBALANCE = 2
+
+
+@pytest.fixture
+def settings(bootstrap: str, drifting_web: tuple[DriftingSite, str],
+             tmp_path: Path) -> Iterator[Settings]:
+    _, proxy = drifting_web
+    base = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap})
+    made = isolated_settings(base, "faults", tmp_path / "state", proxy=proxy, partitions=4,
+                             probe_rate_per_host=100.0,
+                             policy=LearningPolicy(rare_after=2.0, retry_after=8.0))
+    ensure_topics(made)
+    yield made
+    delete_topics(made)
+
+
+def with_bug(planted: str, **env: str) -> dict[str, str]:
+    """The environment of a worker with faults planted (see bughook/sitecustomize.py)."""
+    path = os.pathsep.join(p for p in (str(BUG_HOOK), os.environ.get("PYTHONPATH")) if p)
+    return {"PYTHONPATH": path, "MIQPS_TEST_BUGS": planted, **env}
+
+
+LOSES_ITS_FIRST_REQUESTS = with_bug("0", MIQPS_TEST_LOST_REQUESTS="1")
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.5)
+
+
+def ready(worker: WorkerProcess) -> Callable[[], bool]:
+    return lambda: "Worker ready" in worker.log_text()
+
+
+def word(number: int) -> str:
+    """A path segment the path-shape rules keep as it is (no digits)."""
+    letters = ""
+    while True:
+        number, digit = divmod(number, 26)
+        letters = string.ascii_lowercase[digit] + letters
+        if not number:
+            return f"item-{letters}"
+
+
+def urls_of_shapes(first: int, count: int) -> list[bytes]:
+    return [f"http://drift.test/{word(n)}?id={n}&ref=r{n}".encode()
+            for n in range(first, first + count)]
+
+
+def answered(reader: TopicReader) -> set[str]:
+    reader.poll(0.3)
+    return {orjson.loads(value)["pattern"] for _, value, _ in reader.records if value}
+
+
+def requested(reader: TopicReader) -> list[dict[str, Any]]:
+    reader.poll(0.3)
+    return [orjson.loads(value) for _, value, _ in reader.records if value]
+
+
+def pattern_stats_dead_letters(settings: Settings) -> list[dict[str, Any]]:
+    with TopicReader(settings, settings.topics.dlq) as dead:
+        dead.poll(2.0)
+        return [orjson.loads(value) for _, value, _ in dead.records
+                if value and orjson.loads(value).get("stage") == "pattern-stats"]
+
+
+def test_a_bug_stops_the_worker_without_dead_lettering_or_losing_valid_samples(
+    settings: Settings, tmp_path: Path
+) -> None:
+    updates = TopicReader(settings, settings.topics.map_updates)
+    buggy = WorkerProcess(settings, "canonicalize,probe", tmp_path / "buggy.log",
+                          with_bug("always")).start()
+    worker: WorkerProcess | None = None
+    try:
+        produce(settings, settings.topics.raw, urls_of_shapes(0, 3))
+        wait_until(lambda: not buggy.alive(), 120, "the worker to stop on the bug")
+        log = buggy.log_text()
+        assert buggy.stop() != 0, log[-3000:]
+        assert "failed on a bug; the message is not acknowledged and the worker stops" in log
+        assert "planted bug" in log and "Traceback" in log
+        assert pattern_stats_dead_letters(settings) == []
+        worker = WorkerProcess(settings, "canonicalize,probe", tmp_path / "worker.log").start()
+        wait_until(lambda: len(answered(updates)) >= 3, 120,
+                   "the samples the bug left unacknowledged to be learned after a restart")
+        assert answered(updates) == {f"/{word(n)}?id&ref" for n in range(3)}
+    finally:
+        buggy.stop()
+        if worker is not None:
+            worker.stop()
+        updates.close()
+
+
+def test_with_retry_a_passing_bug_costs_a_backoff_and_no_sample(
+    settings: Settings, tmp_path: Path
+) -> None:
+    updates = TopicReader(settings, settings.topics.map_updates)
+    worker = WorkerProcess(settings, "canonicalize,probe", tmp_path / "worker.log",
+                           with_bug("2", MIQPS_ON_BUG="retry")).start()
+    try:
+        produce(settings, settings.topics.raw, urls_of_shapes(0, 3))
+        wait_until(lambda: len(answered(updates)) >= 3, 120, "the samples to be learned")
+        assert worker.alive(), worker.log_text()[-3000:]
+        log = worker.log_text()
+        assert "failed on a bug; the message is not acknowledged, retrying in 1s" in log
+        assert "planted bug" in log
+        assert pattern_stats_dead_letters(settings) == []
+    finally:
+        worker.stop()
+        updates.close()
+
+
+def test_every_pattern_is_answered_through_20_rebalances_and_lost_requests(
+    settings: Settings, tmp_path: Path
+) -> None:
+    requests = TopicReader(settings, settings.topics.probe_requests)
+    updates = TopicReader(settings, settings.topics.map_updates)
+    canonicalizer = WorkerProcess(settings.with_overrides(state_dir=tmp_path / "c"),
+                                  "canonicalize", tmp_path / "canonicalizer.log").start()
+    prober = WorkerProcess(settings.with_overrides(state_dir=tmp_path / "p"), "probe",
+                           tmp_path / "prober.log", LOSES_ITS_FIRST_REQUESTS).start()
+    sent = 0
+
+    def send_new_shapes() -> None:
+        nonlocal sent
+        produce(settings, settings.topics.raw, urls_of_shapes(sent, SHAPES_PER_REBALANCE))
+        sent += SHAPES_PER_REBALANCE
+
+    rebalances = 0
+    try:
+        for worker in (canonicalizer, prober):
+            wait_until(ready(worker), 90, "a worker")
+        for cycle in range(10):
+            extra = WorkerProcess(settings.with_overrides(state_dir=tmp_path / f"x{cycle}"),
+                                  "probe", tmp_path / f"extra{cycle}.log",
+                                  LOSES_ITS_FIRST_REQUESTS).start()
+            send_new_shapes()  # their requests come due while the group rebalances
+            wait_until(ready(extra), 90, "the extra prober")
+            rebalances += 1
+            send_new_shapes()
+            assert extra.stop() == 0, extra.log_text()[-3000:]
+            rebalances += 1
+
+        sent_patterns = {f"/{word(n)}?id&ref" for n in range(sent)}
+
+        def all_answered() -> bool:
+            asked = {pattern for request in requested(requests)
+                     for pattern in request["patterns"]}
+            return asked <= answered(updates) and sent_patterns <= answered(updates)
+
+        wait_until(all_answered, 150, "every pattern sent to be requested and answered")
+        assert canonicalizer.alive() and prober.alive()
+        asked = requested(requests)
+    finally:
+        for worker in (canonicalizer, prober):
+            worker.stop()
+        requests.close()
+        updates.close()
+    patterns = {pattern for request in asked for pattern in request["patterns"]}
+    again = sum(1 for request in asked for info in request["patterns"].values()
+                if info["reason"] == "retry")
+    print(f"\n{rebalances} rebalances; {sent} new shapes sent; {len(patterns)} patterns "
+          f"requested in {len(asked)} requests, {again} of them sent again; all answered")
+    assert rebalances == 20
+    assert again >= 1, "every probe worker drops the first requests it takes"
