@@ -11,11 +11,6 @@ from streams.localbroker import LocalBroker
 CLUSTER_BROKERS = 3
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "cluster: starts a private 3-broker cluster (scripts/kafka-local --brokers 3)")
-
-
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     """A private 3-broker KRaft cluster on free ports, whose nodes tests may kill and
