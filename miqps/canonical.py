@@ -27,6 +27,7 @@ from os import PathLike
 from typing import Any, NamedTuple
 
 import can_ada
+import orjson
 
 from miqps.maps import DomainMap, Layer, ParamEvidence
 from miqps.urls import (
@@ -143,13 +144,17 @@ class _CompiledDomain:
     ``plans`` maps ``shape?names`` (the names of the pairs in string order) to the indexes
     of the pairs to keep in that order, filled as keys are seen; all of it is rebuilt on
     every update. ``splits`` holds, per learned pattern, the kept and dropped names of a
-    URL that the first round settles.
+    URL that the first round settles. Given the map's JSON ``document``, it keeps that
+    instead of the map (a fraction of the memory of the object graph) and decodes it
+    whenever :attr:`map` is read.
     """
 
-    __slots__ = ("map", "plans", "rules", "splits", "version")
+    __slots__ = ("_map", "document", "plans", "rules", "splits", "version")
 
-    def __init__(self, domain_map: DomainMap, layers: StaticLayers, use_prior: bool) -> None:
-        self.map = domain_map
+    def __init__(self, domain_map: DomainMap, layers: StaticLayers, use_prior: bool,
+                 document: bytes | None = None) -> None:
+        self._map = domain_map if document is None else None
+        self.document = document
         self.version = domain_map.version
         rules = self.rules = DomainRules(domain_map, layers, use_prior)
         self.plans: dict[str, _Plan] = {}
@@ -159,6 +164,13 @@ class _CompiledDomain:
             names = decision.kept | decision.dropped
             self.splits[key] = _PatternSplit(keep, tuple(sorted(keep)),
                                              tuple(sorted(names - keep)))
+
+    @property
+    def map(self) -> DomainMap:
+        if self._map is not None:
+            return self._map
+        assert self.document is not None
+        return DomainMap.from_json(orjson.loads(self.document))
 
 
 class DomainRules:
@@ -326,14 +338,18 @@ class Canonicalizer:
     def _forget_plans(self) -> None:
         self._unmapped_plans = {}
         for domain, compiled in self._domains.items():
-            self._domains[domain] = self._compile(compiled.map)
+            self._domains[domain] = self._compile(compiled.map, compiled.document)
 
-    def _compile(self, domain_map: DomainMap) -> _CompiledDomain:
-        return _CompiledDomain(domain_map, self._layers, self._use_prior)
+    def _compile(self, domain_map: DomainMap, document: bytes | None = None) -> _CompiledDomain:
+        return _CompiledDomain(domain_map, self._layers, self._use_prior, document)
 
-    def update(self, domain_map: DomainMap) -> None:
+    def update(self, domain_map: DomainMap, document: bytes | None = None) -> None:
+        """Install ``domain_map``. Given its JSON ``document`` (as ``miqps learn`` and the
+        maps topic hold it), that is kept instead of the map: far less memory, but
+        :meth:`map_for` and :meth:`explain` then decode it on every call, which suits the
+        stream workers (they hold every domain's map and explain nothing)."""
         domain = domain_map.domain
-        compiled = self._compile(domain_map)
+        compiled = self._compile(domain_map, document)
         # The per-URL path looks hosts up as they appear in the URL, port and userinfo
         # included, so it must never find a key holding either.
         if "@" in domain or (":" in domain and not domain.endswith("]")):

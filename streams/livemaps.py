@@ -49,12 +49,15 @@ class LiveMaps:
     hold a lock, and every change a reader can see is one dict assignment, which the
     interpreter makes atomic.
 
-    ``canonicalizer`` is where the maps are installed; by default a new one. Passing the
-    API's own :class:`~miqps.canonical.Canonicalizer` makes the map feed keep it current.
+    ``canonicalizer`` is where the maps are installed; by default a new one, which keeps
+    each map as its JSON document (see :meth:`~miqps.canonical.Canonicalizer.update`).
+    Passing the API's own :class:`~miqps.canonical.Canonicalizer` makes the map feed keep
+    it current, with maps kept as objects so that its ``explain`` stays fast.
     """
 
     def __init__(self, reverify_after: float, layers: StaticLayers | None = None,
                  *, use_prior: bool = True, canonicalizer: Canonicalizer | None = None) -> None:
+        self._compact = canonicalizer is None
         self.canonicalizer = canonicalizer or Canonicalizer(layers, use_prior=use_prior)
         self.reverify_after = reverify_after
         self._maps: dict[str, LiveMap] = {}
@@ -68,13 +71,18 @@ class LiveMaps:
     def layers(self) -> StaticLayers:
         return self.canonicalizer.layers
 
-    def apply(self, domain_map: DomainMap) -> bool:
-        """Install ``domain_map`` unless an equal or newer version is live already."""
+    def apply(self, domain_map: DomainMap, document: bytes | None = None) -> bool:
+        """Install ``domain_map`` (whose JSON is ``document``, if at hand) unless an equal
+        or newer version is live already."""
         with self._lock:
             current = self._maps.get(domain_map.domain)
             if current is not None and current.version >= domain_map.version:
                 return False
-            self.canonicalizer.update(domain_map)
+            if self._compact:
+                document = document if document is not None else domain_map.dumps().encode()
+                self.canonicalizer.update(domain_map, document)
+            else:
+                self.canonicalizer.update(domain_map)
             self._maps[domain_map.domain] = LiveMap(domain_map.version, {
                 key: PatternRule(decision.decided_at,
                                  timestamp_seconds(decision.decided_at) + self.reverify_after)

@@ -141,7 +141,7 @@ class MapFeed:
             self._reject(error.at(f"{source.topic}[{source.partition}]@{source.offset}"),
                          key, value, source)
             return
-        if self.live_maps.apply(domain_map) and self.ready.is_set():
+        if self.live_maps.apply(domain_map, value) and self.ready.is_set():
             log.info("map live: %s v%d (%d patterns)", domain_map.domain,
                      domain_map.version, len(domain_map.patterns))
 
