@@ -339,7 +339,7 @@ class CanonicalizerFront:
             else:
                 try:
                     url = raw.url
-                    decision = decide(url)
+                    decision = decide(url, raw.text)
                     output = dumps({
                         "url": raw.text,
                         "canonical_url": decision.canonical_url,

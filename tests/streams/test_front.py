@@ -46,11 +46,11 @@ class Bug:
         self._decide = live_maps.decide
         live_maps.decide = self.decide
 
-    def decide(self, url: NormalizedURL) -> Decision:
+    def decide(self, url: NormalizedURL, original: str | None = None) -> Decision:
         if self.present.is_set() and url.url == BUGGY:
             self.raised += 1
             raise AttributeError("'NoneType' object has no attribute 'keep'")
-        return self._decide(url)
+        return self._decide(url, original)
 
 
 @pytest.fixture
