@@ -6,14 +6,15 @@ The public API::
 
     canonicalizer = Canonicalizer.from_file("maps.jsonl")  # or .from_kafka("host:9092")
     canonicalizer.canonicalize("https://shop.example/p/1?id=1&utm_source=x")
-    canonicalizer.explain(url)            # a Decision: kept, dropped, layer per parameter
+    canonicalizer.explain(url)            # a Decision: kept, dropped, layer per parameter,
+                                          # status (Status.LEARNED or Status.PROVISIONAL)
     canonicalizer.canonicalize_many(urls)  # lazily, in order
 
 Everything else in the package is internal and may change.
 """
 
-from miqps.canonical import Canonicalizer, Decision
+from miqps.canonical import Canonicalizer, Decision, Status
 from miqps.maps import DomainMap, InvalidMap
 from miqps.urls import InvalidURL
 
-__all__ = ["Canonicalizer", "Decision", "DomainMap", "InvalidMap", "InvalidURL"]
+__all__ = ["Canonicalizer", "Decision", "DomainMap", "InvalidMap", "InvalidURL", "Status"]

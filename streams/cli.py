@@ -221,7 +221,7 @@ def run_maps(argv: Sequence[str]) -> int:
     topic = args.topic or settings.topics.maps
     from confluent_kafka import KafkaException
 
-    from streams.kafka import read_compacted
+    from streams.clients import read_compacted
 
     latest: dict[str, bytes] = {}
     try:

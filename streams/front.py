@@ -16,22 +16,38 @@ So an offset is never committed before the outputs of the messages it covers are
 at least once. A delivery failure stops the worker without storing the batch's offsets, and
 so does a stop request while outputs are still undelivered (the broker is gone); the log
 then says which inputs have no committed offset and will be delivered again.
+
+Errors: bad input (not JSON, no valid URL, too large) goes to the DLQ with its reason. Any
+other exception while processing a batch is a bug in our code, never the input's fault: the
+batch's offsets are not stored, the traceback is logged, and, as ``MIQPS_ON_BUG`` says,
+the worker stops (``stop``, the default) or reads the batch again after a growing pause
+(``retry``). So valid input is never dead-lettered because of a bug.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from miqps.canonical import Status
+from streams.clients import (
+    DeliveryReports,
+    ProduceBlocked,
+    StoppedBeforeDelivery,
+    checkpoint,
+    produce,
+)
 from streams.codecs import BadInput, Source, decode_input, encode_dead_letter
 from streams.kafka import consumer_config, producer_config
-from streams.livemaps import LEARNED, LiveMaps
+from streams.livemaps import LiveMaps
 from streams.mapfeed import MapFeed
 from streams.partitioning import key_partition
 from streams.sampler import LocalSampler
@@ -42,8 +58,31 @@ log = logging.getLogger(__name__)
 COUNT_FLUSH_SECONDS = 1.0
 REPORT_SECONDS = 10.0
 SAMPLES_PER_MESSAGE = 500
-DELIVERY_WAIT_SECONDS = 10.0
-STOPPING_FLUSH_SECONDS = 2.0
+ON_BUG_ENV = "MIQPS_ON_BUG"
+FIRST_RETRY_SECONDS = 1.0
+MAX_RETRY_SECONDS = 60.0
+
+
+class OnBug(StrEnum):
+    """What the canonicalizer does when its own code fails on a batch."""
+
+    STOP = "stop"
+    RETRY = "retry"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> OnBug:
+        """The policy named by ``MIQPS_ON_BUG`` (default ``stop``); a clear ValueError
+        for anything else."""
+        text = environ.get(ON_BUG_ENV, "").strip().lower() or cls.STOP.value
+        try:
+            return cls(text)
+        except ValueError:
+            choices = " or ".join(repr(policy.value) for policy in cls)
+            raise ValueError(f"{ON_BUG_ENV}={text!r}: expected {choices}") from None
+
+
+class ProcessingBug(RuntimeError):
+    """Our code raised while processing an input: a bug, not bad input."""
 
 
 class SamplePacks:
@@ -72,14 +111,6 @@ class SamplePacks:
                 messages.append((partition, b"[" + b",".join(chunk) + b"]"))
         self._packs.clear()
         return messages
-
-
-class DeliveryFailed(RuntimeError):
-    pass
-
-
-class StoppedBeforeDelivery(Exception):
-    """Asked to stop while outputs of the current batch were still undelivered."""
 
 
 class UncommittedInputs:
@@ -132,6 +163,7 @@ class FrontCounters:
     dead: int = 0
     forwarded: int = 0
     batches: int = 0
+    bugs: int = 0
     consume_seconds: float = 0.0
     process_seconds: float = 0.0
     deliver_seconds: float = 0.0
@@ -139,8 +171,10 @@ class FrontCounters:
 
 class CanonicalizerFront:
     def __init__(self, settings: Settings, live_maps: LiveMaps, feed: MapFeed,
-                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
+                 on_fatal: Callable[[BaseException], None] | None = None,
+                 on_bug: OnBug = OnBug.STOP) -> None:
         self.settings = settings
+        self.on_bug = on_bug
         self.live_maps = live_maps
         self.feed = feed
         self.on_fatal = on_fatal
@@ -150,7 +184,7 @@ class CanonicalizerFront:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="miqps-canonicalizer",
                                         daemon=True)
-        self._delivery_errors: list[KafkaError] = []
+        self._deliveries = DeliveryReports()
         self._packs: SamplePacks | None = None
         self.uncommitted = UncommittedInputs()
 
@@ -195,10 +229,6 @@ class CanonicalizerFront:
         if error is None:
             self.uncommitted.committed(partitions)
 
-    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
-        if error is not None:
-            self._delivery_errors.append(error)
-
     def _loop(self) -> None:
         settings = self.settings
         consumer = Consumer(consumer_config(settings, self.group_id, **{
@@ -214,7 +244,7 @@ class CanonicalizerFront:
         }))
         producer = Producer(producer_config(settings, **{
             "delivery.report.only.error": True,
-            "on_delivery": self._on_delivery,
+            "on_delivery": self._deliveries,
         }))
         metadata = consumer.list_topics(settings.topics.samples, timeout=30)
         self._packs = SamplePacks(len(metadata.topics[settings.topics.samples].partitions))
@@ -223,6 +253,7 @@ class CanonicalizerFront:
         next_count_flush = time.monotonic() + COUNT_FLUSH_SECONDS
         next_report = time.monotonic() + REPORT_SECONDS
         reported = 0
+        retry_pause = FIRST_RETRY_SECONDS
         try:
             counters = self.counters
             clock = time.perf_counter
@@ -235,22 +266,28 @@ class CanonicalizerFront:
                 flush_counts = now >= next_count_flush
                 if not messages and not flush_counts:
                     continue
-                offsets = self._process(messages, producer)
-                if flush_counts:
-                    self._forward_counts()
-                    next_count_flush = now + COUNT_FLUSH_SECONDS
-                self._send_samples(producer)
+                try:
+                    offsets = self._process(messages, producer)
+                    if flush_counts:
+                        self._forward_counts()
+                        next_count_flush = now + COUNT_FLUSH_SECONDS
+                    self._send_samples(producer)
+                except (KafkaException, ProduceBlocked):
+                    raise
+                except Exception as bug:
+                    self._bug(bug, consumer, messages, retry_pause)
+                    retry_pause = min(retry_pause * 2, MAX_RETRY_SECONDS)
+                    continue
+                retry_pause = FIRST_RETRY_SECONDS
                 processed = clock()
                 if offsets:
                     self.uncommitted.consumed(messages, offsets)
                 try:
-                    self._deliver(producer)
+                    checkpoint(producer, consumer, offsets, self._deliveries, self._stopping)
                 except StoppedBeforeDelivery as stopped:
                     log.warning("canonicalizer: stopping with %s outputs undelivered; the "
                                 "offsets of their inputs stay uncommitted", stopped)
                     break
-                if offsets:
-                    self._store(consumer, offsets)
                 counters.process_seconds += processed - consumed
                 counters.deliver_seconds += clock() - processed
                 counters.batches += 1
@@ -282,9 +319,10 @@ class CanonicalizerFront:
         max_bytes = settings.max_message_bytes
         assert self._packs is not None
         pack = self._packs.add
-        canonicalize = self.live_maps.canonicalize
+        decide = self.live_maps.decide
+        due_for_reverification = self.live_maps.due_for_reverification
+        learned_status = Status.LEARNED  # a local: an enum member lookup costs per URL
         offer = self.sampler.offer
-        produce = producer.produce
         dumps = orjson.dumps
         wall_now = time.time()
         offsets: dict[tuple[str, int], int] = {}
@@ -296,47 +334,44 @@ class CanonicalizerFront:
                 continue
             try:
                 raw = decode_input(message.value(), max_bytes)
-                url = raw.url
-                result = canonicalize(url)
-                output = dumps({
-                    "url": raw.text,
-                    "canonical_url": result.canonical_url,
-                    "domain": url.host,
-                    "pattern": result.pattern,
-                    "kept": result.kept,
-                    "dropped": result.dropped,
-                    "status": result.status,
-                    "map_version": result.map_version,
-                    "meta": raw.meta,
-                })
-                self._produce(produce, producer, canonical_topic,
-                              result.canonical_url.encode(), output)
-                rule = result.rule
-                if result.status == LEARNED:
-                    learned += 1
-                    basis = rule.decided_at if rule is not None and \
-                        rule.reverify_at <= wall_now else None
-                else:
-                    provisional += 1
-                    basis = "" if url.has_params else None
-                if basis is not None:
-                    count = offer(url.host, result.pattern, url, basis)
-                    if count:
-                        forwarded += 1
-                        pack(url.host, dumps({"kind": "url", "domain": url.host,
-                                              "pattern": result.pattern, "url": url.url,
-                                              "count": count, "basis": basis}))
             except BadInput as error:
                 self._dead_letter(producer, message, error.reason)
                 dead += 1
-            except (KafkaException, DeliveryFailed):
-                raise
-            except Exception as error:
-                log.exception("canonicalizer: cannot process %s[%s]@%s", message.topic(),
-                              message.partition(), message.offset())
-                self._dead_letter(producer, message,
-                                  f"internal error: {type(error).__name__}: {error}")
-                dead += 1
+            else:
+                try:
+                    url = raw.url
+                    decision = decide(url, raw.text)
+                    output = dumps({
+                        "url": raw.text,
+                        "canonical_url": decision.canonical_url,
+                        "domain": url.host,
+                        "pattern": decision.pattern,
+                        "kept": decision.kept,
+                        "dropped": decision.dropped,
+                        "status": decision.status,
+                        "map_version": decision.map_version,
+                        "meta": raw.meta,
+                    })
+                    produce(producer, canonical_topic, output, decision.canonical_url.encode())
+                    if decision.status is learned_status:
+                        learned += 1
+                        basis = due_for_reverification(decision, wall_now)
+                    else:
+                        provisional += 1
+                        basis = "" if url.has_params else None
+                    if basis is not None:
+                        count = offer(url.host, decision.pattern, url, basis)
+                        if count:
+                            forwarded += 1
+                            pack(url.host, dumps({"kind": "url", "domain": url.host,
+                                                  "pattern": decision.pattern, "url": url.url,
+                                                  "count": count, "basis": basis}))
+                except (KafkaException, ProduceBlocked):
+                    raise
+                except Exception as error:
+                    raise ProcessingBug(
+                        f"a bug while processing {message.topic()}[{message.partition()}]@"
+                        f"{message.offset()} (valid input: not dead-lettered)") from error
             offsets[(message.topic() or "", message.partition() or 0)] = (message.offset() or 0) + 1
         counters.consumed += len(messages)
         counters.learned += learned
@@ -345,15 +380,31 @@ class CanonicalizerFront:
         counters.forwarded += forwarded
         return offsets
 
+    def _bug(self, bug: Exception, consumer: Consumer, messages: list[Message],
+             pause: float) -> None:
+        """Stop (raise ``bug``) or, with ``MIQPS_ON_BUG=retry``, read ``messages`` again
+        after ``pause`` seconds; their offsets are not stored either way."""
+        self.counters.bugs += 1
+        if self.on_bug is OnBug.STOP:
+            raise bug
+        log.error("canonicalizer: %s; the batch is not committed and is read again in %gs "
+                  "(%s=retry)", bug, pause, ON_BUG_ENV, exc_info=bug)
+        self._rewind(consumer, messages)
+        self._stopping.wait(pause)
+
     @staticmethod
-    def _produce(produce: Callable[..., None], producer: Producer, topic: str, key: bytes,
-                 value: bytes) -> None:
-        while True:
+    def _rewind(consumer: Consumer, messages: list[Message]) -> None:
+        """Seek each partition back to the first of ``messages`` consumed from it."""
+        firsts: dict[tuple[str, int], int] = {}
+        for message in messages:
+            firsts.setdefault((message.topic() or "", message.partition() or 0),
+                              message.offset() or 0)
+        for (topic, partition), offset in firsts.items():
             try:
-                produce(topic, value, key)
-                return
-            except BufferError:
-                producer.poll(0.05)
+                consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException as error:
+                log.info("canonicalizer: not rewound (partition revoked?); its new owner "
+                         "reads from the last commit: %s", error)
 
     def _dead_letter(self, producer: Producer, message: Message, reason: str) -> None:
         timestamp_type, timestamp = message.timestamp()
@@ -366,8 +417,7 @@ class CanonicalizerFront:
             "canonicalize",
             self.settings.topic_max_message_bytes // 2,
         )
-        self._produce(producer.produce, producer, self.settings.topics.dlq, message.key() or b"",
-                      record)
+        produce(producer, self.settings.topics.dlq, record, message.key() or b"")
 
     def _consumer_error(self, message: Message) -> None:
         error = message.error()
@@ -386,30 +436,4 @@ class CanonicalizerFront:
         assert self._packs is not None
         topic = self.settings.topics.samples
         for partition, value in self._packs.drain():
-            while True:
-                try:
-                    producer.produce(topic, value, None, partition)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-
-    def _deliver(self, producer: Producer) -> None:
-        while pending := producer.flush(STOPPING_FLUSH_SECONDS if self._stopping.is_set()
-                                        else DELIVERY_WAIT_SECONDS):
-            if self._stopping.is_set():
-                if self._delivery_errors:
-                    break
-                raise StoppedBeforeDelivery(pending)
-            log.warning("canonicalizer: still waiting for %d deliveries", pending)
-        if self._delivery_errors:
-            errors = self._delivery_errors[:3]
-            raise DeliveryFailed(f"{len(self._delivery_errors)} outputs not delivered: {errors}")
-
-    @staticmethod
-    def _store(consumer: Consumer, offsets: dict[tuple[str, int], int]) -> None:
-        partitions = [TopicPartition(topic, partition, offset)
-                      for (topic, partition), offset in offsets.items()]
-        try:
-            consumer.store_offsets(offsets=partitions)
-        except KafkaException as error:
-            log.info("canonicalizer: offsets not stored (partitions revoked?): %s", error)
+            produce(producer, topic, value, None, partition)

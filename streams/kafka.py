@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -131,66 +130,3 @@ def wait_for_partitions(admin: AdminClient, names: list[str], timeout: float) ->
                 raise RuntimeError(f"topics not available: {', '.join(absent)}")
             return counts
         time.sleep(0.2)
-
-
-def partition_count(settings: Settings, topic: str, timeout: float = 10.0) -> int:
-    admin = AdminClient(admin_config(settings))
-    return wait_for_partitions(admin, [topic], timeout)[topic]
-
-
-def read_compacted(settings: Settings, topic: str, timeout: float = 30.0,
-                   ) -> Iterator[tuple[bytes | None, bytes | None]]:
-    """Every (key, value) of ``topic`` from the beginning to the end as of now."""
-    consumer = Consumer(consumer_config(settings, f"miqps-read-{uuid.uuid4().hex}",
-                                        **{"enable.auto.commit": False}))
-    try:
-        partitions = assign_from_beginning(consumer, topic, timeout)
-        remaining = pending_partitions(consumer, partitions, timeout)
-        deadline = time.monotonic() + timeout
-        while remaining:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{topic}: not read to the end within {timeout:g}s")
-            messages = consumer.consume(1000, 0.5)
-            for message in messages:
-                if message.error() is not None:
-                    continue
-                yield message.key(), message.value()
-                partition, offset = message.partition() or 0, message.offset() or 0
-                end = remaining.get(partition)
-                if end is not None and offset + 1 >= end:
-                    del remaining[partition]
-            if not messages:
-                drop_reached(consumer, topic, remaining)
-    finally:
-        consumer.close()
-
-
-def assign_from_beginning(consumer: Consumer, topic: str, timeout: float) -> list[int]:
-    metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-    if metadata is None or metadata.error is not None or not metadata.partitions:
-        raise RuntimeError(f"topic {topic} does not exist")
-    partitions = sorted(metadata.partitions)
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-    return partitions
-
-
-def pending_partitions(consumer: Consumer, partitions: list[int], timeout: float,
-                       ) -> dict[int, int]:
-    """Partition -> high watermark, for the partitions that hold anything at all."""
-    assignment = consumer.assignment()
-    topic = assignment[0].topic if assignment else ""
-    pending: dict[int, int] = {}
-    for partition in partitions:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
-                                                   timeout=timeout)
-        if high > low:
-            pending[partition] = high
-    return pending
-
-
-def drop_reached(consumer: Consumer, topic: str, remaining: dict[int, int]) -> None:
-    """Forget the partitions whose position reached their end: offsets can have gaps."""
-    positions = consumer.position([TopicPartition(topic, p) for p in remaining])
-    for position in positions:
-        if position.offset >= 0 and position.offset >= remaining.get(position.partition, 0):
-            remaining.pop(position.partition, None)

@@ -1,30 +1,24 @@
-"""The current MIQPS maps of every domain, compiled for the per-URL path.
+"""The current MIQPS maps of every domain, for the stream workers.
 
-The canonical form is the core's (``miqps.canonical.DomainRules``): a learned pattern keeps
-its kept parameters plus allowlisted ones, less confirmed default values and what the
-cold-start prior drops for lack of evidence; an unlearned pattern keeps everything except
-what the prior drops; rules are re-applied until they stop changing the URL
-(``miqps.canonical.settle``). This module only precomputes the rules per pattern, because
-every URL passes through here, and adds what the stream needs: the decision's age for
-re-verification.
+The canonical form and the decision are the core's: :class:`miqps.canonical.Canonicalizer`
+compiles each map once and decides every URL (:meth:`~miqps.canonical.Canonicalizer.decide`).
+This module holds one canonicalizer per process and adds what only the stream needs: which
+map version is live, and when each learned pattern's decision is due for re-verification.
 """
 
 from __future__ import annotations
 
 import threading
 from calendar import timegm
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from time import strptime
-from typing import NamedTuple
+from typing import Protocol
 
-import orjson
-
-from miqps.canonical import DomainRules, StaticLayers, settle
+from miqps.canonical import Canonicalizer, Decision, StaticLayers
 from miqps.maps import DomainMap
 from miqps.urls import NormalizedURL
-
-PROVISIONAL = "provisional"
-LEARNED = "learned"
 
 
 def timestamp_seconds(text: str) -> float:
@@ -35,107 +29,91 @@ def timestamp_seconds(text: str) -> float:
         return 0.0
 
 
+class Decide(Protocol):
+    def __call__(self, url: NormalizedURL, original: str | None = None) -> Decision: ...
+
+
 @dataclass(frozen=True, slots=True)
 class PatternRule:
-    keep: frozenset[str]
-    kept: list[str]
-    dropped: list[str]
-    default_pairs: frozenset[str]
+    """When a learned pattern was decided, and when its decision is due to be checked again."""
+
     decided_at: str
     reverify_at: float
 
 
-class CompiledMap:
-    """The rules of one domain; the map itself is kept as its JSON document, which takes a
-    fraction of the memory of the object graph and is only needed to merge an update."""
+@dataclass(frozen=True, slots=True)
+class LiveMap:
+    """What the stream knows of one domain's live map beside its compiled rules."""
 
-    __slots__ = ("document", "domain_rules", "rules", "version")
-
-    def __init__(self, domain_map: DomainMap, layers: StaticLayers, use_prior: bool,
-                 reverify_after: float, document: bytes | None = None) -> None:
-        self.document = document if document is not None else domain_map.dumps().encode()
-        self.version = domain_map.version
-        rules = DomainRules(domain_map, layers, use_prior)
-        self.domain_rules = rules
-        self.rules: dict[str, PatternRule] = {}
-        for key, decision in domain_map.patterns.items():
-            names = decision.kept | decision.dropped
-            keep = rules.keep[key]
-            self.rules[key] = PatternRule(
-                keep=keep,
-                kept=sorted(keep),
-                dropped=sorted(names - keep),
-                default_pairs=rules.default_pairs.get(key, frozenset()),
-                decided_at=decision.decided_at,
-                reverify_at=timestamp_seconds(decision.decided_at) + reverify_after,
-            )
-
-
-class Canonical(NamedTuple):
-    canonical_url: str
-    pattern: str
-    kept: list[str]
-    dropped: list[str]
-    status: str
-    map_version: int
-    rule: PatternRule | None
+    version: int
+    rules: Mapping[str, PatternRule]
 
 
 class LiveMaps:
-    """Thread-safe enough for one writer (the map feed) and many readers: every change is
-    one dict assignment, which the interpreter makes atomic."""
+    """One writer (the map feed) and any number of readers: :meth:`apply` and :meth:`remove`
+    hold a lock, and every change a reader can see is one dict assignment, which the
+    interpreter makes atomic.
+
+    ``canonicalizer`` is where the maps are installed; by default a new one, which keeps
+    each map as its JSON document (see :meth:`~miqps.canonical.Canonicalizer.update`).
+    Passing the API's own :class:`~miqps.canonical.Canonicalizer` makes the map feed keep
+    it current, with maps kept as objects so that its ``explain`` stays fast.
+    """
 
     def __init__(self, reverify_after: float, layers: StaticLayers | None = None,
-                 *, use_prior: bool = True) -> None:
-        self.layers = layers or StaticLayers.default()
+                 *, use_prior: bool = True, canonicalizer: Canonicalizer | None = None) -> None:
+        self._compact = canonicalizer is None
+        self.canonicalizer = canonicalizer or Canonicalizer(layers, use_prior=use_prior)
         self.reverify_after = reverify_after
-        self.use_prior = use_prior
-        self._maps: dict[str, CompiledMap] = {}
+        self._maps: dict[str, LiveMap] = {}
         self._lock = threading.Lock()
+        # The core's decision without the per-parameter layers: a partial, since every URL
+        # of the stream passes through it. Pass the input's text as ``original`` where it is
+        # at hand: building it again from the parsed URL costs a fifth of the decision.
+        self.decide: Decide = partial(self.canonicalizer.decide, with_layers=False)
+
+    @property
+    def layers(self) -> StaticLayers:
+        return self.canonicalizer.layers
 
     def apply(self, domain_map: DomainMap, document: bytes | None = None) -> bool:
-        """Install ``domain_map`` (whose JSON is ``document``, if at hand) unless an equal or
-        newer version is live already."""
+        """Install ``domain_map`` (whose JSON is ``document``, if at hand) unless an equal
+        or newer version is live already."""
         with self._lock:
             current = self._maps.get(domain_map.domain)
             if current is not None and current.version >= domain_map.version:
                 return False
-            self._maps[domain_map.domain] = CompiledMap(
-                domain_map, self.layers, self.use_prior, self.reverify_after, document
-            )
+            if self._compact:
+                document = document if document is not None else domain_map.dumps().encode()
+                self.canonicalizer.update(domain_map, document)
+            else:
+                self.canonicalizer.update(domain_map)
+            self._maps[domain_map.domain] = LiveMap(domain_map.version, {
+                key: PatternRule(decision.decided_at,
+                                 timestamp_seconds(decision.decided_at) + self.reverify_after)
+                for key, decision in domain_map.patterns.items()
+            })
             return True
 
     def remove(self, domain: str) -> None:
         with self._lock:
             self._maps.pop(domain, None)
+            self.canonicalizer.forget(domain)
 
-    def get(self, domain: str) -> CompiledMap | None:
+    def get(self, domain: str) -> LiveMap | None:
         return self._maps.get(domain)
 
     def map_for(self, domain: str) -> DomainMap | None:
-        compiled = self._maps.get(domain)
-        if compiled is None:
-            return None
-        return DomainMap.from_json(orjson.loads(compiled.document))
+        return self.canonicalizer.map_for(domain)
 
     def __len__(self) -> int:
         return len(self._maps)
 
-    def domains(self) -> list[str]:
-        return list(self._maps)
-
-    def canonicalize(self, url: NormalizedURL) -> Canonical:
-        compiled = self._maps.get(url.host)
-        version = compiled.version if compiled is not None else 0
-        domain_rules = compiled.domain_rules if compiled is not None else None
-        rounds = settle(url, domain_rules, self.layers, self.use_prior)
-        pattern = rounds[0].pattern
-        keep = rounds[-1].keep
-        rule = compiled.rules.get(pattern) if compiled is not None else None
-        status = PROVISIONAL if rule is None else LEARNED
-        names = url.names
-        if rule is not None and keep == rule.keep:
-            return Canonical(url.with_only(keep), pattern, rule.kept, rule.dropped, status,
-                             version, rule)
-        return Canonical(url.with_only(keep), pattern, sorted(keep), sorted(names - keep),
-                         status, version, rule)
+    def due_for_reverification(self, decision: Decision, now: float) -> str | None:
+        """The ``decided_at`` of a learned decision whose re-verification time has come
+        (``now`` in seconds since the epoch), else None."""
+        live = self._maps.get(decision.domain)
+        rule = live.rules.get(decision.pattern) if live is not None else None
+        if rule is None or rule.reverify_at > now:
+            return None
+        return rule.decided_at

@@ -23,14 +23,9 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaException, Message, Producer
 
 from miqps.maps import InvalidMap, parse_map
+from streams.clients import ProduceBlocked, produce, read_to_end
 from streams.codecs import Source, encode_dead_letter
-from streams.kafka import (
-    assign_from_beginning,
-    consumer_config,
-    drop_reached,
-    pending_partitions,
-    producer_config,
-)
+from streams.kafka import consumer_config, producer_config
 from streams.livemaps import LiveMaps
 from streams.settings import Settings
 
@@ -54,8 +49,6 @@ class MapFeed:
         self.on_fatal = on_fatal
         self.dead_letter = dead_letter
         self.ready = threading.Event()
-        self.applied = 0
-        self.rejected = 0
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="miqps-map-feed", daemon=True)
 
@@ -89,29 +82,15 @@ class MapFeed:
             producer = Producer(producer_config(self.settings))
             self.dead_letter = self._producing_to_dlq(producer)
         try:
-            partitions = assign_from_beginning(consumer, topic, 30.0)
-            catching_up = pending_partitions(consumer, partitions, 30.0)
             started = time.monotonic()
-            if not catching_up:
-                self._set_ready(started)
+            for message in read_to_end(consumer, topic, stopping=self._stopping):
+                self._apply_message(message, producer)
+            if self._stopping.is_set():
+                return
+            self._set_ready(started)
             while not self._stopping.is_set():
-                messages = consumer.consume(500, 0.2)
-                for message in messages:
-                    if message.error() is not None:
-                        log.warning("map feed: %s", message.error())
-                        continue
-                    self.apply_record(message.key(), message.value(), _source(message))
-                    if catching_up:
-                        partition, offset = message.partition() or 0, message.offset() or 0
-                        end = catching_up.get(partition)
-                        if end is not None and offset + 1 >= end:
-                            del catching_up[partition]
-                            if not catching_up:
-                                self._set_ready(started)
-                if catching_up and not messages:
-                    drop_reached(consumer, topic, catching_up)
-                    if not catching_up:
-                        self._set_ready(started)
+                for message in consumer.consume(500, 0.2):
+                    self._apply_message(message, producer)
                 if producer is not None:
                     producer.poll(0)
         finally:
@@ -119,13 +98,21 @@ class MapFeed:
             if producer is not None:
                 producer.flush(5.0)
 
+    def _apply_message(self, message: Message, producer: Producer | None) -> None:
+        if message.error() is not None:
+            log.warning("map feed: %s", message.error())
+            return
+        self.apply_record(message.key(), message.value(), _source(message))
+        if producer is not None:
+            producer.poll(0)
+
     def _producing_to_dlq(self, producer: Producer) -> DeadLetter:
         topic = self.settings.topics.dlq
 
         def send(key: bytes | None, record: bytes) -> None:
             try:
-                producer.produce(topic, key=key or b"", value=record)
-            except (BufferError, KafkaException) as error:
+                produce(producer, topic, record, key or b"")
+            except (ProduceBlocked, KafkaException) as error:
                 log.error("map feed: could not dead-letter an invalid map: %s", error)
 
         return send
@@ -154,15 +141,12 @@ class MapFeed:
             self._reject(error.at(f"{source.topic}[{source.partition}]@{source.offset}"),
                          key, value, source)
             return
-        if self.live_maps.apply(domain_map, value):
-            self.applied += 1
-            if self.ready.is_set():
-                log.info("map live: %s v%d (%d patterns)", domain_map.domain,
-                         domain_map.version, len(domain_map.patterns))
+        if self.live_maps.apply(domain_map, value) and self.ready.is_set():
+            log.info("map live: %s v%d (%d patterns)", domain_map.domain,
+                     domain_map.version, len(domain_map.patterns))
 
     def _reject(self, error: InvalidMap, key: bytes | None, value: bytes,
                 source: Source) -> None:
-        self.rejected += 1
         log.warning("map feed: dead-lettered; the last valid map stays live: %s", error)
         if self.dead_letter is not None:
             self.dead_letter(key, encode_dead_letter(

@@ -3,35 +3,13 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import replace
 
 from miqps.canonical import Canonicalizer
-from miqps.maps import DomainMap
 from streams.livemaps import LiveMaps
 from streams.mapfeed import MapFeed
 from streams.settings import Settings, Topics
-
-
-class _IntoCanonicalizer(LiveMaps):
-    """The map feed's target, installing each newer map into a canonicalizer instead."""
-
-    def __init__(self, canonicalizer: Canonicalizer) -> None:
-        super().__init__(reverify_after=0.0)
-        self.canonicalizer = canonicalizer
-        self._lock = threading.Lock()
-
-    def apply(self, domain_map: DomainMap, document: bytes | None = None) -> bool:
-        with self._lock:
-            current = self.canonicalizer.map_for(domain_map.domain)
-            if current is not None and current.version >= domain_map.version:
-                return False
-            self.canonicalizer.update(domain_map)
-            return True
-
-    def remove(self, domain: str) -> None:
-        self.canonicalizer.forget(domain)
 
 
 def _no_dead_letters(key: bytes | None, record: bytes) -> None:
@@ -46,8 +24,8 @@ def follow_maps(canonicalizer: Canonicalizer, bootstrap: str, topic: str,
     settings = Settings(bootstrap_servers=bootstrap, app_id="miqps-api",
                         topics=replace(Topics(), maps=topic))
     failures: list[BaseException] = []
-    feed = MapFeed(settings, _IntoCanonicalizer(canonicalizer), failures.append,
-                   dead_letter=_no_dead_letters)
+    live_maps = LiveMaps(reverify_after=0.0, canonicalizer=canonicalizer)
+    feed = MapFeed(settings, live_maps, failures.append, dead_letter=_no_dead_letters)
     feed.start()
     waited = 0.0
     while not feed.wait_ready(0.1):

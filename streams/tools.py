@@ -17,6 +17,8 @@ from typing import IO
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from streams.clients import DeliveryReports
+from streams.clients import produce as send
 from streams.kafka import consumer_config, producer_config
 from streams.settings import Settings, variables
 
@@ -116,23 +118,24 @@ class WorkerProcess:
 
 def produce(settings: Settings, topic: str, values: Iterable[bytes | None],
             keys: Iterable[bytes | None] | None = None) -> int:
-    producer = Producer(producer_config(settings, **{"enable.idempotence": False}))
+    """Send every value (with its key) to ``topic`` and wait until all are delivered;
+    raises if any is not."""
+    reports = DeliveryReports()
+    producer = Producer(producer_config(settings, **{"enable.idempotence": False,
+                                                     "delivery.report.only.error": True,
+                                                     "on_delivery": reports}))
     count = 0
     key_iter = iter(keys) if keys is not None else None
     for value in values:
         key = next(key_iter) if key_iter is not None else None
-        while True:
-            try:
-                producer.produce(topic, value, key)
-                break
-            except BufferError:
-                producer.poll(0.1)
+        send(producer, topic, value, key)
         count += 1
         if count % 10_000 == 0:
             producer.poll(0)
     remaining = producer.flush(60)
     if remaining:
         raise RuntimeError(f"{remaining} messages not delivered to {topic}")
+    reports.raise_errors()
     return count
 
 

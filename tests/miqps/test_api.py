@@ -42,7 +42,7 @@ def maps_file(tmp_path: Path) -> Path:
 
 def test_the_public_surface_is_marked() -> None:
     assert miqps.__all__ == ["Canonicalizer", "Decision", "DomainMap", "InvalidMap",
-                             "InvalidURL"]
+                             "InvalidURL", "Status"]
     for name in ("from_file", "from_kafka", "canonicalize", "explain", "canonicalize_many"):
         assert getattr(Canonicalizer, name).__doc__, name
 
@@ -56,7 +56,7 @@ def test_from_file_canonicalizes_and_explains(maps_file: Path) -> None:
     assert decision.url == url and decision.canonical_url == f"https://{HOST}/p/9?id=7"
     assert decision.kept == ("id",) and decision.dropped == ("ref", "sid")
     assert decision.layers == {"id": "learned", "ref": "learned", "sid": "learned"}
-    assert decision.map_version == 1
+    assert decision.map_version == 1 and decision.status is miqps.Status.LEARNED
     # A domain without a map keeps everything but the cold-start prior's names.
     assert canonicalizer.canonicalize("https://other.test/p/9?ref=1&utm_source=x") == (
         "https://other.test/p/9?ref=1")

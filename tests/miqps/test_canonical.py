@@ -84,6 +84,20 @@ def test_decide_reports_layers_and_map_version() -> None:
     assert decision.dropped == ("sid",)
 
 
+def test_a_map_kept_as_its_document_decides_and_explains_alike() -> None:
+    domain_map = learned_map()
+    as_objects, as_document = Canonicalizer(), Canonicalizer()
+    as_objects.update(domain_map)
+    as_document.update(domain_map, domain_map.dumps().encode())
+    assert as_document.map_for("shop.example") == domain_map
+    for text in ("http://shop.example/p?sid=9&utm_source=a&id=4&variant=1",
+                 "http://shop.example/p?sid=9&gclid=3", "http://other.example/p?id=1"):
+        url = parse(text)
+        assert as_document.decide(url) == as_objects.decide(url)
+        assert as_document.decide(url, with_layers=False) == as_objects.decide(url)._replace(
+            layers={})
+
+
 def test_the_prior_drops_what_a_learned_pattern_has_no_evidence_for() -> None:
     params = {
         "id": ParamEvidence("keep", Layer.LEARNED, 2, 2, 0, 0),

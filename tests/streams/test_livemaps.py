@@ -1,9 +1,9 @@
 import random
 
-from miqps.canonical import Canonicalizer
+from miqps.canonical import Canonicalizer, DomainRules, Status, settle
 from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification
 from miqps.urls import parse, path_shape, pattern_key
-from streams.livemaps import LEARNED, PROVISIONAL, LiveMaps, timestamp_seconds
+from streams.livemaps import LiveMaps, timestamp_seconds
 
 NAMES = ("id", "page", "utm_source", "utm_medium", "gclid", "ref", "variant", "sid", "q")
 
@@ -47,7 +47,9 @@ def random_maps(rng: random.Random, urls: list[str]) -> list[DomainMap]:
     return maps
 
 
-def test_lean_path_decides_exactly_like_the_core() -> None:
+def test_the_stream_decides_exactly_like_the_core_paths() -> None:
+    """The stream's decision (precomputed kept and dropped names per learned pattern)
+    against the rounds of ``settle`` themselves and the core's plans path."""
     rng = random.Random(5)
     urls = random_urls(rng, 3000)
     maps = random_maps(rng, urls)
@@ -56,26 +58,47 @@ def test_lean_path_decides_exactly_like_the_core() -> None:
     for domain_map in maps:
         core.update(domain_map)
         live.apply(domain_map)
+    rules = {domain_map.domain: DomainRules(domain_map, core.layers, True) for domain_map in maps}
+    versions = {domain_map.domain: domain_map.version for domain_map in maps}
     statuses = set()
     matrix_dropped = 0
     for text in urls:
         url = parse(text)
-        expected = core.decide(url)
-        got = live.canonicalize(url)
-        assert got.canonical_url == expected.canonical_url == core.canonical_url(url), text
-        assert got.pattern == expected.pattern
-        assert got.kept == list(expected.kept)
-        assert got.dropped == list(expected.dropped)
-        assert got.status == expected.status
-        assert got.map_version == expected.map_version
+        rounds = settle(url, rules.get(url.host), core.layers, True)
+        final = rounds[-1].keep
+        got = live.decide(url)
+        assert got.canonical_url == url.with_only(final) == core.canonical_text(text), text
+        assert got.pattern == rounds[0].pattern
+        assert got.kept == tuple(sorted(final))
+        assert got.dropped == tuple(sorted(url.names - final))
+        assert got.layers == {}
+        learned = any(rounds[0].pattern in m.patterns for m in maps if m.domain == url.host)
+        assert got.status == (Status.LEARNED if learned else Status.PROVISIONAL)
+        assert got.map_version == versions.get(url.host, 0)
+        assert got == core.decide(url)._replace(layers={})
         statuses.add(got.status)
-        assert live.canonicalize(parse(got.canonical_url)).canonical_url == got.canonical_url
+        assert live.decide(parse(got.canonical_url)).canonical_url == got.canonical_url
         matrix_dropped += any(name.startswith(";") for name in got.dropped)
-    assert statuses == {LEARNED, PROVISIONAL}
+    assert statuses == {Status.LEARNED, Status.PROVISIONAL}
     assert matrix_dropped > 0
 
 
-def test_older_versions_never_replace_newer_ones_and_the_document_round_trips() -> None:
+def test_a_learned_decision_is_due_for_reverification_once_its_time_has_come() -> None:
+    rng = random.Random(3)
+    urls = random_urls(rng, 300)
+    domain_map = random_maps(rng, urls)[0]
+    live = LiveMaps(reverify_after=10)
+    live.apply(domain_map)
+    pattern = next(iter(domain_map.patterns))
+    decided = timestamp_seconds("2026-01-01T00:00:00Z")
+    learned = next(d for d in (live.decide(parse(u)) for u in urls) if d.pattern == pattern)
+    assert live.due_for_reverification(learned, decided + 9) is None
+    assert live.due_for_reverification(learned, decided + 10) == "2026-01-01T00:00:00Z"
+    unlearned = live.decide(parse("https://unmapped.example/p?id=1"))
+    assert live.due_for_reverification(unlearned, decided + 10**9) is None
+
+
+def test_older_versions_never_replace_newer_ones_and_the_map_round_trips() -> None:
     rng = random.Random(1)
     urls = random_urls(rng, 200)
     newer = random_maps(rng, urls)[0]

@@ -27,7 +27,8 @@ from miqps.urls import parse
 from simweb.corpus import CorpusURL, generate_corpus
 from simweb.server import SimWeb
 from simweb.sites import Site, build_sites
-from streams.kafka import ensure_topics, read_compacted
+from streams.clients import read_compacted
+from streams.kafka import ensure_topics
 from streams.partitioning import key_partition
 from streams.settings import LearningPolicy, Settings
 from streams.tables import changelog_topics

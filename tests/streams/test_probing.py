@@ -141,7 +141,7 @@ async def test_a_new_combination_verifies_the_default_values_it_inherits(
     assert "lang" in decision.kept and "utm_source" in decision.dropped
     assert decision.params["lang"].default_values == [], "lang=en is no longer the default"
     probing.live_maps.apply(outcome.published)
-    canonical = probing.live_maps.canonicalize(parse(tracked[0])).canonical_url
+    canonical = probing.live_maps.decide(parse(tracked[0])).canonical_url
     assert canonical == "http://drift.test/p?id=60&lang=en"
 
 
@@ -157,7 +157,7 @@ async def test_a_new_combination_inherits_an_allowlisted_parameters_default(
     assert decision.params["start"].default_values == ["start=0"]
     assert outcome.fetches <= 2 * probing.config.verify_samples, "decided from the evidence"
     probing.live_maps.apply(outcome.published)
-    canonical = probing.live_maps.canonicalize(parse(tracked[0])).canonical_url
+    canonical = probing.live_maps.decide(parse(tracked[0])).canonical_url
     assert canonical == "http://drift.test/p?id=60"
 
 
