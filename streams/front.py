@@ -27,14 +27,11 @@ the worker stops (``stop``, the default) or reads the batch again after a growin
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 
-import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from miqps.canonical import Status
@@ -45,10 +42,21 @@ from streams.clients import (
     checkpoint,
     produce,
 )
-from streams.codecs import BadInput, Source, decode_input, encode_dead_letter
+from streams.errorpolicy import OnBug
 from streams.kafka import consumer_config, producer_config
 from streams.livemaps import LiveMaps
 from streams.mapfeed import MapFeed
+from streams.messages import (
+    BadInput,
+    CanonicalOutput,
+    CountSample,
+    DeadLetter,
+    SamplePack,
+    Source,
+    UrlSample,
+    decode_input,
+    sample_to_bytes,
+)
 from streams.partitioning import key_partition
 from streams.sampler import LocalSampler
 from streams.settings import Settings
@@ -58,27 +66,8 @@ log = logging.getLogger(__name__)
 COUNT_FLUSH_SECONDS = 1.0
 REPORT_SECONDS = 10.0
 SAMPLES_PER_MESSAGE = 500
-ON_BUG_ENV = "MIQPS_ON_BUG"
 FIRST_RETRY_SECONDS = 1.0
 MAX_RETRY_SECONDS = 60.0
-
-
-class OnBug(StrEnum):
-    """What the canonicalizer does when its own code fails on a batch."""
-
-    STOP = "stop"
-    RETRY = "retry"
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> OnBug:
-        """The policy named by ``MIQPS_ON_BUG`` (default ``stop``); a clear ValueError
-        for anything else."""
-        text = environ.get(ON_BUG_ENV, "").strip().lower() or cls.STOP.value
-        try:
-            return cls(text)
-        except ValueError:
-            choices = " or ".join(repr(policy.value) for policy in cls)
-            raise ValueError(f"{ON_BUG_ENV}={text!r}: expected {choices}") from None
 
 
 class ProcessingBug(RuntimeError):
@@ -108,7 +97,7 @@ class SamplePacks:
         for partition, samples in self._packs.items():
             for start in range(0, len(samples), SAMPLES_PER_MESSAGE):
                 chunk = samples[start:start + SAMPLES_PER_MESSAGE]
-                messages.append((partition, b"[" + b",".join(chunk) + b"]"))
+                messages.append((partition, SamplePack.from_items(chunk)))
         self._packs.clear()
         return messages
 
@@ -171,10 +160,9 @@ class FrontCounters:
 
 class CanonicalizerFront:
     def __init__(self, settings: Settings, live_maps: LiveMaps, feed: MapFeed,
-                 on_fatal: Callable[[BaseException], None] | None = None,
-                 on_bug: OnBug = OnBug.STOP) -> None:
+                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
         self.settings = settings
-        self.on_bug = on_bug
+        self.on_bug = OnBug(settings.on_bug)
         self.live_maps = live_maps
         self.feed = feed
         self.on_fatal = on_fatal
@@ -323,7 +311,7 @@ class CanonicalizerFront:
         due_for_reverification = self.live_maps.due_for_reverification
         learned_status = Status.LEARNED  # a local: an enum member lookup costs per URL
         offer = self.sampler.offer
-        dumps = orjson.dumps
+        encode_output = CanonicalOutput.encode
         wall_now = time.time()
         offsets: dict[tuple[str, int], int] = {}
         counters = self.counters
@@ -341,17 +329,9 @@ class CanonicalizerFront:
                 try:
                     url = raw.url
                     decision = decide(url, raw.text)
-                    output = dumps({
-                        "url": raw.text,
-                        "canonical_url": decision.canonical_url,
-                        "domain": url.host,
-                        "pattern": decision.pattern,
-                        "kept": decision.kept,
-                        "dropped": decision.dropped,
-                        "status": decision.status,
-                        "map_version": decision.map_version,
-                        "meta": raw.meta,
-                    })
+                    output = encode_output(raw.text, decision.canonical_url, url.host,
+                                           decision.pattern, decision.kept, decision.dropped,
+                                           decision.status, decision.map_version, raw.meta)
                     produce(producer, canonical_topic, output, decision.canonical_url.encode())
                     if decision.status is learned_status:
                         learned += 1
@@ -363,9 +343,8 @@ class CanonicalizerFront:
                         count = offer(url.host, decision.pattern, url, basis)
                         if count:
                             forwarded += 1
-                            pack(url.host, dumps({"kind": "url", "domain": url.host,
-                                                  "pattern": decision.pattern, "url": url.url,
-                                                  "count": count, "basis": basis}))
+                            pack(url.host, sample_to_bytes(UrlSample(
+                                url.host, decision.pattern, url.url, count, basis)))
                 except (KafkaException, ProduceBlocked):
                     raise
                 except Exception as error:
@@ -388,7 +367,7 @@ class CanonicalizerFront:
         if self.on_bug is OnBug.STOP:
             raise bug
         log.error("canonicalizer: %s; the batch is not committed and is read again in %gs "
-                  "(%s=retry)", bug, pause, ON_BUG_ENV, exc_info=bug)
+                  "(MIQPS_ON_BUG=retry)", bug, pause, exc_info=bug)
         self._rewind(consumer, messages)
         self._stopping.wait(pause)
 
@@ -408,7 +387,7 @@ class CanonicalizerFront:
 
     def _dead_letter(self, producer: Producer, message: Message, reason: str) -> None:
         timestamp_type, timestamp = message.timestamp()
-        record = encode_dead_letter(
+        record = DeadLetter.of(
             reason,
             message.value(),
             message.key(),
@@ -417,7 +396,7 @@ class CanonicalizerFront:
             "canonicalize",
             self.settings.topic_max_message_bytes // 2,
         )
-        produce(producer, self.settings.topics.dlq, record, message.key() or b"")
+        produce(producer, self.settings.topics.dlq, record.to_bytes(), message.key() or b"")
 
     def _consumer_error(self, message: Message) -> None:
         error = message.error()
@@ -428,9 +407,8 @@ class CanonicalizerFront:
     def _forward_counts(self) -> None:
         assert self._packs is not None
         for pending in self.sampler.drain_counts():
-            self._packs.add(pending.domain, orjson.dumps({
-                "kind": "count", "domain": pending.domain, "pattern": pending.pattern,
-                "count": pending.count, "basis": pending.basis}))
+            self._packs.add(pending.domain, sample_to_bytes(CountSample(
+                pending.domain, pending.pattern, pending.count, pending.basis)))
 
     def _send_samples(self, producer: Producer) -> None:
         assert self._packs is not None

@@ -18,7 +18,7 @@ import threading
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
-from streams.front import CanonicalizerFront, OnBug
+from streams.front import CanonicalizerFront
 from streams.lifecycle import StopDeadline
 from streams.livemaps import LiveMaps
 from streams.lograte import rate_limit_handlers
@@ -30,8 +30,7 @@ log = logging.getLogger(__name__)
 LOG_FORMAT = "[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s"
 
 
-def run_front(settings: Settings, parent_pid: int, loglevel: int, stop_timeout: float,
-              on_bug: OnBug) -> None:
+def run_front(settings: Settings, parent_pid: int, loglevel: int, stop_timeout: float) -> None:
     """The child process: map feed + front until SIGTERM or the parent is gone; once
     asked to stop, it exits within ``stop_timeout`` seconds."""
     logging.basicConfig(level=loglevel, format=LOG_FORMAT)
@@ -46,7 +45,7 @@ def run_front(settings: Settings, parent_pid: int, loglevel: int, stop_timeout: 
 
     live_maps = LiveMaps(settings.policy.reverify_after)
     feed = MapFeed(settings, live_maps, on_fatal)
-    front = CanonicalizerFront(settings, live_maps, feed, on_fatal, on_bug)
+    front = CanonicalizerFront(settings, live_maps, feed, on_fatal)
     deadline = StopDeadline(stop_timeout, "canonicalizer", front.describe_uncommitted)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -69,10 +68,8 @@ def run_front(settings: Settings, parent_pid: int, loglevel: int, stop_timeout: 
 
 class FrontProcess:
     def __init__(self, settings: Settings, stop_timeout: float) -> None:
-        """Raises ValueError if ``MIQPS_ON_BUG`` names no policy (:class:`OnBug`)."""
         self.settings = settings
         self.stop_timeout = stop_timeout
-        self.on_bug = OnBug.from_env()
         self._process: BaseProcess | None = None
         self._stopping = False
 
@@ -81,7 +78,7 @@ class FrontProcess:
         loglevel = logging.getLogger().getEffectiveLevel()
         self._process = context.Process(
             target=run_front,
-            args=(self.settings, os.getpid(), loglevel, self.stop_timeout, self.on_bug),
+            args=(self.settings, os.getpid(), loglevel, self.stop_timeout),
             name="miqps-canonicalizer", daemon=False,
         )
         self._process.start()

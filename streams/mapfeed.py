@@ -24,24 +24,24 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer
 
 from miqps.maps import InvalidMap, parse_map
 from streams.clients import ProduceBlocked, produce, read_to_end
-from streams.codecs import Source, encode_dead_letter
 from streams.kafka import consumer_config, producer_config
 from streams.livemaps import LiveMaps
+from streams.messages import DeadLetter, Source, Stage
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
 
-DEAD_LETTER_STAGE = "canonicalize"
+DEAD_LETTER_STAGE: Stage = "canonicalize"
 """The DLQ schema's stage of the maps the canonicalizer reads (the topic says which)."""
 
-DeadLetter = Callable[[bytes | None, bytes], None]
+SendDeadLetter = Callable[[bytes | None, bytes], None]
 """Sends one DLQ record (the source key, the encoded record)."""
 
 
 class MapFeed:
     def __init__(self, settings: Settings, live_maps: LiveMaps,
                  on_fatal: Callable[[BaseException], None] | None = None,
-                 dead_letter: DeadLetter | None = None) -> None:
+                 dead_letter: SendDeadLetter | None = None) -> None:
         """``dead_letter`` is where invalid records go; by default a producer to the DLQ
         topic, made when the feed starts."""
         self.settings = settings
@@ -106,7 +106,7 @@ class MapFeed:
         if producer is not None:
             producer.poll(0)
 
-    def _producing_to_dlq(self, producer: Producer) -> DeadLetter:
+    def _producing_to_dlq(self, producer: Producer) -> SendDeadLetter:
         topic = self.settings.topics.dlq
 
         def send(key: bytes | None, record: bytes) -> None:
@@ -149,9 +149,9 @@ class MapFeed:
                 source: Source) -> None:
         log.warning("map feed: dead-lettered; the last valid map stays live: %s", error)
         if self.dead_letter is not None:
-            self.dead_letter(key, encode_dead_letter(
+            self.dead_letter(key, DeadLetter.of(
                 str(error), value, key, source, DEAD_LETTER_STAGE,
-                self.settings.topic_max_message_bytes // 2))
+                self.settings.topic_max_message_bytes // 2).to_bytes())
 
 
 def _source(message: Message) -> Source:

@@ -278,8 +278,7 @@ class CanonicalOutput:
     @staticmethod
     def encode(url: str, canonical_url: str, domain: str, pattern: str,
                kept: tuple[str, ...], dropped: tuple[str, ...],
-               status: Literal["learned", "provisional"], map_version: int,
-               meta: dict[str, Any] | None) -> bytes:
+               status: str, map_version: int, meta: dict[str, Any] | None) -> bytes:
         """The bytes of the record of these fields, without building it: once per input,
         this costs a third of building a frozen record and writing it
         (``python -m bench.messages_encode``)."""

@@ -94,7 +94,7 @@ def test_noise_changes_on_every_fetch(client: httpx.Client, all_sites: list[Site
         for selector in (f".{t.reqid_class}", f".{t.recs_class}"):
             assert css_text(first.text, selector) != css_text(second.text, selector), selector
         # The render time is a clock: two fetches within one tick may show the same one.
-        assert RENDER_TIME.search(css_text(first.text, f".{t.time_class}")), site.domain
+        assert RENDER_TIME.search(css_text(first.text, f".{t.time_class}")), site.host
         token = f'input[name="{t.csrf_name}"]'
         assert attr_value(first.text, token, "value") != attr_value(second.text, token, "value")
         assert css_text(first.text, f".{t.ads_class}")

@@ -17,7 +17,8 @@ import pytest
 
 from miqps.canonical import Decision
 from miqps.urls import NormalizedURL
-from streams.front import CanonicalizerFront, OnBug, ProcessingBug
+from streams.errorpolicy import OnBug
+from streams.front import CanonicalizerFront, ProcessingBug
 from streams.kafka import ensure_topics
 from streams.livemaps import LiveMaps
 from streams.mapfeed import MapFeed
@@ -27,13 +28,6 @@ from streams.tools import TopicReader, delete_topics, isolated_settings, produce
 VALID = [f"https://shop.example/p/{i}?id={i}&utm_source=mail".encode() for i in range(40)]
 BAD = [b"not a url", b"{\"url\": 7}"]
 BUGGY = "https://shop.example/p/17?id=17&utm_source=mail"
-
-
-def test_the_bug_policy_comes_from_the_environment_with_a_clear_error() -> None:
-    assert OnBug.from_env({}) is OnBug.STOP
-    assert OnBug.from_env({"MIQPS_ON_BUG": " Retry "}) is OnBug.RETRY
-    with pytest.raises(ValueError, match="MIQPS_ON_BUG='skip': expected 'stop' or 'retry'"):
-        OnBug.from_env({"MIQPS_ON_BUG": "skip"})
 
 
 class Bug:
@@ -68,7 +62,8 @@ def isolated(bootstrap: str, tmp_path: Path) -> Iterator[Settings]:
 def start_front(settings: Settings, live_maps: LiveMaps, on_bug: OnBug,
                 failures: list[BaseException]) -> tuple[CanonicalizerFront, MapFeed]:
     feed = MapFeed(settings, live_maps, failures.append)
-    front = CanonicalizerFront(settings, live_maps, feed, failures.append, on_bug)
+    front = CanonicalizerFront(settings.with_overrides(on_bug=on_bug.value), live_maps, feed,
+                               failures.append)
     feed.start()
     front.start()
     return front, feed

@@ -16,10 +16,10 @@ import pytest
 
 from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification
 from miqps.urls import parse
-from streams.codecs import Source
 from streams.kafka import ensure_topics
 from streams.livemaps import LiveMaps
 from streams.mapfeed import MapFeed
+from streams.messages import Source
 from streams.settings import Settings
 from streams.tools import TopicReader, delete_topics, isolated_settings, produce
 from tests.streams.support import assert_valid
