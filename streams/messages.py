@@ -421,7 +421,7 @@ class ProbeRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class MapUpdate:
+class MapUpdateRecord:
     """The audit record of one pattern of an accepted or rejected update of a domain's map.
 
     ``evidence`` and ``verification`` are the map's own documents
@@ -450,7 +450,7 @@ class MapUpdate:
         return orjson.dumps(self)
 
     @classmethod
-    def from_bytes(cls, value: bytes | None) -> MapUpdate:
+    def from_bytes(cls, value: bytes | None) -> MapUpdateRecord:
         return _from_fields(cls, load_json(value, "a map update"), "a map update")
 
 

@@ -20,7 +20,7 @@ from streams.messages import (
     CountSample,
     DeadLetter,
     DueSample,
-    MapUpdate,
+    MapUpdateRecord,
     ProbeRequest,
     RawURL,
     RequestedPattern,
@@ -74,7 +74,7 @@ def evidence(decision: str) -> dict[str, Any]:
 
 
 updates = st.builds(
-    MapUpdate, domain=domains, pattern=patterns, accepted=st.booleans(), reason=names,
+    MapUpdateRecord, domain=domains, pattern=patterns, accepted=st.booleans(), reason=names,
     request_reason=names, version_before=counts,
     version_after=st.none() | st.integers(min_value=1, max_value=10**6),
     kept_before=st.none() | param_names.map(tuple),
@@ -91,7 +91,7 @@ RECORDS: dict[str, tuple[Any, st.SearchStrategy[Any]]] = {
     "urls-canonical": (CanonicalOutput, outputs),
     "probe-request": (ProbeRequest, requests),
     "pattern-sample": (SamplePack, packs),
-    "map-update": (MapUpdate, updates),
+    "map-update": (MapUpdateRecord, updates),
     "urls-dlq": (DeadLetter, dead_letters),
 }
 
@@ -117,7 +117,7 @@ def schema_of(name: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("schema", "record_type"), [
     ("urls-canonical", CanonicalOutput), ("probe-request", ProbeRequest),
-    ("map-update", MapUpdate), ("urls-dlq", DeadLetter),
+    ("map-update", MapUpdateRecord), ("urls-dlq", DeadLetter),
 ])
 def test_record_fields_are_the_schemas_properties(schema: str, record_type: type) -> None:
     document = schema_of(schema)
