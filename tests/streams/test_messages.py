@@ -27,7 +27,10 @@ from streams.messages import (
     SamplePack,
     Source,
     UrlSample,
+    read_observation,
     read_sample,
+    sample_to_bytes,
+    shape_of,
 )
 from tests.streams.support import SCHEMAS, assert_valid
 
@@ -210,3 +213,31 @@ def test_bad_sample_is_bad_input(item: Any, reason: str) -> None:
     with pytest.raises(BadInput) as caught:
         read_sample(item)
     assert caught.value.reason == reason
+    with pytest.raises(BadInput):
+        read_observation(item)
+
+
+sample_urls = st.from_regex(r"http://[a-z]{1,8}\.example/[a-z]{0,4}\?id=[0-9]{1,3}",
+                            fullmatch=True)
+valid_samples = st.one_of(
+    st.builds(UrlSample, domain=domains, pattern=patterns, url=sample_urls, count=counts,
+              basis=names),
+    st.builds(CountSample, domain=domains, pattern=patterns, count=counts, basis=names),
+    st.builds(DueSample, domain=domains, shape=st.from_regex(r"/[a-z*/]{0,8}", fullmatch=True)),
+)
+
+
+@given(valid_samples)
+def test_the_agents_reader_of_a_sample_reads_what_the_typed_reader_reads(
+        sample: UrlSample | CountSample | DueSample) -> None:
+    item = orjson.loads(sample_to_bytes(sample))
+    assert read_sample(item) == sample
+    observation = read_observation(item)
+    assert observation.domain == sample.domain
+    if isinstance(sample, DueSample):
+        assert (observation.shape, observation.pattern) == (sample.shape, "")
+        return
+    assert (observation.pattern, observation.shape) == (sample.pattern, shape_of(sample.pattern))
+    assert (observation.count, observation.basis) == (sample.count, sample.basis)
+    url = observation.url.url if observation.url is not None else None
+    assert url == (sample.url if isinstance(sample, UrlSample) else None)
