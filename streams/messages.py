@@ -59,14 +59,6 @@ def load_json(value: bytes | None, what: str) -> Any:
         raise BadInput(f"not valid JSON for {what}") from None
 
 
-def decode_document(value: bytes | None, what: str) -> dict[str, Any]:
-    """A JSON object, or :class:`BadInput` naming what was expected."""
-    document = load_json(value, what)
-    if not isinstance(document, dict):
-        raise BadInput(f"not a JSON object for {what}")
-    return document
-
-
 class _Mismatch(Exception):
     """A JSON value that is not of the type a record field declares."""
 
@@ -385,9 +377,9 @@ def read_observation(item: Any) -> Observation:
     """One item of a ``miqps.pattern-samples`` array for the pattern-stats agent; raises
     :class:`BadInput` or :class:`InvalidURL` for a malformed item, and nothing else.
 
-    It checks what :func:`read_sample` checks, by hand: a small shape's whole step costs
-    about 60 µs, and reading its pack through the typed records would add a fifth to it
-    (``python -m bench.sample_read``)."""
+    It reads by hand the items :func:`read_sample` reads (a test keeps the two in step),
+    because a small shape's whole step costs about 60 µs and reading its pack through the
+    typed records would add a fifth to it (``python -m bench.sample_read``)."""
     if type(item) is not dict or item.get("kind") not in SAMPLE_TYPES:
         raise BadInput("pattern sample without a known kind")
     domain, pattern = item.get("domain"), item.get("pattern", "")
