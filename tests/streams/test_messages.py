@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import fields
-from typing import Any
+from typing import Any, get_args
 
 import orjson
 import pytest
@@ -24,6 +24,7 @@ from streams.messages import (
     ProbeRequest,
     RawURL,
     RequestedPattern,
+    RequestReason,
     SamplePack,
     Source,
     UrlSample,
@@ -32,6 +33,7 @@ from streams.messages import (
     sample_to_bytes,
     shape_of,
 )
+from streams.stats import ENOUGH_SAMPLES, RETRY, REVERIFY, TIME_LIMIT
 from tests.streams.support import SCHEMAS, assert_valid
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
@@ -40,7 +42,9 @@ counts = st.integers(min_value=0, max_value=2**40)
 patterns = st.from_regex(r"/[a-z*/]{0,8}\?[a-z&]{0,12}", fullmatch=True)
 domains = st.from_regex(r"[a-z]{1,10}\.example", fullmatch=True)
 timestamps = st.floats(min_value=0, max_value=4e9, allow_nan=False)
-meta = st.none() | st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5),
+# Integers as orjson reads them from an input envelope (larger ones become floats there).
+json_integers = st.integers(min_value=-(2**63), max_value=2**64 - 1)
+meta = st.none() | st.dictionaries(st.text(max_size=5), json_integers | st.text(max_size=5),
                                    min_size=1, max_size=3)
 
 outputs = st.builds(CanonicalOutput, url=names, canonical_url=names, domain=domains,
@@ -127,6 +131,13 @@ def test_record_fields_are_the_schemas_properties(schema: str, record_type: type
     names_ = [item.name for item in fields(record_type)]
     assert names_ == document["required"]
     assert set(names_) == set(document["properties"])
+
+
+def test_every_reason_the_pattern_stats_processor_gives_is_one_the_schema_allows() -> None:
+    reasons = schema_of("probe-request")["properties"]["patterns"]["additionalProperties"]
+    allowed = reasons["properties"]["reason"]["enum"]
+    assert sorted(get_args(RequestReason)) == sorted(allowed)
+    assert sorted(allowed) == sorted([ENOUGH_SAMPLES, RETRY, REVERIFY, TIME_LIMIT])
 
 
 def test_each_sample_kind_has_the_fields_its_schema_requires() -> None:
