@@ -17,9 +17,10 @@ import time
 from collections.abc import Callable
 
 from miqps.urls import parse
+from streams.messages import Observation
 from streams.pattern_processor import PatternStatsProcessor
 from streams.settings import LearningPolicy
-from streams.stats import Observation, ShapeStats
+from streams.stats import ShapeStats
 
 POLICY = LearningPolicy()
 ALLOWLIST: frozenset[str] = frozenset()

@@ -5,10 +5,9 @@ from streams.messages import (
     BadInput,
     RawURL,
     Source,
-    decode_document,
     decode_input,
     encode_dead_letter,
 )
 
-__all__ = ["BadInput", "RawURL", "Source", "decode_document", "decode_input",
+__all__ = ["BadInput", "RawURL", "Source", "decode_input",
            "encode_dead_letter"]

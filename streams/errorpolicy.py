@@ -13,34 +13,23 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
+
+from streams.settings import variable_at
 
 log = logging.getLogger(__name__)
 
-ON_BUG_VARIABLE = "MIQPS_ON_BUG"
+ON_BUG_VARIABLE = variable_at("on_bug").name
+
 FIRST_BACKOFF = 1.0
 MAX_BACKOFF = 60.0
 
 
 class OnBug(enum.StrEnum):
+    """What a worker does on a bug: the values of ``Settings.on_bug``."""
+
     STOP = "stop"
     RETRY = "retry"
-
-
-def parse_on_bug(text: str | None) -> OnBug:
-    """``stop`` (the default, also for an empty value) or ``retry``; anything else is an
-    error that names the variable and its choices."""
-    value = (text or OnBug.STOP.value).strip().lower()
-    try:
-        return OnBug(value)
-    except ValueError:
-        choices = " or ".join(choice.value for choice in OnBug)
-        raise ValueError(f"{ON_BUG_VARIABLE} must be {choices}, not {text!r}") from None
-
-
-def on_bug_from_env(env: Mapping[str, str] | None = None) -> OnBug:
-    return parse_on_bug((os.environ if env is None else env).get(ON_BUG_VARIABLE))
 
 
 class BugPolicy:

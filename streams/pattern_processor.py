@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from streams.messages import Observation, ProbeRequest, RequestReason
 from streams.settings import LearningPolicy
-from streams.stats import Observation, ProbeRequest, ShapeStats
+from streams.stats import ShapeStats
 
 # A shape that should tick in the past (a pattern due but not asked for) ticks this soon.
 MIN_TICK_DELAY = 1.0
@@ -64,7 +65,7 @@ class PatternStatsProcessor:
             triggers.append(observation.pattern or None)
 
         needs = self._needs(domain)
-        due: dict[str, str] = {}
+        due: dict[str, RequestReason] = {}
         for trigger in dict.fromkeys(triggers):
             due = stats.due(now, self.policy, self.allowlist, needs, trigger)
             if due:

@@ -12,9 +12,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
-from miqps.canonical import StaticLayers
 from miqps.fetch import Fetcher
 from miqps.learner import LearnConfig, Learner
 from miqps.maps import DomainMap, GateVerdict, utc_now
@@ -22,7 +21,7 @@ from miqps.prober import PageProber
 from miqps.update import DEFAULT_MAX_FLIP_SHARE, Decided, MapUpdate, Request, Why, update_map
 from miqps.urls import InvalidURL, NormalizedURL, parse
 from streams.livemaps import LiveMaps
-from streams.stats import ProbeRequest
+from streams.messages import MapUpdateRecord, ProbeRequest, RequestedPattern
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +35,7 @@ STALE_DEFAULTS = str(Why.STALE_DEFAULTS)
 @dataclass(slots=True)
 class DomainWork:
     domain: str
-    patterns: dict[str, dict[str, Any]] = field(default_factory=dict)
+    patterns: dict[str, RequestedPattern] = field(default_factory=dict)
     urls: dict[str, None] = field(default_factory=dict)
 
 
@@ -44,7 +43,7 @@ class DomainWork:
 class ProbeOutcome:
     domain: str
     published: DomainMap | None
-    audits: list[dict[str, Any]]
+    audits: list[MapUpdateRecord]
     fetches: int
     skipped: list[str]
 
@@ -70,13 +69,11 @@ class Probing:
         fetcher: Fetcher,
         config: LearnConfig | None = None,
         max_flip_share: float = DEFAULT_MAX_FLIP_SHARE,
-        layers: StaticLayers | None = None,
     ) -> None:
         self.live_maps = live_maps
         self.fetcher = fetcher
         self.config = config or LearnConfig()
         self.max_flip_share = max_flip_share
-        self.layers = layers or live_maps.layers
         self._published: dict[str, DomainMap] = {}
 
     def current(self, domain: str) -> DomainMap | None:
@@ -97,12 +94,16 @@ class Probing:
     ) -> list[ProbeOutcome]:
         """Learn the requested patterns: domains concurrently, the shapes of a domain one
         after the other (they share the host's politeness budget anyway), each outcome
-        handed to ``publish`` as soon as it is there, so small shapes go live first."""
+        handed to ``publish`` as soon as it is there, so small shapes go live first.
+
+        A fetch that fails or a page that cannot be read is missing evidence, which the
+        core handles; any exception that comes out of learning is a bug of ours and is
+        raised, for the caller's error policy, before anything more is published."""
         outcomes: list[ProbeOutcome] = []
 
         async def domain_run(shapes: list[DomainWork]) -> None:
             for item in shapes:
-                outcome = await self._learn_safely(item)
+                outcome = await self._learn(item)
                 if publish is not None:
                     await publish(outcome)
                 outcomes.append(outcome)
@@ -110,22 +111,11 @@ class Probing:
         await asyncio.gather(*(domain_run(shapes) for shapes in group_by_domain(requests).values()))
         return outcomes
 
-    async def _learn_safely(self, work: DomainWork) -> ProbeOutcome:
-        """A learner bug must cost one domain's update, not the worker."""
-        try:
-            return await self._learn(work)
-        except Exception as error:
-            log.exception("probe %s failed", work.domain)
-            current = self.current(work.domain)
-            audits = [failed_record(work.domain, pattern, info, current, f"probe failed: {error!r}")
-                      for pattern, info in sorted(work.patterns.items())]
-            return ProbeOutcome(work.domain, None, audits, 0, [])
-
     async def _learn(self, work: DomainWork) -> ProbeOutcome:
-        requested = {pattern: Request(str(info.get("basis", "")), int(info.get("urls_seen", 0)))
+        requested = {pattern: Request(info.basis, info.urls_seen)
                      for pattern, info in work.patterns.items()}
         update = await update_map(
-            Learner(PageProber(self.fetcher), self.config, self.layers), work.domain,
+            Learner(PageProber(self.fetcher), self.config, self.live_maps.layers), work.domain,
             self.current(work.domain), _parse_all(work.urls, work.domain), requested,
             max_flip_share=self.max_flip_share)
         if update.published is not None:
@@ -155,15 +145,15 @@ def _parse_all(urls: Iterable[str], domain: str) -> list[NormalizedURL]:
 
 
 def audit_records(update: MapUpdate,
-                  requests: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
+                  requests: Mapping[str, RequestedPattern]) -> list[MapUpdateRecord]:
     """One record per pattern of the update: decided (accepted or rejected by the gate),
     unreachable, walled, or without samples."""
     domain, before, fetches = update.domain, update.before, update.fetches
-    records: list[dict[str, Any]] = []
+    records: list[MapUpdateRecord] = []
     if update.candidate is not None and update.verdict is not None:
         records.extend(
-            audit_record(domain, pattern, _request_of(entry, requests.get(pattern)), before,
-                         update.candidate, update.verdict, fetches)
+            audit_record(domain, pattern, _request_reason(entry, requests.get(pattern)),
+                         before, update.candidate, update.verdict, fetches)
             for pattern, entry in update.decided.items())
     for reason, patterns in ((UNREACHABLE, update.unreachable), (ONE_PAGE, update.walled),
                              (NO_SAMPLES, update.without_samples)):
@@ -172,65 +162,72 @@ def audit_records(update: MapUpdate,
     return records
 
 
-def _request_of(entry: Decided, request: dict[str, Any] | None) -> dict[str, Any]:
-    """The request a decision answers; pooled and stale-default decisions answer none."""
+def _request_reason(entry: Decided, request: RequestedPattern | None) -> str:
+    """Why the decision was asked for; pooled and stale-default decisions answer no request."""
     if entry.why is Why.REQUESTED and request is not None:
-        return request
-    return {"reason": str(entry.why), "basis": "", "urls_seen": entry.decision.urls_seen}
+        return request.reason
+    return str(entry.why)
 
 
 def audit_record(
     domain: str,
     pattern: str,
-    request: dict[str, Any],
+    request_reason: str,
     before: DomainMap | None,
     after: DomainMap,
     verdict: GateVerdict,
     fetches: int,
-) -> dict[str, Any]:
-    old = before.patterns.get(pattern) if before is not None else None
+) -> MapUpdateRecord:
     new = after.patterns[pattern]
-    flipped = sorted(name for key, name in verdict.flipped if key == pattern)
-    return {
-        "domain": domain,
-        "pattern": pattern,
-        "accepted": verdict.accepted,
-        "reason": verdict.reason,
-        "request_reason": str(request.get("reason", "")),
-        "version_before": before.version if before is not None else 0,
-        "version_after": after.version if verdict.accepted else None,
-        "kept_before": sorted(old.kept) if old is not None else None,
-        "dropped_before": sorted(old.dropped) if old is not None else None,
-        "kept_after": sorted(new.kept),
-        "dropped_after": sorted(new.dropped),
-        "flipped_to_dropped": flipped,
-        "evidence": {name: new.params[name].to_json() for name in sorted(new.params)},
-        "verification": new.verification.to_json(),
-        "urls_seen": new.urls_seen,
-        "fetches": fetches,
-        "at": utc_now(),
-    }
+    return MapUpdateRecord(
+        domain=domain,
+        pattern=pattern,
+        accepted=verdict.accepted,
+        reason=verdict.reason,
+        request_reason=request_reason,
+        **_before(before, pattern),
+        version_after=after.version if verdict.accepted else None,
+        kept_after=tuple(sorted(new.kept)),
+        dropped_after=tuple(sorted(new.dropped)),
+        flipped_to_dropped=tuple(sorted(name for key, name in verdict.flipped if key == pattern)),
+        evidence={name: new.params[name].to_json() for name in sorted(new.params)},
+        verification=new.verification.to_json(),
+        urls_seen=new.urls_seen,
+        fetches=fetches,
+        at=utc_now(),
+    )
 
 
-def failed_record(domain: str, pattern: str, request: dict[str, Any],
-                  before: DomainMap | None, reason: str, fetches: int = 0) -> dict[str, Any]:
+def failed_record(domain: str, pattern: str, request: RequestedPattern,
+                  before: DomainMap | None, reason: str, fetches: int) -> MapUpdateRecord:
+    return MapUpdateRecord(
+        domain=domain,
+        pattern=pattern,
+        accepted=False,
+        reason=reason,
+        request_reason=request.reason,
+        **_before(before, pattern),
+        version_after=None,
+        kept_after=None,
+        dropped_after=None,
+        flipped_to_dropped=(),
+        evidence={},
+        verification=None,
+        urls_seen=request.urls_seen,
+        fetches=fetches,
+        at=utc_now(),
+    )
+
+
+class _Before(TypedDict):
+    version_before: int
+    kept_before: tuple[str, ...] | None
+    dropped_before: tuple[str, ...] | None
+
+
+def _before(before: DomainMap | None, pattern: str) -> _Before:
+    """The fields of an audit record that tell the pattern's decision before the update."""
     old = before.patterns.get(pattern) if before is not None else None
-    return {
-        "domain": domain,
-        "pattern": pattern,
-        "accepted": False,
-        "reason": reason,
-        "request_reason": str(request.get("reason", "")),
-        "version_before": before.version if before is not None else 0,
-        "version_after": None,
-        "kept_before": sorted(old.kept) if old is not None else None,
-        "dropped_before": sorted(old.dropped) if old is not None else None,
-        "kept_after": None,
-        "dropped_after": None,
-        "flipped_to_dropped": [],
-        "evidence": {},
-        "verification": None,
-        "urls_seen": int(request.get("urls_seen", 0)),
-        "fetches": fetches,
-        "at": utc_now(),
-    }
+    return _Before(version_before=before.version if before is not None else 0,
+                   kept_before=tuple(sorted(old.kept)) if old is not None else None,
+                   dropped_before=tuple(sorted(old.dropped)) if old is not None else None)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import mode
 
-from streams.errorpolicy import BugPolicy, on_bug_from_env
+from streams.errorpolicy import BugPolicy, OnBug
 from streams.frontproc import FrontProcess
 from streams.lifecycle import DEFAULT_STOP_TIMEOUT
 from streams.livemaps import LiveMaps
@@ -35,7 +35,7 @@ class Runtime:
         self.roles = roles
         self.partitions = partitions
         self.stop_timeout = stop_timeout
-        self.on_bug = on_bug_from_env()
+        self.on_bug = OnBug(settings.on_bug)
         self.live_maps = LiveMaps(settings.policy.reverify_after)
         self.feed = MapFeed(settings, self.live_maps, self.fatal)
         self.front: FrontProcess | None = None

@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
 from streams.acks import OrderedAcks, Ticket
+from streams.messages import ProbeRequest
 from streams.probing import ProbeOutcome
-from streams.stats import ProbeRequest
 
 MAX_PARALLEL_DOMAINS = 16
 GATHER_SECONDS = 0.5

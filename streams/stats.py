@@ -19,23 +19,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Final
 
 import orjson
 import xxhash
 
-from miqps.urls import NormalizedURL, parse, split_pattern
-from streams.codecs import BadInput
+from miqps.urls import NormalizedURL, split_pattern
+from streams.messages import ProbeRequest, RequestedPattern, RequestReason
+from streams.messages import shape_of as shape_of
 from streams.settings import LearningPolicy
 
-ENOUGH_SAMPLES = "enough-samples"
-TIME_LIMIT = "time-limit"
-REVERIFY = "reverify"
-RETRY = "retry"
-
-
-def shape_of(pattern: str) -> str:
-    return pattern.partition("?")[0]
+ENOUGH_SAMPLES: Final = "enough-samples"
+TIME_LIMIT: Final = "time-limit"
+REVERIFY: Final = "reverify"
+RETRY: Final = "retry"
 
 
 def stats_key(domain: str, shape: str) -> bytes:
@@ -46,53 +43,7 @@ def value_digest(value: str) -> int:
     return xxhash.xxh3_64_intdigest(value.encode("utf-8", "surrogatepass"))
 
 
-SAMPLE_KINDS = ("url", "count", "due")
 MAX_RETRY_DOUBLINGS = 7
-
-
-@dataclass(frozen=True, slots=True)
-class Observation:
-    """One item of a ``miqps.pattern-samples`` message (see pattern-sample.schema.json)."""
-
-    domain: str
-    shape: str
-    pattern: str
-    url: NormalizedURL | None
-    count: int
-    basis: str
-
-
-def decode_samples(value: bytes | None) -> list[Any]:
-    if value is None:
-        raise BadInput("null value instead of pattern samples")
-    try:
-        items = orjson.loads(value)
-    except orjson.JSONDecodeError:
-        raise BadInput("pattern samples that are not JSON") from None
-    if not isinstance(items, list):
-        raise BadInput("pattern samples that are not a JSON array")
-    return items
-
-
-def read_observation(item: Any) -> Observation:
-    """Raises BadInput or InvalidURL for a malformed item, and nothing else."""
-    if not isinstance(item, dict) or item.get("kind") not in SAMPLE_KINDS:
-        raise BadInput("pattern sample without a known kind")
-    domain, pattern = item.get("domain"), item.get("pattern", "")
-    shape = item.get("shape") or (shape_of(pattern) if isinstance(pattern, str) else None)
-    if not (isinstance(domain, str) and domain and isinstance(pattern, str)
-            and isinstance(shape, str) and shape.startswith("/")):
-        raise BadInput("pattern sample without a domain and a pattern or shape")
-    if item["kind"] == "due":
-        return Observation(domain, shape, "", None, 0, "")
-    count, basis, text = item.get("count"), item.get("basis"), item.get("url")
-    if not (isinstance(count, int) and not isinstance(count, bool) and isinstance(basis, str)):
-        raise BadInput("pattern sample without an integer count and a basis string")
-    if item["kind"] == "count":
-        return Observation(domain, shape, pattern, None, count, basis)
-    if not isinstance(text, str):
-        raise BadInput("pattern sample of kind url without a url string")
-    return Observation(domain, shape, pattern, parse(text), count, basis)
 
 
 @dataclass(slots=True)
@@ -110,43 +61,6 @@ class PatternState:
 
     def waiting(self, now: float, policy: LearningPolicy) -> bool:
         return self.requested_at == 0.0 or now - self.requested_at >= self.retry_delay(policy)
-
-
-@dataclass(slots=True)
-class ProbeRequest:
-    domain: str
-    shape: str
-    patterns: dict[str, dict[str, Any]]
-    urls: list[str]
-    requested_at: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "domain": self.domain,
-            "shape": self.shape,
-            "patterns": self.patterns,
-            "urls": self.urls,
-            "requested_at": self.requested_at,
-        }
-
-    def dumps(self) -> bytes:
-        return orjson.dumps(self.to_json())
-
-    @classmethod
-    def from_json(cls, data: Any) -> ProbeRequest:
-        """Raises BadInput for anything but a probe request."""
-        if not isinstance(data, dict):
-            raise BadInput("a probe request that is not a JSON object")
-        domain, shape = data.get("domain"), data.get("shape")
-        patterns, urls = data.get("patterns"), data.get("urls")
-        requested_at = data.get("requested_at", 0.0)
-        if not (isinstance(domain, str) and isinstance(shape, str) and isinstance(patterns, dict)
-                and all(isinstance(info, dict) for info in patterns.values())
-                and isinstance(urls, list) and all(isinstance(u, str) for u in urls)
-                and isinstance(requested_at, int | float)):
-            raise BadInput("not a probe request: domain, shape, patterns or urls missing or "
-                           "of the wrong type")
-        return cls(domain, shape, patterns, urls, float(requested_at))
 
 
 @dataclass(slots=True)
@@ -289,8 +203,10 @@ class ShapeStats:
         return counts
 
     def _reason(self, pattern: str, now: float, policy: LearningPolicy,
-                allowlist: frozenset[str], occurrences: dict[str, int] | None) -> str | None:
+                allowlist: frozenset[str], occurrences: dict[str, int] | None,
+                ) -> RequestReason | None:
         state = self.patterns[pattern]
+        reason: RequestReason
         if self.ready(pattern, policy, allowlist, occurrences):
             reason = ENOUGH_SAMPLES
         elif now - state.first_seen >= policy.rare_after and self.samples_of(pattern):
@@ -310,7 +226,7 @@ class ShapeStats:
         allowlist: frozenset[str],
         needs_learning: Callable[[str, str], bool],
         trigger: str | None = None,
-    ) -> dict[str, str]:
+    ) -> dict[str, RequestReason]:
         """Pattern -> reason, for every pattern that should be probed now.
 
         With a ``trigger`` pattern, nothing is due unless the trigger is: the other
@@ -327,7 +243,7 @@ class ShapeStats:
             occurrences = self.occurrences()
             if self._reason(trigger, now, policy, allowlist, occurrences) is None:
                 return {}
-        due: dict[str, str] = {}
+        due: dict[str, RequestReason] = {}
         for pattern in self.patterns:
             if not eligible(pattern):
                 continue
@@ -336,19 +252,15 @@ class ShapeStats:
                 due[pattern] = reason
         return due
 
-    def request(self, due: dict[str, str], now: float | None = None) -> ProbeRequest:
+    def request(self, due: dict[str, RequestReason], now: float | None = None) -> ProbeRequest:
         """The probe request for ``due``, marked as requested."""
         now = time.time() if now is None else now
-        patterns: dict[str, dict[str, Any]] = {}
+        patterns: dict[str, RequestedPattern] = {}
         for pattern, reason in sorted(due.items()):
             state = self.patterns[pattern]
-            patterns[pattern] = {
-                "reason": reason,
-                "basis": state.basis,
-                "urls_seen": state.urls,
-                "first_seen": state.first_seen,
-            }
+            patterns[pattern] = RequestedPattern(reason, state.basis, state.urls,
+                                                 state.first_seen)
             state.requested_at = now
             state.requests += 1
         return ProbeRequest(self.domain, self.shape, patterns,
-                            [url for _, url in self.pool], now)
+                            tuple(url for _, url in self.pool), now)

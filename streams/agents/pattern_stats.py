@@ -28,11 +28,20 @@ import orjson
 from faust.types import EventT
 
 from miqps.urls import InvalidURL
-from streams.codecs import BadInput, Source, encode_dead_letter
+from streams.agents import source_of
 from streams.deadlines import DeadlineTracker
+from streams.messages import (
+    BadInput,
+    DeadLetter,
+    DueSample,
+    Observation,
+    SamplePack,
+    read_observation,
+    read_sample_items,
+)
 from streams.pattern_processor import PatternStatsProcessor
 from streams.runtime import Runtime
-from streams.stats import Observation, decode_samples, read_observation, stats_key
+from streams.stats import stats_key
 from streams.tables import PATTERN_STATS_TABLE, rocksdb_options
 from streams.topics import raw_topic
 
@@ -99,17 +108,14 @@ def register(app: faust.App, runtime: Runtime) -> None:
     async def dead_letter(event: EventT[bytes], reason: str,
                           original: bytes | None = None) -> None:
         message = event.message
-        record = encode_dead_letter(
-            reason, original if original is not None else message.value, message.key,
-            Source(message.topic, message.partition, message.offset,
-                   int(message.timestamp * 1000) if message.timestamp else None),
-            "pattern-stats", settings.topic_max_message_bytes // 2,
-        )
-        await dlq_topic.send(key=message.key or b"", value=record)
+        record = DeadLetter.of(reason, original if original is not None else message.value,
+                               message.key, source_of(message), "pattern-stats",
+                               settings.topic_max_message_bytes // 2)
+        await dlq_topic.send(key=message.key or b"", value=record.to_bytes())
 
     async def handle(event: EventT[bytes]) -> None:
         try:
-            items = decode_samples(event.value)
+            items = read_sample_items(event.value)
         except BadInput as error:
             await dead_letter(event, error.reason)
             return
@@ -141,10 +147,10 @@ def register(app: faust.App, runtime: Runtime) -> None:
         step = processor.apply(table.get(key), observations, now)
         domain, shape = observations[0].domain, observations[0].shape
         if step.request is not None:
-            await probe_topic.send(key=domain.encode(), value=step.request.dumps())
+            await probe_topic.send(key=domain.encode(), value=step.request.to_bytes())
             patterns = step.request.patterns
             log.info("probe requested: %s %s (%s)", domain, ", ".join(sorted(patterns)),
-                     ", ".join(sorted({str(info["reason"]) for info in patterns.values()})))
+                     ", ".join(sorted({info.reason for info in patterns.values()})))
         if step.record is not None:
             table[key] = step.record
         if step.deadline is not None:
@@ -157,8 +163,8 @@ def register(app: faust.App, runtime: Runtime) -> None:
         while True:
             await asyncio.sleep(sweep_every)
             for domain, shape in tracker.pop_due(time.time()):
-                tick = orjson.dumps([{"kind": "due", "domain": domain, "shape": shape}])
-                await samples_topic.send(key=domain.encode(), value=tick)
+                tick = SamplePack((DueSample(domain, shape),))
+                await samples_topic.send(key=domain.encode(), value=tick.to_bytes())
 
     @app.agent(samples_topic, name="pattern-stats", concurrency=1)
     async def pattern_stats(agent_stream: faust.StreamT[bytes]) -> None:

@@ -19,30 +19,19 @@ import faust
 import orjson
 from faust.types import EventT
 
-from miqps.fetch import FetchConfig, Fetcher
+from miqps.fetch import Fetcher
 from streams.acks import OrderedAcks, Ticket
-from streams.codecs import BadInput, Source, decode_document, encode_dead_letter
+from streams.agents import source_of
+from streams.messages import BadInput, DeadLetter, ProbeRequest
 from streams.probing import ProbeOutcome, Probing
 from streams.runtime import Runtime
 from streams.scheduler import DomainScheduler
-from streams.stats import ProbeRequest
 from streams.tables import PROBE_DEMAND_TABLE, rocksdb_options
 from streams.topics import raw_topic
 
 log = logging.getLogger(__name__)
 
 MAX_EVENTS_IN_FLIGHT = 2000
-
-
-def fetch_config(runtime: Runtime) -> FetchConfig:
-    settings = runtime.settings
-    return FetchConfig(
-        proxy=settings.proxy,
-        allow_private=settings.allow_private,
-        per_host_concurrency=settings.probe_concurrency_per_host,
-        per_host_rate=settings.probe_rate_per_host,
-        timeout=settings.probe_timeout,
-    )
 
 
 def register(app: faust.App, runtime: Runtime) -> None:
@@ -65,20 +54,16 @@ def register(app: faust.App, runtime: Runtime) -> None:
 
     async def dead_letter(event: EventT[bytes], reason: str) -> None:
         message = event.message
-        record = encode_dead_letter(
-            reason, message.value, message.key,
-            Source(message.topic, message.partition, message.offset,
-                   int(message.timestamp * 1000) if message.timestamp else None),
-            "probe", settings.topic_max_message_bytes // 2,
-        )
-        await dlq_topic.send(key=message.key or b"", value=record)
+        record = DeadLetter.of(reason, message.value, message.key, source_of(message), "probe",
+                               settings.topic_max_message_bytes // 2)
+        await dlq_topic.send(key=message.key or b"", value=record.to_bytes())
 
     async def publish(outcome: ProbeOutcome) -> None:
         key = outcome.domain.encode()
         if outcome.published is not None:
             await maps_topic.send(key=key, value=outcome.published.dumps().encode())
         for audit in outcome.audits:
-            await updates_topic.send(key=key, value=orjson.dumps(audit))
+            await updates_topic.send(key=key, value=audit.to_bytes())
         if outcome.skipped:
             log.info("probe %s: already decided, skipped: %s", outcome.domain,
                      ", ".join(outcome.skipped))
@@ -97,14 +82,14 @@ def register(app: faust.App, runtime: Runtime) -> None:
         await runtime.maps_ready()
         stream = cast(faust.Stream[bytes], cast(faust.Stream[bytes], agent_stream).noack())
         acks = OrderedAcks(stream.ack)
-        async with Fetcher(fetch_config(runtime)) as fetcher:
-            probing = Probing(runtime.live_maps, fetcher, max_flip_share=settings.max_flip_share)
+        async with Fetcher(settings.fetch) as fetcher:
+            probing = Probing(runtime.live_maps, fetcher, config=settings.learn,
+                              max_flip_share=settings.max_flip_share)
             scheduler = DomainScheduler(probing, publish, acks, bugs.run)
 
             async def take(event: EventT[bytes], ticket: Ticket) -> None:
                 try:
-                    request = ProbeRequest.from_json(
-                        decode_document(event.value, "a probe request"))
+                    request = ProbeRequest.from_bytes(event.value)
                 except BadInput as error:
                     await dead_letter(event, error.reason)
                     await acks.done(ticket)

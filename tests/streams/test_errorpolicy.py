@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from typing import get_args, get_type_hints
 
 import pytest
 
-from streams.errorpolicy import BugPolicy, OnBug, on_bug_from_env, parse_on_bug
+from streams.errorpolicy import BugPolicy, OnBug
+from streams.settings import Settings
 
 
 class Work:
@@ -20,12 +22,10 @@ class Work:
             raise KeyError("a bug of ours")
 
 
-def test_the_setting_is_stop_by_default_and_a_bad_value_is_a_clear_error() -> None:
-    assert on_bug_from_env({}) is OnBug.STOP
-    assert on_bug_from_env({"MIQPS_ON_BUG": " Retry "}) is OnBug.RETRY
-    assert parse_on_bug("") is OnBug.STOP
-    with pytest.raises(ValueError, match="MIQPS_ON_BUG must be stop or retry, not 'skip'"):
-        parse_on_bug("skip")
+def test_every_value_of_the_setting_is_a_policy_and_the_default_stops() -> None:
+    accepted = get_args(get_type_hints(Settings)["on_bug"])
+    assert {OnBug(value) for value in accepted} == set(OnBug)
+    assert OnBug(Settings.from_env({}).on_bug) is OnBug.STOP
 
 
 async def test_retry_backs_off_doubling_up_to_a_limit_then_returns_once_the_work_is_done(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import fields
-from typing import Any
+from typing import Any, get_args
 
 import orjson
 import pytest
@@ -20,15 +20,20 @@ from streams.messages import (
     CountSample,
     DeadLetter,
     DueSample,
-    MapUpdate,
+    MapUpdateRecord,
     ProbeRequest,
     RawURL,
     RequestedPattern,
+    RequestReason,
     SamplePack,
     Source,
     UrlSample,
+    read_observation,
     read_sample,
+    sample_to_bytes,
+    shape_of,
 )
+from streams.stats import ENOUGH_SAMPLES, RETRY, REVERIFY, TIME_LIMIT
 from tests.streams.support import SCHEMAS, assert_valid
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
@@ -37,7 +42,9 @@ counts = st.integers(min_value=0, max_value=2**40)
 patterns = st.from_regex(r"/[a-z*/]{0,8}\?[a-z&]{0,12}", fullmatch=True)
 domains = st.from_regex(r"[a-z]{1,10}\.example", fullmatch=True)
 timestamps = st.floats(min_value=0, max_value=4e9, allow_nan=False)
-meta = st.none() | st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5),
+# Integers as orjson reads them from an input envelope (larger ones become floats there).
+json_integers = st.integers(min_value=-(2**63), max_value=2**64 - 1)
+meta = st.none() | st.dictionaries(st.text(max_size=5), json_integers | st.text(max_size=5),
                                    min_size=1, max_size=3)
 
 outputs = st.builds(CanonicalOutput, url=names, canonical_url=names, domain=domains,
@@ -74,7 +81,7 @@ def evidence(decision: str) -> dict[str, Any]:
 
 
 updates = st.builds(
-    MapUpdate, domain=domains, pattern=patterns, accepted=st.booleans(), reason=names,
+    MapUpdateRecord, domain=domains, pattern=patterns, accepted=st.booleans(), reason=names,
     request_reason=names, version_before=counts,
     version_after=st.none() | st.integers(min_value=1, max_value=10**6),
     kept_before=st.none() | param_names.map(tuple),
@@ -91,7 +98,7 @@ RECORDS: dict[str, tuple[Any, st.SearchStrategy[Any]]] = {
     "urls-canonical": (CanonicalOutput, outputs),
     "probe-request": (ProbeRequest, requests),
     "pattern-sample": (SamplePack, packs),
-    "map-update": (MapUpdate, updates),
+    "map-update": (MapUpdateRecord, updates),
     "urls-dlq": (DeadLetter, dead_letters),
 }
 
@@ -117,13 +124,20 @@ def schema_of(name: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("schema", "record_type"), [
     ("urls-canonical", CanonicalOutput), ("probe-request", ProbeRequest),
-    ("map-update", MapUpdate), ("urls-dlq", DeadLetter),
+    ("map-update", MapUpdateRecord), ("urls-dlq", DeadLetter),
 ])
 def test_record_fields_are_the_schemas_properties(schema: str, record_type: type) -> None:
     document = schema_of(schema)
     names_ = [item.name for item in fields(record_type)]
     assert names_ == document["required"]
     assert set(names_) == set(document["properties"])
+
+
+def test_every_reason_the_pattern_stats_processor_gives_is_one_the_schema_allows() -> None:
+    reasons = schema_of("probe-request")["properties"]["patterns"]["additionalProperties"]
+    allowed = reasons["properties"]["reason"]["enum"]
+    assert sorted(get_args(RequestReason)) == sorted(allowed)
+    assert sorted(allowed) == sorted([ENOUGH_SAMPLES, RETRY, REVERIFY, TIME_LIMIT])
 
 
 def test_each_sample_kind_has_the_fields_its_schema_requires() -> None:
@@ -210,3 +224,31 @@ def test_bad_sample_is_bad_input(item: Any, reason: str) -> None:
     with pytest.raises(BadInput) as caught:
         read_sample(item)
     assert caught.value.reason == reason
+    with pytest.raises(BadInput):
+        read_observation(item)
+
+
+sample_urls = st.from_regex(r"http://[a-z]{1,8}\.example/[a-z]{0,4}\?id=[0-9]{1,3}",
+                            fullmatch=True)
+valid_samples = st.one_of(
+    st.builds(UrlSample, domain=domains, pattern=patterns, url=sample_urls, count=counts,
+              basis=names),
+    st.builds(CountSample, domain=domains, pattern=patterns, count=counts, basis=names),
+    st.builds(DueSample, domain=domains, shape=st.from_regex(r"/[a-z*/]{0,8}", fullmatch=True)),
+)
+
+
+@given(valid_samples)
+def test_the_agents_reader_of_a_sample_reads_what_the_typed_reader_reads(
+        sample: UrlSample | CountSample | DueSample) -> None:
+    item = orjson.loads(sample_to_bytes(sample))
+    assert read_sample(item) == sample
+    observation = read_observation(item)
+    assert observation.domain == sample.domain
+    if isinstance(sample, DueSample):
+        assert (observation.shape, observation.pattern) == (sample.shape, "")
+        return
+    assert (observation.pattern, observation.shape) == (sample.pattern, shape_of(sample.pattern))
+    assert (observation.count, observation.basis) == (sample.count, sample.basis)
+    url = observation.url.url if observation.url is not None else None
+    assert url == (sample.url if isinstance(sample, UrlSample) else None)

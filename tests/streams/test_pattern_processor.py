@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from miqps.urls import parse
+from streams.messages import Observation
 from streams.pattern_processor import MIN_TICK_DELAY, PatternStatsProcessor, Step
 from streams.settings import LearningPolicy
-from streams.stats import ENOUGH_SAMPLES, RETRY, TIME_LIMIT, Observation, ShapeStats, shape_of
+from streams.stats import ENOUGH_SAMPLES, RETRY, TIME_LIMIT, ShapeStats, shape_of
 
 POLICY = LearningPolicy(min_distinct_values=3, saturation_urls=10, rare_after=60.0,
                         retry_after=20.0)
@@ -47,8 +48,8 @@ def test_a_pattern_seen_once_is_asked_for_at_its_time_limit() -> None:
     assert step.deadline == 160.0
     stored, step = run(processor, stored, tick(), 160.0)
     assert step.request is not None
-    assert step.request.patterns["/p?id&ref"]["reason"] == TIME_LIMIT
-    assert step.request.urls == ["http://a.example/p?id=1&ref=x"]
+    assert step.request.patterns["/p?id&ref"].reason == TIME_LIMIT
+    assert step.request.urls == ("http://a.example/p?id=1&ref=x",)
     assert step.record is not None and step.deadline == 180.0
 
 
@@ -61,7 +62,7 @@ def test_an_unanswered_request_is_sent_again_later_each_time_until_it_is_answere
     for _ in range(4):
         stored, step = run(processor, stored, tick(), now)
         assert step.request is not None and step.deadline is not None
-        sent.append((now, step.request.patterns["/p?id"]["reason"]))
+        sent.append((now, step.request.patterns["/p?id"].reason))
         stored, early = run(processor, stored, tick(), step.deadline - 1.0)
         assert early.request is None and early.record is None, "a tick too early asks nothing"
         now = step.deadline
@@ -79,7 +80,7 @@ def test_a_pattern_with_enough_distinct_values_is_asked_for_at_once_with_its_sib
     stored, step = run(processor, stored, seen(
         "http://a.example/p?id=3&utm=c", "http://a.example/p?id=4"), 1.0)
     assert step.request is not None
-    assert {pattern: info["reason"] for pattern, info in step.request.patterns.items()} == {
+    assert {pattern: info.reason for pattern, info in step.request.patterns.items()} == {
         "/p?id": ENOUGH_SAMPLES, "/p?id&utm": ENOUGH_SAMPLES}
     assert step.deadline == 21.0
     stored, step = run(processor, stored, seen("http://a.example/p?id=5&utm=d"), 2.0)

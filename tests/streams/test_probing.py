@@ -10,15 +10,17 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
-from miqps.fetch import FetchConfig, Fetcher
+from miqps.fetch import FetchConfig, Fetcher, FetchResult
 from miqps.learner import LearnConfig
 from miqps.maps import DomainMap, Layer
 from miqps.urls import parse
+from streams.errorpolicy import BugPolicy, OnBug
 from streams.livemaps import LiveMaps
+from streams.messages import ProbeRequest, RequestedPattern, RequestReason
 from streams.probing import ONE_PAGE, POOLED, UNREACHABLE, ProbeOutcome, Probing
-from streams.stats import ProbeRequest
 from tests.streams.conftest import DriftingSite
 from tests.streams.support import assert_valid
 
@@ -26,10 +28,15 @@ PATTERN = "/p?id&ref"
 
 
 def request(pattern: str, urls: list[str], basis: str = "",
-            reason: str = "enough-samples") -> ProbeRequest:
-    return ProbeRequest("drift.test", "/p", {pattern: {"reason": reason, "basis": basis,
-                                                      "urls_seen": len(urls),
-                                                      "first_seen": 0.0}}, urls, 0.0)
+            reason: RequestReason = "enough-samples") -> ProbeRequest:
+    return ProbeRequest("drift.test", "/p",
+                        {pattern: RequestedPattern(reason, basis, len(urls), 0.0)},
+                        tuple(urls), 0.0)
+
+
+def on_the_wire(outcome: ProbeOutcome) -> list[dict[str, Any]]:
+    """The outcome's audit records as ``miqps.map-updates`` carries them."""
+    return [orjson.loads(audit.to_bytes()) for audit in outcome.audits]
 
 
 def sample_urls(count: int = 8, offset: int = 0) -> list[str]:
@@ -68,7 +75,7 @@ async def test_first_learning_drops_noise_and_keeps_the_key(probing: Probing) ->
     decision = outcome.published.patterns[PATTERN]
     assert decision.kept == {"id"} and decision.dropped == {"ref"}
     assert_valid("miqps-map", outcome.published.to_json())
-    [audit] = outcome.audits
+    [audit] = on_the_wire(outcome)
     assert_valid("map-update", audit)
     assert audit["accepted"] and audit["kept_after"] == ["id"] and audit["kept_before"] is None
     assert outcome.fetches > 0
@@ -86,7 +93,7 @@ async def test_patterns_are_learned_from_the_samples_of_other_requests(probing: 
     [outcome] = await probing.handle([request(PATTERN, urls)])
     assert outcome.published is not None
     assert set(outcome.published.patterns) == {PATTERN, "/p?id"}
-    pooled = [audit for audit in outcome.audits if audit["pattern"] == "/p?id"]
+    pooled = [audit for audit in on_the_wire(outcome) if audit["pattern"] == "/p?id"]
     assert pooled and pooled[0]["request_reason"] == POOLED
 
 
@@ -168,7 +175,7 @@ async def test_drift_of_a_neutral_parameter_updates_the_map(
     outcome = await reverified_after(probing, lambda: setattr(site, "ref_matters", True), 100)
     assert outcome.published is not None and outcome.published.version == 2
     assert outcome.published.patterns[PATTERN].kept == {"id", "ref"}
-    [audit] = outcome.audits
+    [audit] = on_the_wire(outcome)
     assert_valid("map-update", audit)
     assert audit["accepted"] and audit["request_reason"] == "reverify"
     assert (audit["kept_before"], audit["kept_after"]) == (["id"], ["id", "ref"])
@@ -180,7 +187,7 @@ async def test_a_site_that_walls_off_keeps_its_old_map_and_is_asked_for_again(
     site, _ = drifting_web
     outcome = await reverified_after(probing, lambda: setattr(site, "wall", True), 200)
     assert outcome.published is None
-    [audit] = outcome.audits
+    [audit] = on_the_wire(outcome)
     assert_valid("map-update", audit)
     assert not audit["accepted"] and audit["reason"] == ONE_PAGE
     assert audit["version_after"] is None
@@ -196,7 +203,7 @@ async def test_the_anomaly_gate_keeps_the_old_map_when_a_site_stops_reading_its_
 
     outcome = await reverified_after(probing, stop_reading_ids, 200)
     assert outcome.published is None
-    [audit] = outcome.audits
+    [audit] = on_the_wire(outcome)
     assert_valid("map-update", audit)
     assert not audit["accepted"] and audit["flipped_to_dropped"] == ["id"]
     assert audit["version_after"] is None
@@ -209,7 +216,7 @@ async def test_a_site_that_is_down_gets_no_map_and_is_asked_for_again(
     site.down = True
     [outcome] = await probing.handle([request(PATTERN, sample_urls())])
     assert outcome.published is None
-    [audit] = outcome.audits
+    [audit] = on_the_wire(outcome)
     assert_valid("map-update", audit)
     assert not audit["accepted"] and audit["reason"] == UNREACHABLE
     site.down = False
@@ -224,7 +231,7 @@ async def test_a_walled_site_is_left_undecided_by_the_cli_and_the_stream_alike(
     site.wall = True
     [outcome] = await probing.handle([request(PATTERN, sample_urls())])
     assert outcome.published is None
-    [audit] = outcome.audits
+    [audit] = on_the_wire(outcome)
     assert audit["reason"] == ONE_PAGE and audit["kept_after"] is None
     (tmp_path / "urls.txt").write_text("\n".join(sample_urls()) + "\n")
     maps = tmp_path / "maps.jsonl"
@@ -246,3 +253,31 @@ async def test_a_walled_site_is_left_undecided_by_the_cli_and_the_stream_alike(
     assert again.published is not None and again.published.patterns[PATTERN].kept == {"id"}
     _, document = await cli_learn()
     assert document["patterns"][PATTERN]["kept"] == ["id"], "asked again on the next run"
+
+
+class BuggyFetcher(Fetcher):
+    """A fetcher with a bug of ours in it: not a failed fetch, which is missing evidence."""
+
+    async def fetch(self, url: str) -> FetchResult:
+        raise AttributeError("'NoneType' object has no attribute 'status' (planted bug)")
+
+
+async def test_a_bug_while_learning_reaches_the_error_policy_and_publishes_nothing() -> None:
+    stops: list[BaseException] = []
+    published: list[ProbeOutcome] = []
+    policy = BugPolicy(OnBug.STOP, stops.append)
+
+    async def publish(outcome: ProbeOutcome) -> None:
+        published.append(outcome)
+
+    async with BuggyFetcher(FetchConfig(max_attempts=1)) as fetcher:
+        probing = Probing(LiveMaps(reverify_after=3600), fetcher, LearnConfig())
+
+        async def learn() -> None:
+            await probing.handle([request(PATTERN, sample_urls())], publish)
+
+        guarded = asyncio.ensure_future(policy.run(learn, "probe drift.test"))
+        await asyncio.wait({guarded}, timeout=10.0)
+        guarded.cancel()
+    assert [type(error) for error in stops] == [AttributeError]
+    assert published == [], "no map, and no audit that blames the site for our bug"

@@ -11,13 +11,14 @@ from faust.types import TP, EventT
 
 from streams.acks import OrderedAcks
 from streams.errorpolicy import BugPolicy, OnBug
+from streams.messages import ProbeRequest, RequestedPattern
 from streams.probing import ProbeOutcome
 from streams.scheduler import DomainScheduler, Publish
-from streams.stats import ProbeRequest
 
 
 def request(domain: str, shape: str = "/p") -> ProbeRequest:
-    return ProbeRequest(domain, shape, {f"{shape}?id": {"reason": "time-limit"}}, [], 0.0)
+    return ProbeRequest(domain, shape, {f"{shape}?id": RequestedPattern("time-limit", "", 1, 0.0)},
+                        (), 0.0)
 
 
 def event(offset: int) -> EventT[Any]:

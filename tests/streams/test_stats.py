@@ -1,13 +1,13 @@
 import orjson
 
 from miqps.urls import parse
+from streams.messages import ProbeRequest
 from streams.settings import LearningPolicy
 from streams.stats import (
     ENOUGH_SAMPLES,
     RETRY,
     REVERIFY,
     TIME_LIMIT,
-    ProbeRequest,
     ShapeStats,
     shape_of,
     stats_key,
@@ -39,8 +39,8 @@ def test_a_pattern_is_due_once_every_parameter_has_enough_distinct_values() -> N
     due = stats.due(4.0, POLICY, ALLOWLIST, unlearned, trigger="/p?id&utm_source")
     assert due == {"/p?id&utm_source": ENOUGH_SAMPLES}
     request = stats.request(due, 4.0)
-    assert_valid("probe-request", request.to_json())
-    assert ProbeRequest.from_json(orjson.loads(request.dumps())) == request
+    assert_valid("probe-request", orjson.loads(request.to_bytes()))
+    assert ProbeRequest.from_bytes(request.to_bytes()) == request
     assert len(request.urls) == 4
     for second in range(5, 200):
         observe(stats, f"http://a.example/p?id={second}&utm_source=w{second}", float(second))
@@ -95,7 +95,7 @@ def test_re_verification_starts_a_new_round() -> None:
     due = stats.due(1000.0, POLICY, ALLOWLIST, lambda pattern, b: b == basis,
                     trigger="/p?id")
     assert due == {"/p?id": REVERIFY}
-    assert stats.request(due, 1000.0).patterns["/p?id"]["basis"] == basis
+    assert stats.request(due, 1000.0).patterns["/p?id"].basis == basis
 
 
 def test_the_pool_is_bounded_but_every_pattern_keeps_a_sample() -> None:
@@ -125,8 +125,7 @@ def test_sample_packs_are_read_item_by_item() -> None:
     import pytest
 
     from miqps.urls import InvalidURL
-    from streams.codecs import BadInput
-    from streams.stats import decode_samples, read_observation
+    from streams.messages import BadInput, read_observation, read_sample_items
 
     value = orjson.dumps([
         {"kind": "url", "domain": "a.example", "pattern": "/p?id",
@@ -135,12 +134,12 @@ def test_sample_packs_are_read_item_by_item() -> None:
         {"kind": "due", "domain": "a.example", "shape": "/p"},
     ])
     assert_valid("pattern-sample", orjson.loads(value))
-    url, count, due = (read_observation(item) for item in decode_samples(value))
+    url, count, due = (read_observation(item) for item in read_sample_items(value))
     assert url.url is not None and url.count == 2 and url.shape == "/p"
     assert count.url is None and count.count == 5
     assert due.pattern == "" and due.shape == "/p"
     with pytest.raises(BadInput):
-        decode_samples(b'{"kind": "due"}')
+        read_sample_items(b'{"kind": "due"}')
     with pytest.raises(BadInput):
         read_observation({"kind": "other", "domain": "a.example"})
     with pytest.raises(InvalidURL):
@@ -171,8 +170,7 @@ def test_records_written_before_requests_were_counted_still_load() -> None:
 def test_malformed_samples_and_requests_are_bad_input_not_other_errors() -> None:
     import pytest
 
-    from streams.codecs import BadInput
-    from streams.stats import read_observation
+    from streams.messages import BadInput, read_observation
 
     for item in ({"kind": "url"}, {"kind": "count", "domain": "a.example", "pattern": 3},
                  {"kind": "count", "domain": "a.example", "pattern": "/p?id", "count": "2",
@@ -189,4 +187,4 @@ def test_malformed_samples_and_requests_are_bad_input_not_other_errors() -> None
                       "requested_at": "now"}]
     for document in documents:
         with pytest.raises(BadInput):
-            ProbeRequest.from_json(document)
+            ProbeRequest.from_bytes(orjson.dumps(document))

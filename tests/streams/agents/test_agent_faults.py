@@ -6,6 +6,7 @@ Each test has topics, app id and state of its own (a unique prefix).
 
 from __future__ import annotations
 
+import base64
 import os
 import string
 import time
@@ -20,6 +21,7 @@ from streams.kafka import ensure_topics
 from streams.settings import LearningPolicy, Settings
 from streams.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
 from tests.streams.conftest import DriftingSite
+from tests.streams.support import assert_valid
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420)]
 
@@ -191,3 +193,31 @@ def test_every_pattern_is_answered_through_20_rebalances_and_lost_requests(
           f"requested in {len(asked)} requests, {again} of them sent again; all answered")
     assert rebalances == 20
     assert again >= 1, "every probe worker drops the first requests it takes"
+
+
+def test_bad_samples_and_requests_are_dead_lettered_and_the_good_ones_learned(
+    settings: Settings, tmp_path: Path
+) -> None:
+    good = {"kind": "url", "domain": "drift.test", "pattern": "/p?id&ref",
+            "url": "http://drift.test/p?id=1&ref=r1", "count": 1, "basis": ""}
+    bad_item = {"kind": "url", "domain": "drift.test", "pattern": "/p?id", "count": 1}
+    updates = TopicReader(settings, settings.topics.map_updates)
+    worker = WorkerProcess(settings, "canonicalize,probe", tmp_path / "worker.log").start()
+    try:
+        produce(settings, settings.topics.samples,
+                [b"not a pack", orjson.dumps([bad_item, good])], [b"drift.test"] * 2)
+        produce(settings, settings.topics.probe_requests, [b'{"domain": "drift.test"}'],
+                [b"drift.test"])
+        wait_until(lambda: "/p?id&ref" in answered(updates), 120, "the good sample learned")
+        with TopicReader(settings, settings.topics.dlq) as dead:
+            wait_until(lambda: dead.wait_for(3, 0.5), 30, "three dead letters")
+            letters = [orjson.loads(value) for _, value, _ in dead.records if value]
+    finally:
+        worker.stop()
+        updates.close()
+    for letter in letters:
+        assert_valid("urls-dlq", letter)
+    originals = {(letter["stage"], base64.b64decode(letter["original"])) for letter in letters}
+    assert originals == {("pattern-stats", b"not a pack"),
+                         ("pattern-stats", orjson.dumps(bad_item)),
+                         ("probe", b'{"domain": "drift.test"}')}

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from streams import pattern_processor, probing
-from streams.stats import ProbeRequest
+from streams.messages import ProbeRequest
 
 _bugs = os.environ.get("MIQPS_TEST_BUGS", "")
 _lost = int(os.environ.get("MIQPS_TEST_LOST_REQUESTS") or 0)
