@@ -28,7 +28,7 @@ from simweb.corpus import CorpusURL, generate_corpus
 from simweb.server import SimWeb
 from simweb.sites import FAMILIES, build_sites
 from streams.kafka import ensure_topics
-from streams.probing import NO_SAMPLES, ONE_PAGE, UNREACHABLE
+from streams.messages import NO_SAMPLES, ONE_PAGE, UNREACHABLE
 from streams.settings import LearningPolicy, Settings
 from streams.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from functools import cache, partial
 from types import NoneType, UnionType
@@ -33,6 +33,8 @@ from typing import (
 
 import orjson
 
+from miqps.maps import DomainMap, utc_now
+from miqps.update import MapUpdate, Why
 from miqps.urls import InvalidURL, NormalizedURL, parse
 
 JSON_STARTS = (ord("{"), ord("["), ord('"'))
@@ -491,6 +493,72 @@ class MapUpdateRecord:
     @classmethod
     def from_bytes(cls, value: bytes | None) -> MapUpdateRecord:
         return _from_fields(cls, load_json(value, "a map update"), "a map update")
+
+    @classmethod
+    def decided(cls, pattern: str, request_reason: str, update: MapUpdate) -> MapUpdateRecord:
+        """The record of a pattern the update decided, accepted or rejected by the gate."""
+        assert update.candidate is not None and update.verdict is not None
+        new, verdict = update.candidate.patterns[pattern], update.verdict
+        version_before, kept_before, dropped_before = _before(update.before, pattern)
+        return cls(
+            update.domain, pattern, verdict.accepted, verdict.reason, request_reason,
+            version_before=version_before, kept_before=kept_before,
+            dropped_before=dropped_before,
+            version_after=update.candidate.version if verdict.accepted else None,
+            kept_after=tuple(sorted(new.kept)),
+            dropped_after=tuple(sorted(new.dropped)),
+            flipped_to_dropped=tuple(sorted(name for key, name in verdict.flipped
+                                            if key == pattern)),
+            evidence={name: new.params[name].to_json() for name in sorted(new.params)},
+            verification=new.verification.to_json(),
+            urls_seen=new.urls_seen, fetches=update.fetches, at=utc_now())
+
+    @classmethod
+    def undecided(cls, pattern: str, request: RequestedPattern, reason: str,
+                  update: MapUpdate) -> MapUpdateRecord:
+        """The record of a requested pattern the update could not decide, and why."""
+        version_before, kept_before, dropped_before = _before(update.before, pattern)
+        return cls(
+            update.domain, pattern, False, reason, request.reason,
+            version_before=version_before, kept_before=kept_before,
+            dropped_before=dropped_before, version_after=None, kept_after=None,
+            dropped_after=None, flipped_to_dropped=(),
+            evidence={}, verification=None, urls_seen=request.urls_seen,
+            fetches=update.fetches, at=utc_now())
+
+
+NO_SAMPLES = "no sample URL of this pattern could be probed"
+UNREACHABLE = "every probe failed; nothing learned"
+ONE_PAGE = "every URL fetched showed the same page (a bot wall?); nothing learned"
+
+
+def audit_records(update: MapUpdate,
+                  requests: Mapping[str, RequestedPattern]) -> list[MapUpdateRecord]:
+    """One record per pattern of ``update``: decided (accepted or rejected by the gate),
+    unreachable, walled, or without samples. A pooled or stale-default decision answers no
+    request: its ``request_reason`` is why the core took it."""
+    records: list[MapUpdateRecord] = []
+    if update.candidate is not None:
+        for pattern, entry in update.decided.items():
+            request = requests.get(pattern)
+            reason = (request.reason if entry.why is Why.REQUESTED and request is not None
+                      else str(entry.why))
+            records.append(MapUpdateRecord.decided(pattern, reason, update))
+    for reason, patterns in ((UNREACHABLE, update.unreachable), (ONE_PAGE, update.walled),
+                             (NO_SAMPLES, update.without_samples)):
+        records.extend(MapUpdateRecord.undecided(pattern, requests[pattern], reason, update)
+                       for pattern in patterns)
+    return records
+
+
+def _before(before: DomainMap | None,
+            pattern: str) -> tuple[int, tuple[str, ...] | None, tuple[str, ...] | None]:
+    """An audit record's version_before, kept_before and dropped_before."""
+    old = before.patterns.get(pattern) if before is not None else None
+    if old is None:
+        return (before.version if before is not None else 0), None, None
+    assert before is not None
+    return before.version, tuple(sorted(old.kept)), tuple(sorted(old.dropped))
 
 
 # ---------------------------------------------------------------- urls.dlq

@@ -10,27 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypedDict
 
 from miqps.fetch import Fetcher
 from miqps.learner import LearnConfig, Learner
-from miqps.maps import DomainMap, GateVerdict, utc_now
+from miqps.maps import DomainMap
 from miqps.prober import PageProber
-from miqps.update import DEFAULT_MAX_FLIP_SHARE, Decided, MapUpdate, Request, Why, update_map
+from miqps.update import DEFAULT_MAX_FLIP_SHARE, Request, update_map
 from miqps.urls import InvalidURL, NormalizedURL, parse
 from streams.livemaps import LiveMaps
-from streams.messages import MapUpdateRecord, ProbeRequest, RequestedPattern
+from streams.messages import MapUpdateRecord, ProbeRequest, RequestedPattern, audit_records
 
 log = logging.getLogger(__name__)
-
-NO_SAMPLES = "no sample URL of this pattern could be probed"
-UNREACHABLE = "every probe failed; nothing learned"
-ONE_PAGE = "every URL fetched showed the same page (a bot wall?); nothing learned"
-POOLED = str(Why.POOLED)
-STALE_DEFAULTS = str(Why.STALE_DEFAULTS)
-
 
 @dataclass(slots=True)
 class DomainWork:
@@ -142,92 +134,3 @@ def _parse_all(urls: Iterable[str], domain: str) -> list[NormalizedURL]:
         if url.host == domain:
             parsed.append(url)
     return parsed
-
-
-def audit_records(update: MapUpdate,
-                  requests: Mapping[str, RequestedPattern]) -> list[MapUpdateRecord]:
-    """One record per pattern of the update: decided (accepted or rejected by the gate),
-    unreachable, walled, or without samples."""
-    domain, before, fetches = update.domain, update.before, update.fetches
-    records: list[MapUpdateRecord] = []
-    if update.candidate is not None and update.verdict is not None:
-        records.extend(
-            audit_record(domain, pattern, _request_reason(entry, requests.get(pattern)),
-                         before, update.candidate, update.verdict, fetches)
-            for pattern, entry in update.decided.items())
-    for reason, patterns in ((UNREACHABLE, update.unreachable), (ONE_PAGE, update.walled),
-                             (NO_SAMPLES, update.without_samples)):
-        records.extend(failed_record(domain, pattern, requests[pattern], before, reason, fetches)
-                       for pattern in patterns)
-    return records
-
-
-def _request_reason(entry: Decided, request: RequestedPattern | None) -> str:
-    """Why the decision was asked for; pooled and stale-default decisions answer no request."""
-    if entry.why is Why.REQUESTED and request is not None:
-        return request.reason
-    return str(entry.why)
-
-
-def audit_record(
-    domain: str,
-    pattern: str,
-    request_reason: str,
-    before: DomainMap | None,
-    after: DomainMap,
-    verdict: GateVerdict,
-    fetches: int,
-) -> MapUpdateRecord:
-    new = after.patterns[pattern]
-    return MapUpdateRecord(
-        domain=domain,
-        pattern=pattern,
-        accepted=verdict.accepted,
-        reason=verdict.reason,
-        request_reason=request_reason,
-        **_before(before, pattern),
-        version_after=after.version if verdict.accepted else None,
-        kept_after=tuple(sorted(new.kept)),
-        dropped_after=tuple(sorted(new.dropped)),
-        flipped_to_dropped=tuple(sorted(name for key, name in verdict.flipped if key == pattern)),
-        evidence={name: new.params[name].to_json() for name in sorted(new.params)},
-        verification=new.verification.to_json(),
-        urls_seen=new.urls_seen,
-        fetches=fetches,
-        at=utc_now(),
-    )
-
-
-def failed_record(domain: str, pattern: str, request: RequestedPattern,
-                  before: DomainMap | None, reason: str, fetches: int) -> MapUpdateRecord:
-    return MapUpdateRecord(
-        domain=domain,
-        pattern=pattern,
-        accepted=False,
-        reason=reason,
-        request_reason=request.reason,
-        **_before(before, pattern),
-        version_after=None,
-        kept_after=None,
-        dropped_after=None,
-        flipped_to_dropped=(),
-        evidence={},
-        verification=None,
-        urls_seen=request.urls_seen,
-        fetches=fetches,
-        at=utc_now(),
-    )
-
-
-class _Before(TypedDict):
-    version_before: int
-    kept_before: tuple[str, ...] | None
-    dropped_before: tuple[str, ...] | None
-
-
-def _before(before: DomainMap | None, pattern: str) -> _Before:
-    """The fields of an audit record that tell the pattern's decision before the update."""
-    old = before.patterns.get(pattern) if before is not None else None
-    return _Before(version_before=before.version if before is not None else 0,
-                   kept_before=tuple(sorted(old.kept)) if old is not None else None,
-                   dropped_before=tuple(sorted(old.dropped)) if old is not None else None)

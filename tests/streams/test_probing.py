@@ -16,11 +16,12 @@ import pytest
 from miqps.fetch import FetchConfig, Fetcher, FetchResult
 from miqps.learner import LearnConfig
 from miqps.maps import DomainMap, Layer
+from miqps.update import Why
 from miqps.urls import parse
 from streams.errorpolicy import BugPolicy, OnBug
 from streams.livemaps import LiveMaps
-from streams.messages import ProbeRequest, RequestedPattern, RequestReason
-from streams.probing import ONE_PAGE, POOLED, UNREACHABLE, ProbeOutcome, Probing
+from streams.messages import ONE_PAGE, UNREACHABLE, ProbeRequest, RequestedPattern, RequestReason
+from streams.probing import ProbeOutcome, Probing
 from tests.streams.conftest import DriftingSite
 from tests.streams.support import assert_valid
 
@@ -94,7 +95,7 @@ async def test_patterns_are_learned_from_the_samples_of_other_requests(probing: 
     assert outcome.published is not None
     assert set(outcome.published.patterns) == {PATTERN, "/p?id"}
     pooled = [audit for audit in on_the_wire(outcome) if audit["pattern"] == "/p?id"]
-    assert pooled and pooled[0]["request_reason"] == POOLED
+    assert pooled and pooled[0]["request_reason"] == str(Why.POOLED)
 
 
 async def test_a_new_combination_is_decided_from_evidence_with_few_fetches(
