@@ -231,6 +231,9 @@ def run_learn(args: argparse.Namespace) -> int:
         elif update.verdict is not None and not update.verdict.accepted:
             print(f"miqps learn: {domain}: update rejected, old map kept: "
                   f"{update.verdict.reason}", file=sys.stderr)
+        elif update.frozen:
+            print(f"miqps learn: {domain}: the map is frozen, not changed: "
+                  f"{len(update.frozen)} patterns not learned", file=sys.stderr)
         final.setdefault(domain, merge_update(None, DomainMap(domain)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_maps(args.out, final.values())

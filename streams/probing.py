@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 NO_SAMPLES = "no sample URL of this pattern could be probed"
 UNREACHABLE = "every probe failed; nothing learned"
 ONE_PAGE = "every URL fetched showed the same page (a bot wall?); nothing learned"
+FROZEN = "the map is frozen by an operator; nothing learned until it is unfrozen"
 POOLED = str(Why.POOLED)
 STALE_DEFAULTS = str(Why.STALE_DEFAULTS)
 
@@ -166,7 +167,7 @@ def audit_records(update: MapUpdate,
                          update.candidate, update.verdict, fetches)
             for pattern, entry in update.decided.items())
     for reason, patterns in ((UNREACHABLE, update.unreachable), (ONE_PAGE, update.walled),
-                             (NO_SAMPLES, update.without_samples)):
+                             (NO_SAMPLES, update.without_samples), (FROZEN, update.frozen)):
         records.extend(failed_record(domain, pattern, requests[pattern], before, reason, fetches)
                        for pattern in patterns)
     return records
