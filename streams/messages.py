@@ -8,7 +8,7 @@ other fields travel to the output as ``meta``. Everything that cannot be read be
 :class:`BadInput` and goes to the DLQ as a :class:`DeadLetter`, with the original bytes.
 
 The maps topic carries :class:`miqps.maps.DomainMap` documents, which the core reads and
-writes itself.
+writes itself; the map history wraps them in :class:`MapVersion` records.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import (
 
 import orjson
 
+from miqps.maps import DomainMap, InvalidMap, parse_map
 from miqps.urls import InvalidURL, NormalizedURL, parse
 
 JSON_STARTS = (ord("{"), ord("["), ord('"'))
@@ -537,3 +538,45 @@ def encode_dead_letter(reason: str, value: bytes | None, key: bytes | None, sour
     if stage not in STAGES:
         raise ValueError(f"dead-letter stage must be one of {', '.join(STAGES)}: {stage!r}")
     return DeadLetter.of(reason, value, key, source, stage, max_original_bytes).to_bytes()
+
+
+# ---------------------------------------------------------------- miqps.map-history
+
+
+ProducedBy = Literal["stream-probe", "reverify", "rollback", "freeze", "unfreeze", "publish"]
+PRODUCERS: tuple[ProducedBy, ...] = get_args(ProducedBy)
+
+
+@dataclass(frozen=True, slots=True)
+class MapVersion:
+    """A ``miqps.map-history`` record: one published version of a domain's map, whole, with
+    what produced it and an operator's ``note``; keyed by domain."""
+
+    domain: str
+    version: int
+    produced_by: ProducedBy
+    note: str
+    at: str
+    map: dict[str, Any]
+
+    @classmethod
+    def of(cls, domain_map: DomainMap, produced_by: ProducedBy, note: str = "") -> MapVersion:
+        return cls(domain_map.domain, domain_map.version, produced_by, note,
+                   domain_map.updated_at, domain_map.to_json())
+
+    def domain_map(self) -> DomainMap:
+        return DomainMap.from_json(self.map)
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(self)
+
+    @classmethod
+    def from_bytes(cls, value: bytes | None) -> MapVersion:
+        record = _from_fields(cls, load_json(value, "a map version"), "a map version")
+        try:
+            domain_map = parse_map(orjson.dumps(record.map), key=record.domain)
+        except InvalidMap as error:
+            raise BadInput(f"a map version whose map is {error}") from None
+        if domain_map.version != record.version:
+            raise BadInput(f"a map version {record.version} holding version {domain_map.version}")
+        return record
