@@ -18,18 +18,19 @@ from typing import Any
 import orjson
 from confluent_kafka import KafkaException
 
-from miqps.history import diff_maps, rollback, with_frozen
-from miqps.maps import DomainMap, InvalidMap, read_maps
+from miqps.history import rollback, with_frozen
+from miqps.maps import DomainMap, InvalidMap, read_maps, utc_now
 from streams.clients import DeliveryFailed, ProduceBlocked
 from streams.maphistory import (
     History,
     ProducerSink,
     UnknownDomain,
+    history_rows,
     operator_audits,
     publish_map,
     read_history,
 )
-from streams.messages import MapVersion, ProducedBy
+from streams.messages import ProducedBy
 from streams.settings import Settings
 
 COMMANDS = ("history", "rollback", "freeze", "unfreeze", "publish")
@@ -128,33 +129,6 @@ def show_history(settings: Settings, domain: str, as_json: bool, timeout: float)
     return 0
 
 
-def history_rows(history: History) -> list[dict[str, Any]]:
-    """One row per kept version: who produced it, and per pattern what it changed of the
-    version before (``changes`` None when that version is no longer kept)."""
-    rows: list[dict[str, Any]] = []
-    previous: MapVersion | None = None
-    for record in history.versions:
-        domain_map = record.domain_map()
-        before = previous.domain_map() if previous is not None else None
-        known = record.version == 1 or (previous is not None
-                                        and previous.version == record.version - 1)
-        rows.append({
-            "version": record.version,
-            "produced_by": record.produced_by,
-            "note": record.note,
-            "at": record.at,
-            "frozen": domain_map.frozen,
-            "patterns": len(domain_map.patterns),
-            "changes": [{"pattern": item.pattern, "change": str(item.change),
-                         "now_kept": sorted(item.newly_kept()),
-                         "now_dropped": sorted(item.newly_dropped()),
-                         "text": item.describe()}
-                        for item in diff_maps(before, domain_map)] if known else None,
-        })
-        previous = record
-    return rows
-
-
 def _warn(history: History) -> None:
     for reason in history.unreadable:
         print(f"miqps maps: skipped an unreadable record of {history.domain}: {reason}",
@@ -183,6 +157,10 @@ def change(settings: Settings, args: argparse.Namespace) -> int:
         produced_by, note = "rollback", f"rollback to version {args.to}"
     else:
         produced_by = "freeze" if args.command == "freeze" else "unfreeze"
+        if current.frozen == (produced_by == "freeze"):
+            state = "frozen" if current.frozen else "not frozen"
+            print(f"{domain}: version {current.version} is {state} already; nothing published")
+            return 0
         candidate, note = with_frozen(current, produced_by == "freeze"), produced_by
     if args.reason:
         note = f"{note}: {args.reason}"
@@ -209,7 +187,7 @@ def publish_file(settings: Settings, path: Path, reason: str, timeout: float) ->
         except UnknownDomain:
             current = None
         after, frozen = (current.version, current.frozen) if current is not None else (0, False)
-        versions.append((DomainMap(domain, after + 1, domain_map.updated_at,
+        versions.append((DomainMap(domain, after + 1, utc_now(),
                                    domain_map.patterns, domain_map.frozen or frozen),
                          "publish", f"{path.name}: {reason}" if reason else path.name))
     _publish(settings, versions, [], timeout)

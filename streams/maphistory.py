@@ -161,3 +161,30 @@ def read_history(settings: Settings, domain: str, timeout: float) -> History:
     if history.current is None and not history.versions:
         raise UnknownDomain(domain)
     return history
+
+
+def history_rows(history: History) -> list[dict[str, Any]]:
+    """One row per kept version: who produced it, and per pattern what it changed of the
+    version before (``changes`` None when that version is no longer kept)."""
+    rows: list[dict[str, Any]] = []
+    previous: MapVersion | None = None
+    for record in history.versions:
+        domain_map = record.domain_map()
+        before = previous.domain_map() if previous is not None else None
+        known = record.version == 1 or (previous is not None
+                                        and previous.version == record.version - 1)
+        rows.append({
+            "version": record.version,
+            "produced_by": record.produced_by,
+            "note": record.note,
+            "at": record.at,
+            "frozen": domain_map.frozen,
+            "patterns": len(domain_map.patterns),
+            "changes": [{"pattern": item.pattern, "change": str(item.change),
+                         "now_kept": sorted(item.newly_kept()),
+                         "now_dropped": sorted(item.newly_dropped()),
+                         "text": item.describe()}
+                        for item in diff_maps(before, domain_map)] if known else None,
+        })
+        previous = record
+    return rows

@@ -33,7 +33,7 @@ from typing import (
 
 import orjson
 
-from miqps.maps import DomainMap, InvalidMap, parse_map
+from miqps.maps import DomainMap, InvalidMap, parse_map, utc_now
 from miqps.urls import InvalidURL, NormalizedURL, parse
 
 JSON_STARTS = (ord("{"), ord("["), ord('"'))
@@ -550,7 +550,8 @@ PRODUCERS: tuple[ProducedBy, ...] = get_args(ProducedBy)
 @dataclass(frozen=True, slots=True)
 class MapVersion:
     """A ``miqps.map-history`` record: one published version of a domain's map, whole, with
-    what produced it and an operator's ``note``; keyed by domain."""
+    what produced it, a ``note`` (an operator's reason) and when it was published; keyed by
+    domain."""
 
     domain: str
     version: int
@@ -561,8 +562,8 @@ class MapVersion:
 
     @classmethod
     def of(cls, domain_map: DomainMap, produced_by: ProducedBy, note: str = "") -> MapVersion:
-        return cls(domain_map.domain, domain_map.version, produced_by, note,
-                   domain_map.updated_at, domain_map.to_json())
+        return cls(domain_map.domain, domain_map.version, produced_by, note, utc_now(),
+                   domain_map.to_json())
 
     def domain_map(self) -> DomainMap:
         return DomainMap.from_json(self.map)
