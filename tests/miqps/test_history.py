@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from miqps.cli import main
-from miqps.fetch import FetchConfig, Fetcher
+from miqps.fetch import Fetcher
 from miqps.history import Change, diff_maps, rollback, with_frozen
 from miqps.learner import LearnConfig, Learner
 from miqps.maps import (
@@ -26,7 +25,7 @@ from miqps.maps import (
 from miqps.prober import PageProber
 from miqps.update import Request, update_map
 from miqps.urls import parse
-from tests.miqps.drifting import DriftingSite, serve_drifting
+from tests.miqps.drifting import DriftingSite
 
 DOMAIN = "drift.test"
 PATTERN = "/p?id&ref"
@@ -90,20 +89,6 @@ def test_the_frozen_flag_round_trips_and_is_validated() -> None:
     assert not parse_map(with_frozen(frozen, False).dumps()).frozen
     with pytest.raises(InvalidMap, match="schema"):
         parse_map(frozen.dumps().replace('"frozen":true', '"frozen":"yes"'))
-
-
-@pytest.fixture
-def site_and_proxy() -> Iterator[tuple[DriftingSite, str]]:
-    with serve_drifting() as served:
-        yield served
-
-
-@pytest.fixture
-async def fetcher(site_and_proxy: tuple[DriftingSite, str]) -> AsyncIterator[Fetcher]:
-    config = FetchConfig(proxy=site_and_proxy[1], per_host_rate=500.0, timeout=5.0,
-                         max_attempts=1)
-    async with Fetcher(config) as fetcher:
-        yield fetcher
 
 
 def urls(offset: int = 0) -> list[str]:
