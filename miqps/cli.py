@@ -115,7 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = commands.add_parser("worker", help="run the Faust stream worker (streams extra)")
     worker.add_argument("args", nargs=argparse.REMAINDER)
-    maps_cmd = commands.add_parser("maps", help="print current maps from the compacted topic")
+    maps_cmd = commands.add_parser(
+        "maps", help="print current maps from the compacted topic; 'maps history|rollback|"
+                     "freeze|unfreeze|publish': an operator's map commands")
     maps_cmd.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
