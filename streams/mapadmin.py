@@ -118,7 +118,8 @@ def show_history(settings: Settings, domain: str, as_json: bool, timeout: float)
         out.write(f"v{row['version']}  {row['at']}  {row['produced_by']}{flags}  "
                   f"{row['patterns']} patterns{note}\n")
         if row["changes"] is None:
-            out.write("    (the versions before it are no longer kept)\n")
+            out.write("    (the version before it is not in the history: expired, or "
+                      "published before the history was kept)\n")
         for line in row["changes"] or ():
             out.write(f"    {line['text']}\n")
     if history.current is not None and history.current.version > (

@@ -16,7 +16,7 @@ from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verific
 from streams import cli
 from streams.clients import read_compacted
 from streams.kafka import ensure_topics, topic_specs
-from streams.maphistory import probe_producer, publish_map
+from streams.maphistory import History, history_rows, probe_producer, publish_map
 from streams.messages import MapVersion
 from streams.probing import FROZEN
 from streams.settings import LearningPolicy, Settings, Topics
@@ -56,6 +56,18 @@ async def test_a_map_is_published_with_its_history_record_first() -> None:
     assert_valid("map-history", orjson.loads(record))
     assert (version.version, version.produced_by) == (4, "reverify")
     assert version.domain_map() == DomainMap.from_json(orjson.loads(document)) == a_map(4, False)
+
+
+def test_history_rows_diff_only_consecutive_versions() -> None:
+    history = History(DOMAIN, [MapVersion.of(a_map(number, keep_ref), "publish")
+                               for number, keep_ref in ((2, False), (3, True), (5, False))])
+    rows = history_rows(history)
+    assert [row["changes"] for row in rows] == [
+        None,
+        [{"pattern": PATTERN, "change": "changed", "now_kept": ["ref"], "now_dropped": [],
+          "text": "/p?id&ref: now keeps ref"}],
+        None]
+    assert history.newest() == a_map(5, False)
 
 
 def test_a_probe_update_is_a_reverify_only_when_every_accepted_pattern_was_one() -> None:
