@@ -239,15 +239,12 @@ def test_a_worker_applies_a_rollback_live_and_learns_nothing_for_a_frozen_domain
         assert (kept["map_version"], kept["kept"]) == (2, ["id", "ref"])
 
         assert maps_command(settings, capsys, "rollback", DOMAIN, "--to", "1", "--freeze")[0] == 0
-        rolled_back_at = time.monotonic()
         for attempt in range(60):
             after = output_of(f"http://{DOMAIN}/p?id=1&ref=rollback{attempt}")
             if after["map_version"] == 3:
                 break
             time.sleep(0.1)
-        live_after = time.monotonic() - rolled_back_at
         assert (after["map_version"], after["kept"], after["dropped"]) == (3, ["id"], ["ref"])
-        assert live_after < 30, live_after
 
         produce(settings, settings.topics.raw,
                 [f"http://{DOMAIN}/p?id={n}&lang=l{n}".encode() for n in range(8)])
