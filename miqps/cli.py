@@ -115,7 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = commands.add_parser("worker", help="run the Faust stream worker (streams extra)")
     worker.add_argument("args", nargs=argparse.REMAINDER)
-    maps_cmd = commands.add_parser("maps", help="print current maps from the compacted topic")
+    maps_cmd = commands.add_parser(
+        "maps", help="print current maps from the compacted topic; 'maps history|rollback|"
+                     "freeze|unfreeze|publish': an operator's map commands")
     maps_cmd.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
@@ -231,6 +233,9 @@ def run_learn(args: argparse.Namespace) -> int:
         elif update.verdict is not None and not update.verdict.accepted:
             print(f"miqps learn: {domain}: update rejected, old map kept: "
                   f"{update.verdict.reason}", file=sys.stderr)
+        elif update.frozen:
+            print(f"miqps learn: {domain}: the map is frozen, not changed: "
+                  f"{len(update.frozen)} patterns not learned", file=sys.stderr)
         final.setdefault(domain, merge_update(None, DomainMap(domain)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_maps(args.out, final.values())

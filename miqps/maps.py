@@ -181,18 +181,22 @@ class DomainMap:
     version: int = 0
     updated_at: str = ""
     patterns: dict[str, PatternDecision] = field(default_factory=dict)
+    frozen: bool = False
 
     def kept_pairs(self) -> set[tuple[str, str]]:
         return {(key, name) for key, dec in self.patterns.items() for name in dec.kept}
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "schema": SCHEMA_ID,
             "domain": self.domain,
             "version": self.version,
             "updated_at": self.updated_at,
             "patterns": {key: self.patterns[key].to_json() for key in sorted(self.patterns)},
         }
+        if self.frozen:
+            document["frozen"] = True
+        return document
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), separators=(",", ":"), ensure_ascii=False)
@@ -209,6 +213,7 @@ class DomainMap:
             updated_at=interner.text(str(data["updated_at"])),
             patterns={key: PatternDecision.from_json(decision, interner)
                       for key, decision in data["patterns"].items()},
+            frozen=data.get("frozen") is True,
         )
 
 
@@ -252,7 +257,8 @@ def anomaly_gate(old: DomainMap | None, new: DomainMap, max_flip_share: float) -
 
 
 def merge_update(old: DomainMap | None, learned: DomainMap) -> DomainMap:
-    """The next version: the old map's patterns, overridden by the newly learned ones."""
+    """The next version: the old map's patterns, overridden by the newly learned ones; a
+    frozen map stays frozen."""
     patterns = dict(old.patterns) if old else {}
     patterns.update(learned.patterns)
     return DomainMap(
@@ -260,6 +266,7 @@ def merge_update(old: DomainMap | None, learned: DomainMap) -> DomainMap:
         version=(old.version if old else 0) + 1,
         updated_at=utc_now(),
         patterns=patterns,
+        frozen=old.frozen if old else False,
     )
 
 

@@ -21,6 +21,8 @@ map, sample URLs and the patterns asked for, it decides what it can and says why
   patterns of a domain whose every URL showed one and the same page (*walled*: a bot wall,
   a login page). The map keeps what it had and the pattern is asked for again later.
 - The decisions are merged into the current map and passed through the anomaly gate.
+- A *frozen* map (an operator's ``miqps maps freeze``) is not changed at all: the patterns
+  asked for are reported as ``frozen``, without a fetch, until the map is unfrozen.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ class MapUpdate:
     walled: list[str] = field(default_factory=list)
     unreachable: list[str] = field(default_factory=list)
     without_samples: list[str] = field(default_factory=list)
+    frozen: list[str] = field(default_factory=list)
     candidate: DomainMap | None = None
     verdict: GateVerdict | None = None
     fetches: int = 0
@@ -120,6 +123,9 @@ async def update_map(
     wanted = {pattern: request for pattern, request in requested.items()
               if not is_settled(current, pattern, request.basis)}
     update.skipped = sorted(set(requested) - set(wanted))
+    if current is not None and current.frozen:
+        update.frozen = sorted(wanted)
+        return update
     if not wanted:
         return update
     stats = learner.prober.fetcher.stats

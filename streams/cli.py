@@ -207,6 +207,8 @@ def maps_parser() -> argparse.ArgumentParser:
         prog="miqps maps",
         description="Print the current MIQPS maps from the compacted maps topic, one JSON "
                     "map per line (the format of 'miqps learn').",
+        epilog="Operators' commands: 'miqps maps history|rollback|freeze|unfreeze|publish "
+               "--help'.",
     )
     parser.add_argument("domain", nargs="?", help="only this domain")
     _common(parser)
@@ -216,6 +218,10 @@ def maps_parser() -> argparse.ArgumentParser:
 
 
 def run_maps(argv: Sequence[str]) -> int:
+    from streams import mapadmin
+
+    if argv[:1] and argv[0] in mapadmin.COMMANDS:
+        return mapadmin.run(argv, _common, _settings)
     args = maps_parser().parse_args(list(argv))
     settings = _settings(args)
     topic = args.topic or settings.topics.maps

@@ -28,6 +28,7 @@ from confluent_kafka import (
 )
 
 from streams.kafka import consumer_config
+from streams.partitioning import key_partition
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -134,14 +135,16 @@ def checkpoint(producer: Producing, consumer: StoringOffsets,
 
 
 def read_to_end(consumer: Consumer, topic: str, *, timeout: float | None = None,
-                stopping: threading.Event | None = None) -> Iterator[Message]:
-    """Assign every partition of ``topic`` to ``consumer`` from the beginning and yield its
-    records up to where each partition ended when the read began (records with an error
-    are logged and skipped). The consumer stays assigned, so the caller can go on
-    following the topic. Ends early when ``stopping`` is set; raises
-    :class:`TimeoutError` when not done within ``timeout`` seconds (None: no limit)."""
+                stopping: threading.Event | None = None,
+                key: bytes | None = None) -> Iterator[Message]:
+    """Assign every partition of ``topic`` (only the one ``key`` goes to, if given) to
+    ``consumer`` from the beginning and yield its records up to where each partition ended
+    when the read began (records with an error are logged and skipped). The consumer stays
+    assigned, so the caller can go on following the topic. Ends early when ``stopping`` is
+    set; raises :class:`TimeoutError` when not done within ``timeout`` seconds (None: no
+    limit)."""
     metadata_wait = 30.0 if timeout is None else timeout
-    remaining = _assign_from_beginning(consumer, topic, metadata_wait)
+    remaining = _assign_from_beginning(consumer, topic, metadata_wait, key)
     deadline = None if timeout is None else time.monotonic() + timeout
     while remaining and not (stopping is not None and stopping.is_set()):
         if deadline is not None and time.monotonic() > deadline:
@@ -161,24 +164,28 @@ def read_to_end(consumer: Consumer, topic: str, *, timeout: float | None = None,
 
 
 def read_compacted(settings: Settings, topic: str, timeout: float = 30.0,
-                   ) -> Iterator[tuple[bytes | None, bytes | None]]:
-    """Every (key, value) of ``topic`` from the beginning to the end as of now."""
+                   key: bytes | None = None) -> Iterator[tuple[bytes | None, bytes | None]]:
+    """Every (key, value) of ``topic`` from the beginning to the end as of now (of the
+    partition ``key`` goes to only, if given: the other keys there come too)."""
     consumer = Consumer(consumer_config(settings, f"miqps-read-{uuid.uuid4().hex}",
                                         **{"enable.auto.commit": False}))
     try:
-        for message in read_to_end(consumer, topic, timeout=timeout):
+        for message in read_to_end(consumer, topic, timeout=timeout, key=key):
             yield message.key(), message.value()
     finally:
         consumer.close()
 
 
-def _assign_from_beginning(consumer: Consumer, topic: str, timeout: float) -> dict[int, int]:
-    """Assign every partition of ``topic`` from its beginning; return the high watermark
-    of each partition that holds anything at all."""
+def _assign_from_beginning(consumer: Consumer, topic: str, timeout: float,
+                           key: bytes | None = None) -> dict[int, int]:
+    """Assign every partition of ``topic`` (only ``key``'s, if given) from its beginning;
+    return the high watermark of each partition that holds anything at all."""
     metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
     if metadata is None or metadata.error is not None or not metadata.partitions:
         raise RuntimeError(f"topic {topic} does not exist")
     partitions = sorted(metadata.partitions)
+    if key is not None:
+        partitions = [key_partition(key, len(partitions))]
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     pending: dict[int, int] = {}
     for partition in partitions:

@@ -80,7 +80,15 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
                                    "min.cleanable.dirty.ratio": "0.1",
                                    "segment.ms": str(6 * 3600 * 1000)}),
         TopicSpec(topics.map_updates, n, large),
+        TopicSpec(topics.map_history, n, {**large, "cleanup.policy": "delete",
+                                          "retention.ms": history_retention_ms(settings)}),
     ]
+
+
+def history_retention_ms(settings: Settings) -> str:
+    """``retention.ms`` of the map history topic: -1 keeps every version forever."""
+    days = settings.map_history_retention_days
+    return str(round(days * 24 * 3600 * 1000)) if days > 0 else "-1"
 
 
 def ensure_topics(settings: Settings, timeout: float = 30.0) -> dict[str, int]:

@@ -8,7 +8,7 @@ other fields travel to the output as ``meta``. Everything that cannot be read be
 :class:`BadInput` and goes to the DLQ as a :class:`DeadLetter`, with the original bytes.
 
 The maps topic carries :class:`miqps.maps.DomainMap` documents, which the core reads and
-writes itself.
+writes itself; the map history wraps them in :class:`MapVersion` records.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import (
 
 import orjson
 
-from miqps.maps import DomainMap, utc_now
+from miqps.maps import DomainMap, GateVerdict, InvalidMap, parse_map, utc_now
 from miqps.update import MapUpdate, Why
 from miqps.urls import InvalidURL, NormalizedURL, parse
 
@@ -495,41 +495,41 @@ class MapUpdateRecord:
         return _from_fields(cls, load_json(value, "a map update"), "a map update")
 
     @classmethod
-    def decided(cls, pattern: str, request_reason: str, update: MapUpdate) -> MapUpdateRecord:
-        """The record of a pattern the update decided, accepted or rejected by the gate."""
-        assert update.candidate is not None and update.verdict is not None
-        new, verdict = update.candidate.patterns[pattern], update.verdict
-        version_before, kept_before, dropped_before = _before(update.before, pattern)
+    def decided(cls, pattern: str, request_reason: str, before: DomainMap | None,
+                after: DomainMap, verdict: GateVerdict, fetches: int) -> MapUpdateRecord:
+        """The record of a pattern an update decided, accepted or rejected by the gate."""
+        new = after.patterns[pattern]
+        version_before, kept_before, dropped_before = _before(before, pattern)
         return cls(
-            update.domain, pattern, verdict.accepted, verdict.reason, request_reason,
+            after.domain, pattern, verdict.accepted, verdict.reason, request_reason,
             version_before=version_before, kept_before=kept_before,
             dropped_before=dropped_before,
-            version_after=update.candidate.version if verdict.accepted else None,
+            version_after=after.version if verdict.accepted else None,
             kept_after=tuple(sorted(new.kept)),
             dropped_after=tuple(sorted(new.dropped)),
             flipped_to_dropped=tuple(sorted(name for key, name in verdict.flipped
                                             if key == pattern)),
             evidence={name: new.params[name].to_json() for name in sorted(new.params)},
             verification=new.verification.to_json(),
-            urls_seen=new.urls_seen, fetches=update.fetches, at=utc_now())
+            urls_seen=new.urls_seen, fetches=fetches, at=utc_now())
 
     @classmethod
-    def undecided(cls, pattern: str, request: RequestedPattern, reason: str,
-                  update: MapUpdate) -> MapUpdateRecord:
-        """The record of a requested pattern the update could not decide, and why."""
-        version_before, kept_before, dropped_before = _before(update.before, pattern)
+    def undecided(cls, domain: str, pattern: str, request_reason: str, urls_seen: int,
+                  reason: str, before: DomainMap | None, fetches: int) -> MapUpdateRecord:
+        """The record of a pattern an update leaves without a decision, and why."""
+        version_before, kept_before, dropped_before = _before(before, pattern)
         return cls(
-            update.domain, pattern, False, reason, request.reason,
+            domain, pattern, False, reason, request_reason,
             version_before=version_before, kept_before=kept_before,
             dropped_before=dropped_before, version_after=None, kept_after=None,
-            dropped_after=None, flipped_to_dropped=(),
-            evidence={}, verification=None, urls_seen=request.urls_seen,
-            fetches=update.fetches, at=utc_now())
+            dropped_after=None, flipped_to_dropped=(), evidence={}, verification=None,
+            urls_seen=urls_seen, fetches=fetches, at=utc_now())
 
 
 NO_SAMPLES = "no sample URL of this pattern could be probed"
 UNREACHABLE = "every probe failed; nothing learned"
 ONE_PAGE = "every URL fetched showed the same page (a bot wall?); nothing learned"
+FROZEN = "the map is frozen by an operator; nothing learned until it is unfrozen"
 
 
 def audit_records(update: MapUpdate,
@@ -538,16 +538,19 @@ def audit_records(update: MapUpdate,
     unreachable, walled, or without samples. A pooled or stale-default decision answers no
     request: its ``request_reason`` is why the core took it."""
     records: list[MapUpdateRecord] = []
-    if update.candidate is not None:
+    if update.candidate is not None and update.verdict is not None:
         for pattern, entry in update.decided.items():
             request = requests.get(pattern)
             reason = (request.reason if entry.why is Why.REQUESTED and request is not None
                       else str(entry.why))
-            records.append(MapUpdateRecord.decided(pattern, reason, update))
+            records.append(MapUpdateRecord.decided(pattern, reason, update.before,
+                                                   update.candidate, update.verdict,
+                                                   update.fetches))
     for reason, patterns in ((UNREACHABLE, update.unreachable), (ONE_PAGE, update.walled),
-                             (NO_SAMPLES, update.without_samples)):
-        records.extend(MapUpdateRecord.undecided(pattern, requests[pattern], reason, update)
-                       for pattern in patterns)
+                             (NO_SAMPLES, update.without_samples), (FROZEN, update.frozen)):
+        records.extend(MapUpdateRecord.undecided(
+            update.domain, pattern, requests[pattern].reason, requests[pattern].urls_seen,
+            reason, update.before, update.fetches) for pattern in patterns)
     return records
 
 
@@ -645,3 +648,46 @@ def encode_dead_letter(reason: str, value: bytes | None, key: bytes | None, sour
     if stage not in STAGES:
         raise ValueError(f"dead-letter stage must be one of {', '.join(STAGES)}: {stage!r}")
     return DeadLetter.of(reason, value, key, source, stage, max_original_bytes).to_bytes()
+
+
+# ---------------------------------------------------------------- miqps.map-history
+
+
+ProducedBy = Literal["stream-probe", "reverify", "rollback", "freeze", "unfreeze", "publish"]
+PRODUCERS: tuple[ProducedBy, ...] = get_args(ProducedBy)
+
+
+@dataclass(frozen=True, slots=True)
+class MapVersion:
+    """A ``miqps.map-history`` record: one published version of a domain's map, whole, with
+    what produced it, a ``note`` (an operator's reason) and when it was published; keyed by
+    domain."""
+
+    domain: str
+    version: int
+    produced_by: ProducedBy
+    note: str
+    at: str
+    map: dict[str, Any]
+
+    @classmethod
+    def of(cls, domain_map: DomainMap, produced_by: ProducedBy, note: str = "") -> MapVersion:
+        return cls(domain_map.domain, domain_map.version, produced_by, note, utc_now(),
+                   domain_map.to_json())
+
+    def domain_map(self) -> DomainMap:
+        return DomainMap.from_json(self.map)
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(self)
+
+    @classmethod
+    def from_bytes(cls, value: bytes | None) -> MapVersion:
+        record = _from_fields(cls, load_json(value, "a map version"), "a map version")
+        try:
+            domain_map = parse_map(orjson.dumps(record.map), key=record.domain)
+        except InvalidMap as error:
+            raise BadInput(f"a map version whose map is {error}") from None
+        if domain_map.version != record.version:
+            raise BadInput(f"a map version {record.version} holding version {domain_map.version}")
+        return record

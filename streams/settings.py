@@ -165,6 +165,8 @@ class Topics:
     maps: str = setting("MIQPS_TOPIC_MAPS", "the maps (compacted)", "miqps.maps")
     map_updates: str = setting("MIQPS_TOPIC_MAP_UPDATES", "audit of every map update",
                                "miqps.map-updates")
+    map_history: str = setting("MIQPS_TOPIC_MAP_HISTORY",
+                               "every published version of every map, whole", "miqps.map-history")
     samples: str = setting("MIQPS_TOPIC_SAMPLES", "pattern samples (internal)",
                            "miqps.pattern-samples")
 
@@ -276,6 +278,10 @@ class Settings:
                              "samples of a parameter fetched at once", minimum=1),
         seed=Env("MIQPS_LEARN_SEED", "seed of the sample choice"),
     ))
+    map_history_retention_days: float = setting(
+        "MIQPS_MAP_HISTORY_RETENTION_DAYS",
+        "days the map history keeps a version (0: forever); set when the topic is created",
+        90.0, minimum=0)
     max_flip_share: float = setting(
         "MIQPS_MAX_FLIP_SHARE",
         "anomaly gate: largest share of kept parameters one update may drop", 0.5,

@@ -1,4 +1,5 @@
-"""The probing agent: probe requests -> ``miqps.maps`` (whole domain map) + ``miqps.map-updates``.
+"""The probing agent: probe requests -> ``miqps.maps`` (whole domain map, and its version on
+``miqps.map-history``) + ``miqps.map-updates``.
 
 Domains are learned concurrently, one run per domain at a time (:class:`DomainScheduler`).
 Acknowledgements stay in offset order within each partition (:class:`OrderedAcks`). Maps
@@ -22,6 +23,7 @@ from faust.types import EventT
 from miqps.fetch import Fetcher
 from streams.acks import OrderedAcks, Ticket
 from streams.agents import source_of
+from streams.maphistory import FaustSink, probe_producer, publish_map
 from streams.messages import BadInput, DeadLetter, ProbeRequest
 from streams.probing import ProbeOutcome, Probing
 from streams.runtime import Runtime
@@ -48,7 +50,7 @@ def register(app: faust.App, runtime: Runtime) -> None:
              "own assignor only for such apps (round-robin otherwise), and workers whose "
              "assignors differ cannot share a consumer group.",
     )
-    maps_topic = raw_topic(app, settings.topics.maps)
+    sink = FaustSink(app)
     updates_topic = raw_topic(app, settings.topics.map_updates)
     dlq_topic = raw_topic(app, settings.topics.dlq)
 
@@ -61,7 +63,8 @@ def register(app: faust.App, runtime: Runtime) -> None:
     async def publish(outcome: ProbeOutcome) -> None:
         key = outcome.domain.encode()
         if outcome.published is not None:
-            await maps_topic.send(key=key, value=outcome.published.dumps().encode())
+            await publish_map(sink, settings.topics, outcome.published,
+                              *probe_producer(outcome.audits))
         for audit in outcome.audits:
             await updates_topic.send(key=key, value=audit.to_bytes())
         if outcome.skipped:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -18,6 +18,7 @@ from simweb.corpus import CorpusURL, generate_corpus
 from simweb.resolve import match_route
 from simweb.server import SimWeb
 from simweb.sites import Role, Site, build_sites, param_roles
+from tests.miqps.drifting import DriftingSite, serve_drifting
 
 
 @dataclass
@@ -73,3 +74,19 @@ def tuning_run() -> Iterator[LearnedRun]:
     canonicalizer.load({d: merge_update(None, m) for d, m in maps.items()})
     yield LearnedRun(sites, corpus, maps, reports, stats, failures, server_requests,
                      canonicalizer)
+
+
+@pytest.fixture
+def site_and_proxy() -> Iterator[tuple[DriftingSite, str]]:
+    """A loopback proxy serving :class:`DriftingSite` (drift.test); yields it and its URL."""
+    with serve_drifting() as served:
+        yield served
+
+
+@pytest.fixture
+async def fetcher(site_and_proxy: tuple[DriftingSite, str]) -> AsyncIterator[Fetcher]:
+    """A fetcher through that proxy, fast and without retries."""
+    config = FetchConfig(proxy=site_and_proxy[1], per_host_rate=500.0, timeout=5.0,
+                         max_attempts=1)
+    async with Fetcher(config) as fetcher:
+        yield fetcher

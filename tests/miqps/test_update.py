@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Mapping
 
 import pytest
 
-from miqps.fetch import FetchConfig, Fetcher
+from miqps.fetch import Fetcher
 from miqps.learner import LearnConfig, Learner
 from miqps.maps import DomainMap
 from miqps.prober import PageProber
 from miqps.update import MapUpdate, Request, Why, update_all, update_map
 from miqps.urls import NormalizedURL, parse
-from tests.miqps.drifting import DriftingSite, serve_drifting
+from tests.miqps.drifting import DriftingSite
 
 DOMAIN = "drift.test"
 PATTERN = "/p?id&ref"
@@ -28,22 +28,8 @@ def sample_urls(offset: int = 0) -> list[NormalizedURL]:
 
 
 @pytest.fixture
-def site_and_proxy() -> Iterator[tuple[DriftingSite, str]]:
-    with serve_drifting() as served:
-        yield served
-
-
-@pytest.fixture
 def site(site_and_proxy: tuple[DriftingSite, str]) -> DriftingSite:
     return site_and_proxy[0]
-
-
-@pytest.fixture
-async def fetcher(site_and_proxy: tuple[DriftingSite, str]) -> AsyncIterator[Fetcher]:
-    config = FetchConfig(proxy=site_and_proxy[1], per_host_rate=500.0, timeout=5.0,
-                         max_attempts=1)
-    async with Fetcher(config) as fetcher:
-        yield fetcher
 
 
 async def update(

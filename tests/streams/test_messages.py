@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from miqps.maps import Layer, ParamEvidence, Verification
+from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification
 from streams.messages import (
     SAMPLE_TYPES,
     BadInput,
@@ -21,6 +21,7 @@ from streams.messages import (
     DeadLetter,
     DueSample,
     MapUpdateRecord,
+    MapVersion,
     ProbeRequest,
     RawURL,
     RequestedPattern,
@@ -94,12 +95,29 @@ updates = st.builds(
     verification=st.none() | st.just(Verification(2, 0, 1, ["id"]).to_json()),
     urls_seen=counts, fetches=counts, at=st.just("2026-12-03T08:00:00Z"))
 
+
+
+def domain_map(domain: str, version: int, frozen: bool) -> DomainMap:
+    decision = PatternDecision(frozenset({"id"}), frozenset({"ref"}),
+                               {"id": ParamEvidence("keep", Layer.LEARNED, 6, 6, 0),
+                                "ref": ParamEvidence("drop", Layer.LEARNED, 6, 0, 6)},
+                               Verification(3), "2026-12-03T08:00:00Z")
+    return DomainMap(domain, version, "2026-12-03T08:00:00Z", {"/p?id&ref": decision}, frozen)
+
+
+versions = st.builds(
+    MapVersion.of,
+    st.builds(domain_map, domains, st.integers(min_value=1, max_value=10**6), st.booleans()),
+    st.sampled_from(["stream-probe", "reverify", "rollback", "freeze", "unfreeze", "publish"]),
+    names)
+
 RECORDS: dict[str, tuple[Any, st.SearchStrategy[Any]]] = {
     "urls-canonical": (CanonicalOutput, outputs),
     "probe-request": (ProbeRequest, requests),
     "pattern-sample": (SamplePack, packs),
     "map-update": (MapUpdateRecord, updates),
     "urls-dlq": (DeadLetter, dead_letters),
+    "map-history": (MapVersion, versions),
 }
 
 
@@ -124,7 +142,7 @@ def schema_of(name: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("schema", "record_type"), [
     ("urls-canonical", CanonicalOutput), ("probe-request", ProbeRequest),
-    ("map-update", MapUpdateRecord), ("urls-dlq", DeadLetter),
+    ("map-update", MapUpdateRecord), ("urls-dlq", DeadLetter), ("map-history", MapVersion),
 ])
 def test_record_fields_are_the_schemas_properties(schema: str, record_type: type) -> None:
     document = schema_of(schema)
@@ -252,3 +270,15 @@ def test_the_agents_reader_of_a_sample_reads_what_the_typed_reader_reads(
     assert (observation.count, observation.basis) == (sample.count, sample.basis)
     url = observation.url.url if observation.url is not None else None
     assert url == (sample.url if isinstance(sample, UrlSample) else None)
+
+
+def test_a_map_version_must_hold_a_valid_map_of_its_domain_and_version() -> None:
+    record = orjson.loads(MapVersion.of(domain_map("a.example", 2, False), "rollback").to_bytes())
+    with pytest.raises(BadInput, match="filed under"):
+        MapVersion.from_bytes(orjson.dumps({**record, "domain": "b.example"}))
+    with pytest.raises(BadInput, match="holding version 2"):
+        MapVersion.from_bytes(orjson.dumps({**record, "version": 3}))
+    with pytest.raises(BadInput, match="not a MIQPS map"):
+        MapVersion.from_bytes(orjson.dumps({**record, "map": {**record["map"], "version": 0}}))
+    with pytest.raises(BadInput, match="produced_by"):
+        MapVersion.from_bytes(orjson.dumps({**record, "produced_by": "someone"}))
