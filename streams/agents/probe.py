@@ -22,6 +22,7 @@ from faust.types import EventT
 from miqps.fetch import FetchConfig, Fetcher
 from streams.acks import OrderedAcks, Ticket
 from streams.codecs import BadInput, Source, decode_document, encode_dead_letter
+from streams.metrics import ProbeAgentState
 from streams.probing import ProbeOutcome, Probing
 from streams.runtime import Runtime
 from streams.scheduler import DomainScheduler
@@ -79,6 +80,7 @@ def register(app: faust.App, runtime: Runtime) -> None:
             await maps_topic.send(key=key, value=outcome.published.dumps().encode())
         for audit in outcome.audits:
             await updates_topic.send(key=key, value=orjson.dumps(audit))
+        runtime.metrics.map_updates.count(outcome.audits)
         if outcome.skipped:
             log.info("probe %s: already decided, skipped: %s", outcome.domain,
                      ", ".join(outcome.skipped))
@@ -100,6 +102,7 @@ def register(app: faust.App, runtime: Runtime) -> None:
         async with Fetcher(fetch_config(runtime)) as fetcher:
             probing = Probing(runtime.live_maps, fetcher, max_flip_share=settings.max_flip_share)
             scheduler = DomainScheduler(probing, publish, acks, bugs.run)
+            runtime.metrics.follow_probing(ProbeAgentState(scheduler, acks.__len__, fetcher.stats))
 
             async def take(event: EventT[bytes], ticket: Ticket) -> None:
                 try:
