@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -63,12 +63,9 @@ class FrontCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         counters = self.front.counters
-        urls = CounterMetricFamily("miqps_urls", "URLs the front took in, by outcome",
-                                   labels=["status"])
-        urls.add_metric(["learned"], counters.learned)
-        urls.add_metric(["provisional"], counters.provisional)
-        urls.add_metric(["dead_lettered"], counters.dead)
-        yield urls
+        yield labelled_counter("miqps_urls", "URLs the front took in, by outcome", "status", {
+            "learned": counters.learned, "provisional": counters.provisional,
+            "dead_lettered": counters.dead})
         yield CounterMetricFamily("miqps_urls_consumed", "Messages the front consumed",
                                   value=counters.consumed)
         yield CounterMetricFamily(
@@ -78,15 +75,22 @@ class FrontCollector(Collector):
                                   value=counters.batches)
         yield CounterMetricFamily("miqps_front_bugs", "Batches a bug of ours failed",
                                   value=counters.bugs)
-        busy = CounterMetricFamily("miqps_front_busy_seconds",
-                                   "Seconds the front spent, by phase", labels=["phase"])
-        busy.add_metric(["consume"], counters.consume_seconds)
-        busy.add_metric(["process"], counters.process_seconds)
-        busy.add_metric(["deliver"], counters.deliver_seconds)
-        yield busy
+        yield labelled_counter("miqps_front_busy_seconds", "Seconds the front spent, by phase",
+                               "phase", {"consume": counters.consume_seconds,
+                                         "process": counters.process_seconds,
+                                         "deliver": counters.deliver_seconds})
         yield consumer_lag({(CANONICALIZER, topic, partition): lag
                             for (topic, partition), lag in self.lag.items()})
         yield from self.batch_seconds.collect()
+
+
+def labelled_counter(name: str, documentation: str, label: str,
+                     values: Mapping[str, float]) -> CounterMetricFamily:
+    """A counter family with one sample per value of its one ``label``."""
+    family = CounterMetricFamily(name, documentation, labels=[label])
+    for key, value in values.items():
+        family.add_metric([key], value)
+    return family
 
 
 def consumer_lag(lags: dict[tuple[str, str, int], int]) -> GaugeMetricFamily:

@@ -33,7 +33,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from miqps.fetch import FetchStats
-from streams.frontmetrics import consumer_lag
+from streams.frontmetrics import consumer_lag, labelled_counter
 from streams.livemaps import LiveMaps
 from streams.settings import Settings
 
@@ -188,12 +188,10 @@ class AgentCollector(Collector):
         families: list[Metric] = [self._lag()]
         if self.probing is not None:
             families.extend(self._probing(self.probing))
-        updates = CounterMetricFamily(
+        families.append(labelled_counter(
             "miqps_map_updates", "Map update records (one per pattern) the probing agent "
-            "published, by verdict of the anomaly gate", labels=["verdict"])
-        for verdict, count in self.map_updates.by_verdict.items():
-            updates.add_metric([verdict], count)
-        families.append(updates)
+            "published, by verdict of the anomaly gate", "verdict",
+            self.map_updates.by_verdict))
         return families
 
     def _lag(self) -> GaugeMetricFamily:
@@ -226,25 +224,19 @@ class AgentCollector(Collector):
         yield GaugeMetricFamily("miqps_probe_domains_in_flight",
                                 "Domains with a learning run due or under way", value=domains)
         stats = probing.fetch_stats
-        fetches = CounterMetricFamily(
+        yield labelled_counter(
             "miqps_fetches", "Probe fetches by outcome: ok, inconclusive (a page no prober "
             "could judge), refused (address guard), failed, retried (an attempt tried again)",
-            labels=["outcome"])
-        fetches.add_metric(["ok"], stats.fetched - stats.unjudgeable)
-        fetches.add_metric(["inconclusive"], stats.unjudgeable)
-        fetches.add_metric(["refused"], stats.refused)
-        fetches.add_metric(["failed"], stats.failed)
-        fetches.add_metric(["retried"], stats.retries)
-        yield fetches
+            "outcome", {"ok": stats.fetched - stats.unjudgeable,
+                        "inconclusive": stats.unjudgeable, "refused": stats.refused,
+                        "failed": stats.failed, "retried": stats.retries})
         yield CounterMetricFamily("miqps_fetch_requests", "HTTP requests sent by probes",
                                   value=stats.requests)
-        waits = CounterMetricFamily(
+        yield labelled_counter(
             "miqps_politeness_wait_seconds", "Seconds probe fetches waited for a host's "
             f"concurrency slot and rate limit, by host (at most {MAX_HOST_LABELS} hosts, "
-            f"the rest as {OTHER_HOSTS})", labels=["host"])
-        for host, seconds in sorted(self.hosts.fold(stats.politeness_wait_seconds).items()):
-            waits.add_metric([host], seconds)
-        yield waits
+            f"the rest as {OTHER_HOSTS})", "host",
+            dict(sorted(self.hosts.fold(stats.politeness_wait_seconds).items())))
 
 
 class FrontSnapshots(Collector):
