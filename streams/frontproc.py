@@ -69,6 +69,8 @@ def run_front(settings: Settings, parent_pid: int, loglevel: int, stop_timeout: 
             os._exit(3)
     front.stop(stop_timeout)
     feed.stop()
+    if exporter is not None:
+        exporter.stop()
     if failed:
         os._exit(1)
 

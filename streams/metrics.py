@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from wsgiref.simple_server import WSGIServer
 
+from faust.exceptions import ConsumerNotStarted
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -172,7 +173,7 @@ class AgentCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         loop = self.loop
-        if loop is None or loop.is_closed():
+        if loop is None or not loop.is_running():
             return
         future = asyncio.run_coroutine_threadsafe(self._on_loop(), loop)
         try:
@@ -198,8 +199,12 @@ class AgentCollector(Collector):
         lags: dict[tuple[str, str, int], int] = {}
         app = self.app
         if app is not None:
+            try:
+                assigned = app.consumer.assignment()
+            except ConsumerNotStarted:  # a scrape while the worker starts
+                assigned = set()
             monitor = app.monitor
-            for tp in app.consumer.assignment():
+            for tp in assigned:
                 agent = self.agent_topics.get(tp.topic)
                 end = monitor.tp_end_offsets.get(tp)
                 if agent is None or end is None:

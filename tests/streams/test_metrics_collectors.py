@@ -3,11 +3,15 @@ values, and that one exposition never holds two families of one name."""
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,8 +27,11 @@ from streams.metrics import (
     LiveMapsCollector,
     MapUpdateCounts,
     MergedCollector,
+    WorkerMetrics,
     state_bytes,
 )
+from streams.settings import Settings
+from tests.streams.test_metrics import free_port, scrape, value
 
 
 def test_the_lag_is_read_for_held_partitions_only() -> None:
@@ -120,3 +127,46 @@ def test_the_front_snapshot_arriving_over_a_pipe_is_served_with_an_up_gauge() ->
     assert (up.name, up.samples[0].value) == ("miqps_front_up", 1)
     assert lag.samples[0].labels == {"consumer": "canonicalizer", "topic": "t", "partition": "0"}
     sending.close()
+
+
+def test_the_endpoint_serves_the_live_maps_until_stopped(tmp_path: Path) -> None:
+    port = free_port()
+    live_maps = LiveMaps(3600.0)
+    for domain_map in learned_maps(["https://a.test/p?id=1", "https://b.test/p?id=2"]):
+        live_maps.apply(domain_map)
+    metrics = WorkerMetrics(Settings(state_dir=tmp_path, metrics_port=port), live_maps)
+    loop = asyncio.new_event_loop()
+    running = threading.Thread(target=loop.run_forever, daemon=True)
+    running.start()
+    metrics.start(loop, None)
+    try:
+        metrics.map_updates.count([{"accepted": True}])
+        found = scrape(port)
+    finally:
+        metrics.stop()
+        loop.call_soon_threadsafe(loop.stop)
+        running.join(5)
+        loop.close()
+    assert value(found, "miqps_domains_live") == 2
+    assert value(found, "miqps_map_updates_total", verdict="accepted") == 1, \
+        "read on the event loop"
+    assert value(found, "miqps_process_resident_memory_bytes") > 0
+    with pytest.raises(OSError):
+        scrape(port)
+
+
+def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        metrics = WorkerMetrics(Settings(state_dir=tmp_path, metrics_port=port),
+                                LiveMaps(3600.0))
+        with pytest.raises(RuntimeError, match=f"MIQPS_METRICS_PORT={port}: cannot serve"):
+            metrics.start(asyncio.new_event_loop(), None)
+
+
+def test_without_a_port_nothing_is_served(tmp_path: Path) -> None:
+    metrics = WorkerMetrics(Settings(state_dir=tmp_path), LiveMaps(3600.0))
+    metrics.start(asyncio.new_event_loop(), None)
+    metrics.stop()
