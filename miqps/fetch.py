@@ -381,6 +381,12 @@ class FetchStats:
     failed: int = 0
     retries: int = 0
     failures_by_kind: Counter[str] = field(default_factory=Counter)
+    fetched: int = 0
+    """Fetches that returned a page (after redirects and retries)."""
+    unjudgeable: int = 0
+    """Pages fetched that a prober could not judge (interstitial, shell, unparsable...)."""
+    politeness_wait_seconds: dict[str, float] = field(default_factory=dict)
+    """Per host, seconds spent waiting for its concurrency slot and its rate limit."""
 
     def to_json(self) -> dict[str, int]:
         return {
@@ -454,7 +460,7 @@ class Fetcher:
         Nothing else escapes: whatever the server sends is at worst an inconclusive fetch.
         """
         try:
-            return await self._fetch_with_redirects(url)
+            result = await self._fetch_with_redirects(url)
         except AddressRefused as error:
             self.stats.refused += 1
             self.stats.failures_by_kind[error.kind] += 1
@@ -466,6 +472,8 @@ class Fetcher:
             failure = FetchFailed(f"unexpected {type(error).__name__}", "unexpected error")
             self._count_failure(failure)
             raise failure from error
+        self.stats.fetched += 1
+        return result
 
     def _count_failure(self, error: FetchFailed) -> None:
         self.stats.failed += 1
@@ -513,8 +521,11 @@ class Fetcher:
     async def _attempt(self, url: httpx.URL) -> tuple[int, Mapping[str, str], bytes]:
         assert self._client is not None, "use Fetcher as an async context manager"
         slot, limiter = self._politeness(url.host)
+        waiting_since = time.monotonic()
         async with slot:
             await limiter.acquire()
+            waits = self.stats.politeness_wait_seconds
+            waits[url.host] = waits.get(url.host, 0.0) + time.monotonic() - waiting_since
             self.stats.requests += 1
             self.stats.by_host[url.host] += 1
             try:

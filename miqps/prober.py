@@ -113,13 +113,19 @@ class PageProber:
                 await asyncio.sleep(self.fetcher.config.backoff_base * 2 ** (attempt - 1))
             try:
                 result = await self.fetcher.fetch(url)
+            except FetchFailed as error:
+                self.failures[url] = error.reason
+                return None
+            try:
                 snapshot = await self._parse(result)
             except FetchFailed as error:
+                self.fetcher.stats.unjudgeable += 1
                 self.failures[url] = error.reason
                 return None
             if snapshot.unjudgeable is None:
                 self.failures.pop(url, None)  # an interstitial before it was retried away
                 return snapshot
+            self.fetcher.stats.unjudgeable += 1
             self.failures[url] = snapshot.unjudgeable
             if not snapshot.unjudgeable.startswith("interstitial"):
                 return None

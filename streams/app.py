@@ -39,6 +39,7 @@ def create_app(runtime: Runtime) -> faust.App:
         broker_heartbeat_interval=2.0,
         autodiscover=False,
     )
+    runtime.metrics.follow_app(app)
     if CANONICALIZE in runtime.roles:
         pattern_stats.register(app, runtime)
     if PROBE in runtime.roles:

@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -68,6 +69,10 @@ REPORT_SECONDS = 10.0
 SAMPLES_PER_MESSAGE = 500
 FIRST_RETRY_SECONDS = 1.0
 MAX_RETRY_SECONDS = 60.0
+
+
+def _ignore(seconds: float) -> None:
+    pass
 
 
 class ProcessingBug(RuntimeError):
@@ -175,6 +180,10 @@ class CanonicalizerFront:
         self._deliveries = DeliveryReports()
         self._packs: SamplePacks | None = None
         self.uncommitted = UncommittedInputs()
+        # What a metrics exporter adds (streams.frontmetrics): consumer settings, such as
+        # a statistics callback, and a call with each batch's seconds.
+        self.consumer_options: dict[str, Any] = {}
+        self.observe_batch: Callable[[float], None] = _ignore
 
     @property
     def group_id(self) -> str:
@@ -229,6 +238,7 @@ class CanonicalizerFront:
             "session.timeout.ms": 10_000,
             "heartbeat.interval.ms": 2_000,
             "on_commit": self._on_commit,
+            **self.consumer_options,
         }))
         producer = Producer(producer_config(settings, **{
             "delivery.report.only.error": True,
@@ -276,9 +286,12 @@ class CanonicalizerFront:
                     log.warning("canonicalizer: stopping with %s outputs undelivered; the "
                                 "offsets of their inputs stay uncommitted", stopped)
                     break
+                delivered = clock()
                 counters.process_seconds += processed - consumed
-                counters.deliver_seconds += clock() - processed
+                counters.deliver_seconds += delivered - processed
                 counters.batches += 1
+                if messages:
+                    self.observe_batch(delivered - consumed)
                 if now >= next_report:
                     done = counters.consumed - reported
                     reported = counters.consumed

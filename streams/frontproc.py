@@ -15,10 +15,12 @@ import multiprocessing
 import os
 import signal
 import threading
+from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
 from streams.front import CanonicalizerFront
+from streams.frontmetrics import front_exporter
 from streams.lifecycle import StopDeadline
 from streams.livemaps import LiveMaps
 from streams.lograte import rate_limit_handlers
@@ -30,9 +32,11 @@ log = logging.getLogger(__name__)
 LOG_FORMAT = "[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s"
 
 
-def run_front(settings: Settings, parent_pid: int, loglevel: int, stop_timeout: float) -> None:
+def run_front(settings: Settings, parent_pid: int, loglevel: int, stop_timeout: float,
+              metrics: Connection | None = None) -> None:
     """The child process: map feed + front until SIGTERM or the parent is gone; once
-    asked to stop, it exits within ``stop_timeout`` seconds."""
+    asked to stop, it exits within ``stop_timeout`` seconds. With ``metrics``, it sends
+    its metrics there (:mod:`streams.frontmetrics`)."""
     logging.basicConfig(level=loglevel, format=LOG_FORMAT)
     rate_limit_handlers()
     stopping = threading.Event()
@@ -47,6 +51,7 @@ def run_front(settings: Settings, parent_pid: int, loglevel: int, stop_timeout: 
     feed = MapFeed(settings, live_maps, on_fatal)
     front = CanonicalizerFront(settings, live_maps, feed, on_fatal)
     deadline = StopDeadline(stop_timeout, "canonicalizer", front.describe_uncommitted)
+    exporter = front_exporter(front, metrics) if metrics is not None else None
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         deadline.arm()
@@ -56,12 +61,16 @@ def run_front(settings: Settings, parent_pid: int, loglevel: int, stop_timeout: 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     feed.start()
     front.start()
+    if exporter is not None:
+        exporter.start()
     while not stopping.wait(0.5):
         if os.getppid() != parent_pid:
             log.error("canonicalizer: the worker process is gone; exiting")
             os._exit(3)
     front.stop(stop_timeout)
     feed.stop()
+    if exporter is not None:
+        exporter.stop()
     if failed:
         os._exit(1)
 
@@ -72,16 +81,23 @@ class FrontProcess:
         self.stop_timeout = stop_timeout
         self._process: BaseProcess | None = None
         self._stopping = False
+        self.metrics: Connection | None = None
+        """Where the child's metrics arrive, with ``MIQPS_METRICS_PORT`` set."""
 
     def start(self) -> None:
         context = multiprocessing.get_context("spawn")
         loglevel = logging.getLogger().getEffectiveLevel()
+        child_metrics = None
+        if self.settings.metrics_port is not None:
+            self.metrics, child_metrics = context.Pipe(duplex=False)
         self._process = context.Process(
             target=run_front,
-            args=(self.settings, os.getpid(), loglevel, self.stop_timeout),
+            args=(self.settings, os.getpid(), loglevel, self.stop_timeout, child_metrics),
             name="miqps-canonicalizer", daemon=False,
         )
         self._process.start()
+        if child_metrics is not None:
+            child_metrics.close()  # the child's copy is the one that writes
         log.info("canonicalizer front started in process %s", self._process.pid)
 
     def exited_unexpectedly(self) -> int | None:

@@ -47,6 +47,8 @@ class LiveMap:
 
     version: int
     rules: Mapping[str, PatternRule]
+    updated_at: float = 0.0
+    """The map's ``updated_at``, in seconds since the epoch (0 if it has none)."""
 
 
 class LiveMaps:
@@ -92,7 +94,7 @@ class LiveMaps:
                 key: PatternRule(decision.decided_at,
                                  timestamp_seconds(decision.decided_at) + self.reverify_after)
                 for key, decision in domain_map.patterns.items()
-            })
+            }, timestamp_seconds(domain_map.updated_at))
             return True
 
     def remove(self, domain: str) -> None:
@@ -108,6 +110,10 @@ class LiveMaps:
 
     def __len__(self) -> int:
         return len(self._maps)
+
+    def live(self) -> list[LiveMap]:
+        """Every live map, as of now (safe to call from any thread)."""
+        return list(self._maps.values())
 
     def due_for_reverification(self, decision: Decision, now: float) -> str | None:
         """The ``decided_at`` of a learned decision whose re-verification time has come

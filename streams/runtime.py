@@ -13,6 +13,7 @@ from streams.frontproc import FrontProcess
 from streams.lifecycle import DEFAULT_STOP_TIMEOUT
 from streams.livemaps import LiveMaps
 from streams.mapfeed import MapFeed
+from streams.metrics import WorkerMetrics
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ class Runtime:
         self.on_bug = OnBug(settings.on_bug)
         self.live_maps = LiveMaps(settings.policy.reverify_after)
         self.feed = MapFeed(settings, self.live_maps, self.fatal)
+        self.metrics = WorkerMetrics(settings, self.live_maps)
         self.front: FrontProcess | None = None
         if CANONICALIZE in roles:
             self.front = FrontProcess(settings, max(1.0, stop_timeout - FRONT_STOP_MARGIN))
@@ -81,6 +83,9 @@ class ThreadsService(mode.Service):
         if self.runtime.front is not None:
             self.runtime.front.start()
             self.add_future(self._watch_front(self.runtime.front))
+        front = self.runtime.front
+        self.runtime.metrics.start(asyncio.get_running_loop(),
+                                   front.metrics if front is not None else None)
 
     async def _watch_front(self, front: FrontProcess) -> None:
         while not self.should_stop:
@@ -91,6 +96,7 @@ class ThreadsService(mode.Service):
                 return
 
     async def on_stop(self) -> None:
+        self.runtime.metrics.stop()
         if self.runtime.front is not None:
             await asyncio.to_thread(self.runtime.front.stop)
         await asyncio.to_thread(self.runtime.feed.stop)

@@ -74,6 +74,10 @@ class DomainScheduler:
         finally:
             del self._tasks[domain]
 
+    def load(self) -> tuple[int, int]:
+        """(requests waiting for their domain's next run, domains with a run due or under way)."""
+        return sum(len(queued) for queued in self._queued.values()), len(self._tasks)
+
     async def close(self) -> None:
         tasks = list(self._tasks.values())
         for task in tasks:

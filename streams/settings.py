@@ -314,6 +314,10 @@ class Settings:
         "MIQPS_ON_BUG",
         "on an unexpected exception (a bug), a worker logs it and `stop`s, or backs off "
         "and `retry`s; the batch is not committed either way", "stop")
+    metrics_port: int | None = setting(
+        "MIQPS_METRICS_PORT",
+        "serve Prometheus metrics at `/metrics` on this port, on every interface; unset: "
+        "no metrics server", None, minimum=1, maximum=65535)
 
     # Flat names of fetch settings that callers used before the core's FetchConfig held them.
     ALIASES: ClassVar[dict[str, tuple[str, ...]]] = {

@@ -3,6 +3,7 @@ that every command they run exists in this project and accepts its arguments."""
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -13,7 +14,7 @@ import yaml
 
 from streams.cli import worker_parser
 from streams.runtime import ROLES
-from streams.settings import Topics
+from streams.settings import Settings, Topics
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -107,3 +108,71 @@ def test_the_dockerfile_installs_the_stream_extra_from_files_that_exist() -> Non
             for source in line.split()[1:-1]:
                 assert (REPO / source).exists(), source
     assert re.search(r'^CMD \["miqps", "worker"\]', dockerfile, re.M)
+
+
+def mounts(service: dict[str, Any]) -> dict[str, Path]:
+    """Container path -> the repository path bound there (named volumes left out)."""
+    found = {}
+    for volume in service.get("volumes", []):
+        source, target = str(volume).split(":")[:2]
+        if source.startswith("./"):
+            found[target] = REPO / source
+    return found
+
+
+def worker_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The services that run a worker (not the one that only creates the topics)."""
+    return {name: service for name, service in services(compose).items()
+            if service.get("command") and service["command"][:2] == ["miqps", "worker"]
+            and not worker_parser().parse_args(worker_args(service["command"]))
+            .create_topics_only}
+
+
+def test_prometheus_scrapes_every_worker_service_on_its_metrics_port(
+        compose: dict[str, Any]) -> None:
+    prometheus = services(compose)["prometheus"]
+    assert str(prometheus["image"]).startswith("prom/prometheus:")
+    assert "command" not in prometheus, "the image's own command reads the default path"
+    config_path = mounts(prometheus)["/etc/prometheus/prometheus.yml"]
+    config = yaml.safe_load(config_path.read_text("utf-8"))
+    targets: dict[str, int] = {}
+    for job in config["scrape_configs"]:
+        for discovery in job["dns_sd_configs"]:
+            assert discovery["type"] == "A"
+            for name in discovery["names"]:
+                targets[name] = int(discovery["port"])
+    workers = worker_services(compose)
+    assert set(workers) == {"canonicalizer", "prober"}
+    assert set(targets) == set(workers), "one scrape job per worker service, no stale one"
+    for name, service in workers.items():
+        port = Settings.from_env({"MIQPS_METRICS_PORT": environment(service).get(
+            "MIQPS_METRICS_PORT", "")}).metrics_port
+        assert port is not None and targets[name] == port, name
+
+
+def test_grafana_is_provisioned_with_prometheus_and_the_dashboard(
+        compose: dict[str, Any]) -> None:
+    found = services(compose)
+    grafana = found["grafana"]
+    assert str(grafana["image"]).startswith("grafana/grafana:")
+    bound = mounts(grafana)
+    provisioning = bound["/etc/grafana/provisioning"]
+    [source] = yaml.safe_load(
+        (provisioning / "datasources" / "prometheus.yml").read_text("utf-8"))["datasources"]
+    prometheus_port = str(found["prometheus"]["ports"][0]).split(":")[-1]
+    assert source["type"] == "prometheus"
+    assert source["url"] == f"http://prometheus:{prometheus_port}"
+    [provider] = yaml.safe_load(
+        (provisioning / "dashboards" / "miqps.yml").read_text("utf-8"))["providers"]
+    dashboards = bound[provider["options"]["path"]]
+    [dashboard_file] = dashboards.glob("*.json")
+    dashboard = json.loads(dashboard_file.read_text("utf-8"))
+    panels = dashboard["panels"]
+    assert panels
+    for panel in panels:
+        assert panel["datasource"]["uid"] == source["uid"], panel["title"]
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == source["uid"]
+            # tests/streams/test_metrics.py checks these names against a real worker's scrape
+            assert re.search(r"\bmiqps_[a-z_]+", target["expr"]), target["expr"]

@@ -25,6 +25,7 @@ from streams.acks import OrderedAcks, Ticket
 from streams.agents import source_of
 from streams.maphistory import FaustSink, probe_producer, publish_map
 from streams.messages import BadInput, DeadLetter, ProbeRequest
+from streams.metrics import ProbeAgentState
 from streams.probing import ProbeOutcome, Probing
 from streams.runtime import Runtime
 from streams.scheduler import DomainScheduler
@@ -67,6 +68,7 @@ def register(app: faust.App, runtime: Runtime) -> None:
                               *probe_producer(outcome.audits))
         for audit in outcome.audits:
             await updates_topic.send(key=key, value=audit.to_bytes())
+        runtime.metrics.map_updates.count(outcome.audits)
         if outcome.skipped:
             log.info("probe %s: already decided, skipped: %s", outcome.domain,
                      ", ".join(outcome.skipped))
@@ -89,6 +91,7 @@ def register(app: faust.App, runtime: Runtime) -> None:
             probing = Probing(runtime.live_maps, fetcher, config=settings.learn,
                               max_flip_share=settings.max_flip_share)
             scheduler = DomainScheduler(probing, publish, acks, bugs.run)
+            runtime.metrics.follow_probing(ProbeAgentState(scheduler, acks.__len__, fetcher.stats))
 
             async def take(event: EventT[bytes], ticket: Ticket) -> None:
                 try:

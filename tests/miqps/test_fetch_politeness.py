@@ -154,3 +154,26 @@ def test_redirect_loops_stop_after_five_hops(serve: list[ThreadingHTTPServer]) -
 
     asyncio.run(run())
     assert len(recorder.arrivals) == 6
+
+
+def test_the_stats_count_pages_fetched_and_the_time_each_host_made_us_wait(
+    serve: list[ThreadingHTTPServer],
+) -> None:
+    recorder = _Recorder()
+    port = _start(serve, _server(recorder, delay=0.0))
+    rate, count = 4.0, 8
+
+    async def run() -> tuple[int, dict[str, float]]:
+        config = FetchConfig(allow_private=True, per_host_rate=rate, per_host_concurrency=8)
+        async with Fetcher(config) as fetcher:
+            await asyncio.gather(*(fetcher.fetch(f"http://127.0.0.1:{port}/{i}")
+                                   for i in range(count)))
+            return fetcher.stats.fetched, fetcher.stats.politeness_wait_seconds
+
+    fetched, waits = asyncio.run(run())
+    assert fetched == count
+    assert list(waits) == ["127.0.0.1"]
+    # The limiter lets ``rate`` requests through at once, then one every 1/rate seconds:
+    # request k (k >= rate) waits about (k - rate + 1) / rate.
+    expected = sum((k - rate + 1) / rate for k in range(int(rate), count))
+    assert expected * 0.8 <= waits["127.0.0.1"] <= expected * 1.5 + 0.5

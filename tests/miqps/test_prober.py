@@ -171,3 +171,21 @@ def test_blocks_taken_for_stable_are_still_audited_by_a_refetch_now_and_then(
     assert [c.outcome for c in found[:3]] == [Outcome.CHANGED] * 3, "the shortcut was taken"
     assert found[3].outcome is Outcome.UNCHANGED, "the audit refetched and saw the ad move"
     assert ad <= model.paths(template)
+
+
+def test_unjudgeable_pages_are_counted_apart_from_the_pages_fetched(
+    repeating_ad_proxy: str,
+) -> None:
+    _RepeatingAd.interstitial_every = 1  # nothing but challenge pages
+    original = parse("http://ads.test/p/7?color=red")
+
+    async def walled() -> tuple[int, int]:
+        config = FetchConfig(proxy=repeating_ad_proxy, per_host_rate=100, backoff_base=0.01)
+        async with Fetcher(config) as fetcher:
+            await PageProber(fetcher).compare("ads.test/p/*", original.url,
+                                              original.without(["color"]))
+            return fetcher.stats.fetched, fetcher.stats.unjudgeable
+
+    fetched, unjudgeable = asyncio.run(walled())
+    assert fetched == sum(_RepeatingAd.fetches.values()) > 0
+    assert unjudgeable == fetched, "every answer was a challenge page"

@@ -61,7 +61,7 @@ def other_value(variable: Variable) -> Any:
     if isinstance(default, Path):
         return default / "elsewhere"
     if default is None:
-        return "http://proxy.test:3128"
+        return 9100 if int in get_args(annotation) else "http://proxy.test:3128"
     return f"{default}-other"
 
 
