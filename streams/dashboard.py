@@ -63,6 +63,8 @@ TAIL_PER_PARTITION = 5000
 SPRAWL_WINDOW = 200_000
 DOMAIN_ROWS = 200
 """Rows of the domain list a page gets; the others are counted."""
+LIMITS = Limits(patterns_per_domain=100, params_per_domain=100)
+"""What one domain's page shows; the rest is counted."""
 TICK_SECONDS = 1.0
 TOPIC_WAIT_SECONDS = 2.0
 ASSETS = {"/": ("dashboard.html", "text/html"),
@@ -153,7 +155,7 @@ class DashboardState:
         self.maps = DashboardMaps()
         self.canonicalizer = self.maps.canonicalizer
         self.status = "starting"
-        self._limits = limits or Limits()
+        self._limits = limits or LIMITS
         self._sprawl_window = sprawl_window
         self._lock = threading.Lock()
         self._builder = self._new_builder()

@@ -98,8 +98,13 @@
       (param) => row([param.name, count(param.urls_with), count(param.variants),
         count(param.dropped_in)])));
     for (const pattern of body.patterns) patterns.append(patternRows(pattern));
+    $("#domain-hidden-params").textContent = hiddenNote(body.hidden_params, "parameters");
+    $("#domain-hidden-patterns").textContent = hiddenNote(body.hidden_patterns,
+      "patterns with fewer URLs in the tail");
     section.dataset.rendered = name;
   }
+
+  const hiddenNote = (hidden, what) => hidden ? `${count(hidden)} more ${what} not shown` : "";
 
   function patternRows(pattern) {
     const body = element("tbody");
