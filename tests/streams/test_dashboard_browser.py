@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -103,6 +104,10 @@ def plot_values_above_zero(page: Page, selector: str) -> int:
     return sum(1 for pair in points.split() if float(pair.split(",")[1]) < PLOT_BASELINE)
 
 
+def plot_has_values(page: Page, selector: str) -> bool:
+    return plot_values_above_zero(page, selector) > 0
+
+
 def test_the_dashboard_shows_a_live_run(
         learned_run: tuple[Settings, WorkerProcess, list[bytes]], web: Web,
         browser_page: Page, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -173,8 +178,7 @@ def test_the_dashboard_shows_a_live_run(
         produce(settings, settings.topics.raw, second_pass)
         for line in ("#plot-rates polyline.out", "#plot-rates polyline.in",
                      "#plot-learned polyline.learned"):
-            wait_until(lambda line=line: plot_values_above_zero(page, line) > 0, 90,
-                       f"points above zero in {line}")
+            wait_until(partial(plot_has_values, page, line), 90, f"points above zero in {line}")
         assert plot_values_above_zero(page, "#plot-fetches polyline.fetches") > 0
         assert worker.alive(), worker.log_text()[-3000:]
         save_screenshot(page, tmp_path)
