@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import signal
 import sys
 import threading
 import time
@@ -300,6 +301,7 @@ class StreamReaders:
         self.settings = settings
         self.state = state
         self._stopping = threading.Event()
+        self._feed_broken = threading.Event()
         self._feed: MapFeed | None = None
         self._thread = threading.Thread(target=self._run, name="miqps-dashboard-readers",
                                         daemon=True)
@@ -333,6 +335,11 @@ class StreamReaders:
             self._feed = MapFeed(self.settings, self.state.maps, self._feed_failed,
                                  dead_letter=_no_dead_letters)
             self._feed.start()
+            # The tail is canonicalized as it arrives: with every map, not the first few.
+            self.state.status = "reading the maps"
+            while not self._feed.wait_ready(0.2):
+                if self._stopping.is_set() or self._feed_broken.is_set():
+                    return
             consumer.assign(self._start_positions(consumer, partitions))
             self.state.status = "live"
             handlers: dict[str, Callable[[bytes | None], None]] = {
@@ -353,6 +360,7 @@ class StreamReaders:
             consumer.close()
 
     def _feed_failed(self, error: BaseException) -> None:
+        self._feed_broken.set()
         self.state.status = f"following the maps failed: {error}"
 
     def _wait_for_topics(self, consumer: Consumer) -> dict[str, list[int]] | None:
@@ -523,16 +531,29 @@ def dashboard_parser() -> argparse.ArgumentParser:
         description="Serve a live dashboard of the stream processor, read from Kafka.")
     parser.add_argument("--host", default="127.0.0.1",
                         help="the address to listen on (default: loopback only)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+    parser.add_argument("--port", type=_port, default=DEFAULT_PORT,
                         help=f"the port to listen on (default {DEFAULT_PORT}; 0: any free)")
     return parser
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {port}")
+    return port
 
 
 def run_dashboard(settings: Settings, host: str, port: int,
                   ready: Callable[[str], None] | None = None,
                   stopping: threading.Event | None = None) -> int:
-    """Serve until ``stopping`` is set (or Ctrl-C); ``ready`` gets the page's URL."""
+    """Serve until ``stopping`` is set, or Ctrl-C or SIGTERM; ``ready`` gets the page's URL."""
     state = DashboardState()
+    stopping = stopping or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
     try:
         server = DashboardServer(state, host, port)
     except OSError as error:
@@ -542,7 +563,7 @@ def run_dashboard(settings: Settings, host: str, port: int,
     server.start()
     (ready or _announce)(server.url)
     try:
-        (stopping or threading.Event()).wait()
+        stopping.wait()
     except KeyboardInterrupt:
         pass
     finally:

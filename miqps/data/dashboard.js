@@ -3,6 +3,7 @@
 // the page as text (textContent) or as SVG coordinates, never as HTML.
 (() => {
   const SVG = "http://www.w3.org/2000/svg";
+  const SPARSE_POINTS = 60;
   const $ = (selector) => document.querySelector(selector);
   let feedAfter = 0;
 
@@ -203,10 +204,14 @@
     for (const [name, labelText, vals] of series) {
       const coordinates = [];
       vals.forEach((value, index) => {
-        if (value !== null) coordinates.push(`${x(points[index].at).toFixed(1)},${y(value).toFixed(1)}`);
+        if (value !== null) coordinates.push([x(points[index].at), y(value)]);
       });
       chart.append(svg("polyline", { class: name, "data-series": name,
-        "data-count": String(coordinates.length), points: coordinates.join(" ") }));
+        "data-count": String(coordinates.length),
+        points: coordinates.map(([cx, cy]) => `${cx.toFixed(1)},${cy.toFixed(1)}`).join(" ") }));
+      if (coordinates.length <= SPARSE_POINTS) {  // few points: show each one
+        for (const [cx, cy] of coordinates) chart.append(svg("circle", { class: name, cx, cy, r: 2.5 }));
+      }
       chart.append(svg("rect", { class: name, x: key, y: 4, width: 10, height: 10 }));
       const legend = svg("text", { x: key + 14, y: 13 });
       legend.textContent = labelText;

@@ -7,6 +7,9 @@ The page in a real browser after a real broker run is test_dashboard_browser.py.
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -200,3 +203,20 @@ def test_the_page_and_its_assets_are_served(served: str) -> None:
             assert response.headers["Content-Type"].startswith(kind)
             assert "default-src 'self'" in response.headers["Content-Security-Policy"]
             assert len(response.read()) > 100
+
+
+def test_the_command_says_when_it_cannot_listen() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([str(Path(sys.executable).with_name("miqps")), "dashboard",
+                               "--port", str(port)], capture_output=True, text=True,
+                              timeout=60)
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    for bad in ("70000", "web"):
+        done = subprocess.run([str(Path(sys.executable).with_name("miqps")), "dashboard",
+                               "--port", bad], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2
+        assert "--port" in done.stderr and "Traceback" not in done.stderr
