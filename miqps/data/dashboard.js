@@ -85,6 +85,7 @@
     const patterns = section.querySelector("table.patterns");
     for (const old of patterns.querySelectorAll("tbody")) old.remove();
     section.querySelector("table.sprawl tbody").replaceChildren();
+    section.querySelector("table.domain-feed tbody").replaceChildren();
     if (!ok) {
       $("#domain-about").textContent = body.error;
       section.dataset.rendered = name;
@@ -99,6 +100,8 @@
       (param) => row([param.name, count(param.urls_with), count(param.variants),
         count(param.dropped_in)])));
     for (const pattern of body.patterns) patterns.append(patternRows(pattern));
+    section.querySelector("table.domain-feed tbody").replaceChildren(
+      ...body.feed.reverse().map(feedRow));
     $("#domain-hidden-params").textContent = hiddenNote(body.hidden_params, "parameters");
     $("#domain-hidden-patterns").textContent = hiddenNote(body.hidden_patterns,
       "patterns with fewer URLs in the tail");
@@ -128,17 +131,20 @@
 
   // ---------------------------------------------------------------- feed
 
+  function feedRow(entry) {
+    const version = entry.version_after === null
+      ? `v${entry.version_before} stays` : `v${entry.version_before} → v${entry.version_after}`;
+    return row([entry.at, entry.domain, entry.pattern, entry.accepted ? "accepted" : "rejected",
+      entry.reason, version, (entry.dropped_after || []).join(", ")],
+      { class: entry.accepted ? "accepted" : "rejected" });
+  }
+
   async function refreshFeed() {
     const { body } = await api("/api/feed?after=" + feedAfter);
     const tbody = $("#feed tbody");
     for (const entry of body) {
       feedAfter = Math.max(feedAfter, entry.seq);
-      const version = entry.version_after === null
-        ? `v${entry.version_before} stays` : `v${entry.version_before} → v${entry.version_after}`;
-      tbody.prepend(row([entry.at, entry.domain, entry.pattern,
-        entry.accepted ? "accepted" : "rejected", entry.reason, version,
-        (entry.dropped_after || []).join(", ")],
-        { class: entry.accepted ? "accepted" : "rejected" }));
+      tbody.prepend(feedRow(entry));
     }
     while (tbody.rows.length > 200) tbody.lastChild.remove();
   }

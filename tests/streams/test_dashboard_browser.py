@@ -23,10 +23,13 @@ import pytest
 from miqps.cli import main
 from miqps.maps import write_maps
 from simweb.corpus import generate_corpus
+from streams.dashboard import DashboardServer, DashboardState
 from streams.kafka import ensure_topics
 from streams.settings import LearningPolicy, Settings
 from streams.tools import TopicReader, WorkerProcess, produce, worker_env
 from tests.browser import browser, browser_page, screenshot_dir
+from tests.miqps.test_report import HOSTILE, hostile_map
+from tests.streams.test_dashboard import audit_record
 from tests.streams.test_pipeline import (
     Web,
     base,
@@ -50,7 +53,6 @@ def expect(locator: Locator) -> LocatorAssertions:
 
 __all__ = ["base", "browser", "browser_page", "web"]  # fixtures
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420)]
 
 PLOT_BASELINE = 142.0
 """The y of a zero value in the dashboard's line charts (dashboard.js ``lineChart``)."""
@@ -106,6 +108,8 @@ def plot_has_values(page: Page, selector: str) -> bool:
     return plot_values_above_zero(page, selector) > 0
 
 
+@pytest.mark.kafka
+@pytest.mark.timeout(420)
 def test_the_dashboard_shows_a_live_run(
         learned_run: tuple[Settings, WorkerProcess, list[bytes]], web: Web,
         browser_page: Page, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -152,6 +156,8 @@ def test_the_dashboard_shows_a_live_run(
                                   str(evidence.changed), str(evidence.unchanged),
                                   str(evidence.inconclusive)], (key, name)
         assert page.locator("#domain table.sprawl tbody tr").count() > 0
+        own_feed = rows_text(page, "#domain table.domain-feed tbody tr")
+        assert own_feed and {row[1] for row in own_feed} == {domain}
 
         # The feed: the audit records of the run, accepted ones among them.
         feed = rows_text(page, "#feed tbody tr")
@@ -196,3 +202,31 @@ def save_screenshot(page: Page, tmp_path: Path) -> None:
     if docs is not None:
         docs.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, docs / "dashboard.png")
+
+
+def test_rejections_and_hostile_maps_are_shown_as_text_and_never_run(
+        browser_page: Page) -> None:
+    state = DashboardState()
+    state.maps.apply(hostile_map())
+    state.add_map_update(audit_record(f"/p?{HOSTILE}&id", accepted=False))
+    server = DashboardServer(state, port=0).start()
+    page = browser_page
+    try:
+        page.goto(server.url)
+        expect(page.locator("#feed tbody tr")).to_have_count(1)
+        (entry,) = rows_text(page, "#feed tbody tr")
+        assert entry[2:5] == [f"/p?{HOSTILE}&id", "rejected",
+                              "anomaly: 3 of 4 kept parameters would be dropped"]
+        assert page.locator("#feed tbody tr.rejected").count() == 1
+        expect(page.locator("#domains tbody tr")).to_have_count(1)
+        page.click("#domains tbody a")
+        page.wait_for_selector("#domain[data-rendered]")
+        assert page.text_content("#domain-name") == f"shop.example{HOSTILE}"
+        assert HOSTILE in page.locator("#domain table.patterns").inner_text()
+        page.fill("#explain-url", f"https://shop.example/?{HOSTILE}")
+        page.click("#explain button")
+        page.wait_for_selector("#explain-json")
+        assert HOSTILE in (page.text_content("#explain-json") or "")
+        assert page.evaluate("typeof window.pwned") == "undefined"
+    finally:
+        server.stop()
