@@ -71,7 +71,8 @@ TOPIC_WAIT_SECONDS = 2.0
 ASSETS = {"/": ("dashboard.html", "text/html"),
           "/dashboard.js": ("dashboard.js", "text/javascript"),
           "/dashboard.css": ("dashboard.css", "text/css"),
-          "/report.css": ("report.css", "text/css")}
+          "/report.css": ("report.css", "text/css"),
+          "/report.explain.js": ("report.explain.js", "text/javascript")}
 CSP = ("default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
        "form-action 'none'; frame-ancestors 'none'")
 

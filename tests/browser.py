@@ -1,7 +1,8 @@
 """A real browser for tests: Debian's chromium driven by Playwright (never a downloaded one).
 
-Tests take the ``browser_page`` fixture (register it with ``from tests.browser import
-browser_page``) and get a fresh page of one chromium shared by the session. A missing
+Tests take the ``browser_page`` fixture (tests/conftest.py registers it once: a module
+importing it again would start a second Playwright in the session, which fails) and get a
+fresh page of one chromium shared by the session. A missing
 chromium or Playwright fails the test with what to install: ``scripts/setup`` installs both,
 so on CI a missing browser is a broken setup, never a reason to skip.
 """

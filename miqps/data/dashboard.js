@@ -160,23 +160,7 @@
         element("pre", JSON.stringify(body), { id: "explain-json" }));
       return;
     }
-    const canonical = element("p", "canonical URL: ");
-    canonical.append(element("output", body.canonical_url, { id: "explain-canonical" }));
-    result.append(canonical, element("p",
-      `status ${body.status}, pattern ${body.pattern}, map version ${body.map_version}`,
-      { id: "explain-status" }));
-    const table = element("table", undefined, { id: "explain-params" });
-    const headings = table.createTHead().insertRow();
-    for (const heading of ["parameter", "kept or dropped", "layer"]) {
-      headings.append(element("th", heading));
-    }
-    const tbody = table.appendChild(element("tbody"));
-    const dropped = new Set(body.dropped);
-    for (const [name, layer] of Object.entries(body.layers)) {
-      tbody.append(row([name, dropped.has(name) ? "dropped" : "kept", layer],
-        { class: dropped.has(name) ? "drop" : "keep" }));
-    }
-    result.append(table, element("pre", JSON.stringify(body), { id: "explain-json" }));
+    result.append(...window.miqpsExplanation(body));
   }
 
   // ---------------------------------------------------------------- plots

@@ -198,7 +198,8 @@ def test_the_sprawl_tally_is_bounded_and_the_saved_count_goes_on() -> None:
 
 def test_the_page_and_its_assets_are_served(served: str) -> None:
     for path, kind in (("", "text/html"), ("dashboard.js", "text/javascript"),
-                       ("dashboard.css", "text/css"), ("report.css", "text/css")):
+                       ("dashboard.css", "text/css"), ("report.css", "text/css"),
+                       ("report.explain.js", "text/javascript")):
         with urllib.request.urlopen(served + path, timeout=10) as response:
             assert response.headers["Content-Type"].startswith(kind)
             assert "default-src 'self'" in response.headers["Content-Security-Policy"]

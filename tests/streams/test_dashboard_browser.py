@@ -27,7 +27,7 @@ from streams.dashboard import DashboardServer, DashboardState
 from streams.kafka import ensure_topics
 from streams.settings import LearningPolicy, Settings
 from streams.tools import TopicReader, WorkerProcess, produce, worker_env
-from tests.browser import browser, browser_page, screenshot_dir
+from tests.browser import screenshot_dir
 from tests.miqps.test_report import HOSTILE, hostile_map
 from tests.streams.test_dashboard import audit_record
 from tests.streams.test_pipeline import (
@@ -51,7 +51,7 @@ def expect(locator: Locator) -> LocatorAssertions:
 
     return playwright_expect(locator)
 
-__all__ = ["base", "browser", "browser_page", "web"]  # fixtures
+__all__ = ["base", "web"]  # fixtures
 
 
 PLOT_BASELINE = 142.0
