@@ -119,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
         "maps", help="print current maps from the compacted topic; 'maps history|rollback|"
                      "freeze|unfreeze|publish': an operator's map commands")
     maps_cmd.add_argument("args", nargs=argparse.REMAINDER)
+    dashboard = commands.add_parser(
+        "dashboard", help="serve a live dashboard of the stream processor (streams extra)")
+    dashboard.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
 
@@ -130,7 +133,7 @@ def _add_skip_invalid(command: argparse.ArgumentParser, which: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if arguments[:1] in (["worker"], ["maps"]):
+    if arguments[:1] in (["worker"], ["maps"], ["dashboard"]):
         return run_streams_command(arguments[0], arguments[1:])
     args = build_parser().parse_args(arguments)
     try:

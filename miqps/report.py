@@ -281,6 +281,18 @@ class ReportBuilder:
                                     for domain in by_saved[: limits.plotted_bars]),
         )
 
+    def domain_view(self, domain: str) -> DomainView:
+        """One domain's full view, whether or not :meth:`view` would list it: a page of one
+        domain costs its own tally and map, not every domain's."""
+        domain_map = self._maps.get(domain)
+        return self._domain_view(domain, self._tallies.get(domain) or _DomainTally(),
+                                 estimated_fetches(domain_map) if domain_map else 0)
+
+    def duplicates_saved(self) -> int:
+        """Distinct URLs read less the canonical URLs they became, over every domain."""
+        return sum(len(tally.distinct) - len(tally.canonical)
+                   for tally in self._tallies.values())
+
     def _variants_by_param(self) -> tuple[Bar, ...]:
         bars = [
             Bar(f"{domain} ?{name}", tally.variants(name),

@@ -65,7 +65,8 @@ def _page(view: ReportView, sources: Sequence[str]) -> Iterator[str]:
     yield "</main>"
     answers = script_json(view.explanations)
     yield f'<script type="application/json" id="explanations">{answers}</script>'
-    yield f"<script>{_asset('report.js')}</script></body></html>\n"
+    yield (f"<script>{_asset('report.explain.js')}\n{_asset('report.js')}</script>"
+           "</body></html>\n")
 
 
 def _totals(view: ReportView) -> Iterator[str]:

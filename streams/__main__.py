@@ -1,4 +1,4 @@
-"""``python -m streams worker|maps ...``: the same as ``miqps worker|maps ...``."""
+"""``python -m streams worker|maps|dashboard ...``: the same as ``miqps ...``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,6 @@ from streams.cli import main
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        print("usage: python -m streams {worker,maps} [options]", file=sys.stderr)
+        print("usage: python -m streams {worker,maps,dashboard} [options]", file=sys.stderr)
         sys.exit(2)
     sys.exit(main(sys.argv[1], sys.argv[2:]))

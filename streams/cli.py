@@ -1,4 +1,4 @@
-"""``miqps worker`` and ``miqps maps``: the stream processor's commands."""
+"""``miqps worker``, ``miqps maps`` and ``miqps dashboard``: the stream processor's commands."""
 
 from __future__ import annotations
 
@@ -35,6 +35,13 @@ def main(command: str, args: list[str]) -> int:
         return run_worker(args)
     if command == "maps":
         return run_maps(args)
+    if command == "dashboard":
+        from streams.dashboard import dashboard_parser, run_dashboard
+
+        parser = dashboard_parser()
+        _common(parser)
+        options = parser.parse_args(args)
+        return run_dashboard(_settings(options), options.host, options.port)
     print(f"miqps: unknown stream command {command!r}", file=sys.stderr)
     return 2
 

@@ -7,11 +7,14 @@ the simulated web in-process, creates topics of its own (a fresh prefix), starts
 prints progress while it runs, and ends with a summary: URLs in and out, learned vs
 provisional, how far canonical URLs collapse the raw ones (and whether any two different
 pages were merged, using the simulated web's ground truth), maps learned, fetches spent.
+While it runs, ``miqps dashboard`` serves the run live (the URL is printed at the start).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -30,8 +33,17 @@ from simweb.sites import FAMILIES, build_sites
 from streams.kafka import ensure_topics
 from streams.messages import NO_SAMPLES, ONE_PAGE, UNREACHABLE
 from streams.settings import LearningPolicy, Settings
-from streams.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
+from streams.tools import (
+    TopicReader,
+    WorkerProcess,
+    delete_topics,
+    isolated_settings,
+    produce,
+    worker_command,
+    worker_env,
+)
 
+DASHBOARD_PORT = 8050
 BAD_INPUTS: tuple[bytes, ...] = (
     b"\xff\xfe not UTF-8",
     b"this is not a URL",
@@ -67,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--keep-topics", action="store_true",
                         help="leave the demo's topics on the broker for inspection")
+    parser.add_argument("--dashboard-port", type=int, default=DASHBOARD_PORT,
+                        help="serve 'miqps dashboard' of the run on this port (0: any free "
+                        "port, -1: no dashboard)")
     return parser
 
 
@@ -97,14 +112,35 @@ def main(argv: Sequence[str] | None = None) -> int:
               flush=True)
         worker = WorkerProcess(settings, "canonicalize,probe", state_root / "worker.log")
         worker.start()
+        dashboard = (_start_dashboard(settings, args.dashboard_port, state_root)
+                     if args.dashboard_port >= 0 else None)
         try:
             return _run(args, settings, corpus, web, worker)
         finally:
+            if dashboard is not None:
+                dashboard.send_signal(signal.SIGINT)
+                dashboard.wait(15)
             worker.stop()
             if args.keep_topics:
                 print(f"demo: topics kept: {settings.app_id}.*")
             else:
                 delete_topics(settings)
+
+
+def _start_dashboard(settings: Settings, port: int, state_root: Path,
+                     ) -> subprocess.Popen[str] | None:
+    """``miqps dashboard`` on the demo's topics, its URL printed; None if it cannot start."""
+    with (state_root / "dashboard.log").open("w") as errors:
+        process = subprocess.Popen(
+            [*worker_command()[:-1], "dashboard", "--port", str(port)],
+            env=worker_env(settings), stdout=subprocess.PIPE, stderr=errors, text=True)
+    line = process.stdout.readline().strip() if process.stdout is not None else ""
+    if not line.startswith("miqps dashboard: "):
+        process.wait(15)
+        print(f"demo: no dashboard (see {state_root / 'dashboard.log'})", file=sys.stderr)
+        return None
+    print(f"demo: open the live dashboard at {line.split(': ', 1)[1]}", flush=True)
+    return process
 
 
 def _run(args: argparse.Namespace, settings: Settings, corpus: list[CorpusURL], web: SimWeb,

@@ -1,9 +1,9 @@
 """A real browser for tests: Debian's chromium driven by Playwright (never a downloaded one).
 
-Tests take the ``browser_page`` fixture (register it with ``from tests.browser import
-browser_page``) and get a fresh page of one chromium shared by the test module. Not by the
-session: Playwright's sync API keeps an event loop running while it is open, and
-pytest-asyncio cannot run the async tests of later modules beside it. A missing
+Tests take the ``browser_page`` fixture (tests/conftest.py registers it once) and get a
+fresh page of one chromium shared by the test module. Only one Playwright may run at a
+time, and not for the whole session: its sync API keeps an event loop running while it is
+open, and pytest-asyncio cannot run the async tests of later modules beside it. A missing
 chromium or Playwright fails the test with what to install: ``scripts/setup`` installs both,
 so on CI a missing browser is a broken setup, never a reason to skip.
 """

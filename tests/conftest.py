@@ -1,4 +1,5 @@
-"""The replicated test cluster, shared by every test marked ``cluster``."""
+"""The replicated test cluster, shared by every test marked ``cluster``, and the real
+browser of the browser tests (one chromium per test module that uses it)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from streams.localbroker import LocalBroker
+from tests.browser import browser, browser_page
+
+__all__ = ["browser", "browser_page"]  # fixtures
 
 CLUSTER_BROKERS = 3
 

@@ -22,25 +22,7 @@
         "miqps canonicalize --json --maps MAPS '" + text + "'", { id: "explain-missing" }));
       return;
     }
-    const canonical = element("p", "canonical URL: ");
-    canonical.append(element("output", answer.canonical_url, { id: "explain-canonical" }));
-    result.append(canonical, element("p",
-      `status ${answer.status}, pattern ${answer.pattern}, map version ${answer.map_version}`,
-      { id: "explain-status" }));
-    const table = element("table", undefined, { id: "explain-params" });
-    const headings = table.createTHead().insertRow();
-    for (const heading of ["parameter", "kept or dropped", "layer"]) {
-      headings.append(element("th", heading));
-    }
-    const body = table.appendChild(element("tbody"));
-    const dropped = new Set(answer.dropped);
-    for (const [name, layer] of Object.entries(answer.layers)) {
-      const row = body.appendChild(element("tr", undefined,
-        { class: dropped.has(name) ? "drop" : "keep" }));
-      row.append(element("td", name), element("td", dropped.has(name) ? "dropped" : "kept"),
-        element("td", layer));
-    }
-    result.append(table, element("pre", JSON.stringify(answer), { id: "explain-json" }));
+    result.append(...window.miqpsExplanation(answer));
   }
 
   const input = document.getElementById("explain-url");

@@ -19,13 +19,11 @@ from miqps.cli import main
 from miqps.maps import DomainMap, write_maps
 from miqps.report import Limits, ReportBuilder, ReportView
 from miqps.report_html import render
-from tests.browser import browser, browser_page, screenshot_dir
+from tests.browser import screenshot_dir
 from tests.miqps.test_report import HOSTILE, SHOP_URLS, build, hostile_map, shop_map
 
 if TYPE_CHECKING:  # imported here only: without Playwright the fixture says what is missing
     from playwright.sync_api import Page
-
-__all__ = ["browser", "browser_page"]  # fixtures
 
 BLOG_URLS = ["https://blog.example/a?ref=1", "https://blog.example/a?ref=2&utm_medium=x"]
 
