@@ -28,15 +28,80 @@ from miqps.canonical import Canonicalizer
 from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification
 from miqps.urls import InvalidURL, parse, path_shape, pattern_key
 
-HOSTS = ("forum.example", "shop.example", "java.example", "Shop.Example", "b\u00fccher.example",
-         "shop.example:8080", "u:p@shop.example", "[::1]", "other.example", "10.0.0.1")
-SEGMENTS = ("p", "board", "12", "docs", "guide", "..", ".", "%2e", "a;b", "x;y;z", "caf%C3%A9",
-            "%%36%31", "%%32%45", "%4%31", "%7euser", "", "item-42", "%3B", "a%2Fb")
+HOSTS = (
+    "forum.example",
+    "shop.example",
+    "java.example",
+    "Shop.Example",
+    "b\u00fccher.example",
+    "shop.example:8080",
+    "u:p@shop.example",
+    "[::1]",
+    "other.example",
+    "10.0.0.1",
+)
+SEGMENTS = (
+    "p",
+    "board",
+    "12",
+    "docs",
+    "guide",
+    "..",
+    ".",
+    "%2e",
+    "a;b",
+    "x;y;z",
+    "caf%C3%A9",
+    "%%36%31",
+    "%%32%45",
+    "%4%31",
+    "%7euser",
+    "",
+    "item-42",
+    "%3B",
+    "a%2Fb",
+)
 MATRIX = ("jsessionid", "sid", "v", "utm_source", "JSESSIONID", "1x", "")
-NAMES = ("id", "b", "start", "order", "page", "hl", "q", "ref", "sid", "utm_source",
-         "utm_medium", "gclid", "fbclid", "variant", "a", "a.b", "a-b", "A", "", "x%3Dy", "%75tm")
-VALUES = ("1", "2", "45", "en", "latest", "general", "", "%%36%31", "%7e", "a%2Fb", "x=y",
-          "%E2%82%AC", "+", "%", "1;2")
+NAMES = (
+    "id",
+    "b",
+    "start",
+    "order",
+    "page",
+    "hl",
+    "q",
+    "ref",
+    "sid",
+    "utm_source",
+    "utm_medium",
+    "gclid",
+    "fbclid",
+    "variant",
+    "a",
+    "a.b",
+    "a-b",
+    "A",
+    "",
+    "x%3Dy",
+    "%75tm",
+)
+VALUES = (
+    "1",
+    "2",
+    "45",
+    "en",
+    "latest",
+    "general",
+    "",
+    "%%36%31",
+    "%7e",
+    "a%2Fb",
+    "x=y",
+    "%E2%82%AC",
+    "+",
+    "%",
+    "1;2",
+)
 FRAGMENTS = ("", "", "", "#top", "#!/tab", "#!%7e/x", "#")
 
 
@@ -84,8 +149,9 @@ def learned_looking_maps(texts: list[str], rng: random.Random) -> list[DomainMap
                 keep = name in kept
                 layer = Layer.LEARNED if rng.random() < 0.85 else Layer.INSUFFICIENT
                 defaults = [url.value_of(name)] if keep and rng.random() < 0.3 else []
-                params[name] = ParamEvidence("keep" if keep else "drop", layer, 3,
-                                             3 * keep, 3 * (not keep), 0, defaults)
+                params[name] = ParamEvidence(
+                    "keep" if keep else "drop", layer, 3, 3 * keep, 3 * (not keep), 0, defaults
+                )
             key = pattern_key(path_shape(url.path), subset)
             patterns.setdefault(url.host, {})[key] = PatternDecision(
                 frozenset(kept), frozenset(subset) - kept, params, Verification(), stamp, 5
@@ -134,11 +200,15 @@ def main(argv: list[str] | None = None) -> int:
                 disagreements += 1
                 failed = True
             if failed and len(examples) < 5:
-                examples.append(f"  {text}\n    plain {output}\n    again {second}\n"
-                                f"    JSON  {decision.canonical_url}")
+                examples.append(
+                    f"  {text}\n    plain {output}\n    again {second}\n"
+                    f"    JSON  {decision.canonical_url}"
+                )
     seconds = time.perf_counter() - started
-    print(f"URLs: {done:,} fuzzed, {invalid:,} invalid, {dropped_some:,} with parameters "
-          f"dropped ({seconds:.0f}s)")
+    print(
+        f"URLs: {done:,} fuzzed, {invalid:,} invalid, {dropped_some:,} with parameters "
+        f"dropped ({seconds:.0f}s)"
+    )
     print(f"idempotence failures: {not_idempotent}")
     print(f"plain/JSON disagreements: {disagreements}")
     for example in examples:

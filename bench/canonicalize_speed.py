@@ -36,7 +36,6 @@ DOMAIN_COUNT = 200
 LEARNED_SHARE = 0.9
 
 
-
 def _words(text: str) -> tuple[str, ...]:
     return tuple(text.split())
 
@@ -63,8 +62,20 @@ _CONTENT = {
 }
 # Confirmed default values the maps carry (a learned map elides them): 30% of URLs use them.
 _DEFAULTS = {"page": "page=1", "sort": "sort=relevance", "lang": "lang=en"}
-_TRACKING = ("utm_source", "utm_medium", "utm_campaign", "utm_content", "gclid", "fbclid",
-             "ref", "mc_eid", "_ga", "src", "cmpid", "yclid")
+_TRACKING = (
+    "utm_source",
+    "utm_medium",
+    "utm_campaign",
+    "utm_content",
+    "gclid",
+    "fbclid",
+    "ref",
+    "mc_eid",
+    "_ga",
+    "src",
+    "cmpid",
+    "yclid",
+)
 _SESSION = ("sid", "sessionid", "jsessionid", "PHPSESSID", "_hsenc")
 _IDENTITY = ("uid", "user_id", "email_hash", "token")
 _NOISE = _TRACKING + _SESSION + _IDENTITY
@@ -129,8 +140,11 @@ def _path(rng: random.Random, kind: str, template: int) -> str:
             f"/{rng.choice(_TOPICS)}/{_slug(rng)}-{rng.randint(1, 10**5)}",
             f"/blog/{_slug(rng)}",
         )[template]
-    return (f"/c/{rng.choice(_NOUNS)}", f"/c/{rng.choice(_NOUNS)}/{rng.choice(_WORDS)}",
-            "/category")[template]
+    return (
+        f"/c/{rng.choice(_NOUNS)}",
+        f"/c/{rng.choice(_NOUNS)}/{rng.choice(_WORDS)}",
+        "/category",
+    )[template]
 
 
 def _value(rng: random.Random, name: str) -> str:
@@ -146,8 +160,20 @@ def _value(rng: random.Random, name: str) -> str:
         return _DEFAULTS[name].partition("=")[2]
     if name in ("id", "sku", "uid", "user_id", "page", "start", "sz", "price_max"):
         return str(rng.randint(1, 10**6))
-    if name in ("sid", "sessionid", "jsessionid", "PHPSESSID", "token", "email_hash", "_ga",
-                "gclid", "fbclid", "yclid", "mc_eid", "_hsenc"):
+    if name in (
+        "sid",
+        "sessionid",
+        "jsessionid",
+        "PHPSESSID",
+        "token",
+        "email_hash",
+        "_ga",
+        "gclid",
+        "fbclid",
+        "yclid",
+        "mc_eid",
+        "_hsenc",
+    ):
         return f"{rng.getrandbits(64):016x}"
     if name == "filter":
         return rng.choice(("brand%3Aacme", "color%3ablue%2Csize%3AM", "price%3C100"))
@@ -180,8 +206,10 @@ def generate(n: int, seed: int = 7) -> tuple[list[str], list[Site]]:
         host = site.host.upper() if rng.random() < 0.02 else site.host
         fragment = rng.choice(("", "", "", "", "", "", "", "", "#reviews", "#!/tab/specs"))
         urls.append(f"{scheme}://{host}{path}?{query}{fragment}")
-        key = path_shape(path.partition(";")[0]) + "?" + "&".join(
-            sorted([*content_names, *noise_names])
+        key = (
+            path_shape(path.partition(";")[0])
+            + "?"
+            + "&".join(sorted([*content_names, *noise_names]))
         )
         site.patterns.setdefault(key, (frozenset(content_names), frozenset(noise_names)))
     return urls, sites
@@ -197,8 +225,15 @@ def build_maps(sites: list[Site], rng: random.Random) -> list[DomainMap]:
             if rng.random() >= LEARNED_SHARE:
                 continue
             params = {
-                name: ParamEvidence("keep", Layer.LEARNED, 3, 3, 0, 0,
-                                    [_DEFAULTS[name]] if name in _DEFAULTS else [])
+                name: ParamEvidence(
+                    "keep",
+                    Layer.LEARNED,
+                    3,
+                    3,
+                    0,
+                    0,
+                    [_DEFAULTS[name]] if name in _DEFAULTS else [],
+                )
                 for name in kept
             }
             params.update(
@@ -266,13 +301,16 @@ def time_process(
     with urls_file.open("rb") as stdin, out_file.open("wb") as stdout:
         cpu = _children_cpu()
         started = time.perf_counter()
-        result = subprocess.run(command, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
-                                check=False)
+        result = subprocess.run(
+            command, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, check=False
+        )
         seconds = time.perf_counter() - started
         cpu = _children_cpu() - cpu
     if result.returncode != 0:
-        raise RuntimeError(f"{command[0]} failed ({result.returncode}): "
-                           f"{result.stderr.decode(errors='replace')[-2000:]}")
+        raise RuntimeError(
+            f"{command[0]} failed ({result.returncode}): "
+            f"{result.stderr.decode(errors='replace')[-2000:]}"
+        )
     with out_file.open("rb") as handle:
         produced = sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
     if produced != lines:
@@ -292,8 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--no-stdlib", action="store_true", help="skip the stdlib baseline")
     parser.add_argument("--keep", type=Path, help="keep the inputs and outputs in this folder")
-    parser.add_argument("--baseline", type=Path,
-                        help="a source tree of another miqps version, timed alongside")
+    parser.add_argument(
+        "--baseline", type=Path, help="a source tree of another miqps version, timed alongside"
+    )
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="miqps-bench-") as tmp:
@@ -309,21 +348,36 @@ def main(argv: list[str] | None = None) -> int:
         write_maps(maps_file, maps)
         learned = sum(len(m.patterns) for m in maps)
         seen = sum(len(s.patterns) for s in sites)
-        print(f"{len(urls):,} URLs over {len(sites)} domains, {learned:,} of {seen:,} patterns "
-              f"learned ({time.perf_counter() - started:.1f}s to generate)")
+        print(
+            f"{len(urls):,} URLs over {len(sites)} domains, {learned:,} of {seen:,} patterns "
+            f"learned ({time.perf_counter() - started:.1f}s to generate)"
+        )
 
         contenders: list[tuple[str, list[str]]] = [
-            ("miqps canonicalize --maps", [*_miqps_command(), "canonicalize",
-                                           "--maps", str(maps_file)]),
+            (
+                "miqps canonicalize --maps",
+                [*_miqps_command(), "canonicalize", "--maps", str(maps_file)],
+            ),
             ("w3lib.canonicalize_url", [sys.executable, "-c", W3LIB_BASELINE]),
         ]
         if args.baseline is not None:
-            contenders.append(("miqps baseline --maps", [
-                "env", f"PYTHONPATH={args.baseline.resolve()}", sys.executable, "-m",
-                "miqps.cli", "canonicalize", "--maps", str(maps_file)]))
+            contenders.append(
+                (
+                    "miqps baseline --maps",
+                    [
+                        "env",
+                        f"PYTHONPATH={args.baseline.resolve()}",
+                        sys.executable,
+                        "-m",
+                        "miqps.cli",
+                        "canonicalize",
+                        "--maps",
+                        str(maps_file),
+                    ],
+                )
+            )
         if not args.no_stdlib:
-            contenders.append(("stdlib split+filter+sort", [sys.executable, "-c",
-                                                            STDLIB_BASELINE]))
+            contenders.append(("stdlib split+filter+sort", [sys.executable, "-c", STDLIB_BASELINE]))
         best: dict[str, float] = {}
         best_cpu: dict[str, float] = {}
         for round_number in range(args.repeat):
@@ -332,8 +386,10 @@ def main(argv: list[str] | None = None) -> int:
                 seconds, cpu = time_process(command, urls_file, out_file, len(urls))
                 best[name] = min(best.get(name, seconds), seconds)
                 best_cpu[name] = min(best_cpu.get(name, cpu), cpu)
-                print(f"  run {round_number + 1}: {name:28s} {seconds:7.2f}s wall "
-                      f"{cpu:7.2f}s CPU", flush=True)
+                print(
+                    f"  run {round_number + 1}: {name:28s} {seconds:7.2f}s wall {cpu:7.2f}s CPU",
+                    flush=True,
+                )
 
     n = len(urls)
     print(f"\n| process (best of {args.repeat}) | wall s | URLs/s | CPU s | URLs per CPU s |")

@@ -48,18 +48,25 @@ BROKER_RECOVERY_TARGET = 30.0
 def run(args: argparse.Namespace, workdir: Path) -> list[ChaosReport]:
     after = Timing(before=5.0, down=args.worker_down, after=args.after)
     reports: list[ChaosReport] = []
-    with LocalBroker(workdir / "kafka", brokers=3) as cluster, \
-            ChaosRig(cluster, workdir, "bench-chaos", rate=args.rate,
-                     partitions=args.partitions) as rig:
+    with (
+        LocalBroker(workdir / "kafka", brokers=3) as cluster,
+        ChaosRig(
+            cluster, workdir, "bench-chaos", rate=args.rate, partitions=args.partitions
+        ) as rig,
+    ):
         rig.start_pipeline(300.0)
-        print(f"cluster {cluster.bootstrap}; {args.rate:g} inputs/s over "
-              f"{args.partitions} partitions; logs in {workdir}", flush=True)
+        print(
+            f"cluster {cluster.bootstrap}; {args.rate:g} inputs/s over "
+            f"{args.partitions} partitions; logs in {workdir}",
+            flush=True,
+        )
         scenarios: list[Callable[[], ChaosReport]] = [
             lambda: kill_worker_scenario(rig, "p1", PROBE, after),
             lambda: kill_worker_scenario(rig, "c1", CANONICALIZE, after),
             lambda: kill_broker_scenario(rig, Timing(down=args.broker_down, after=args.after)),
-            lambda: rebalance_storm(rig, Timing(down=args.storm, after=args.after),
-                                    every=args.every),
+            lambda: rebalance_storm(
+                rig, Timing(down=args.storm, after=args.after), every=args.every
+            ),
         ]
         for scenario in scenarios:
             report = scenario()
@@ -72,8 +79,10 @@ def verdict(reports: list[ChaosReport]) -> int:
     inputs = sum(report.inputs for report in reports)
     duplicates = sum(report.duplicates for report in reports)
     missing = sum(report.missing for report in reports)
-    print(f"in all: {inputs} inputs, {missing} missing (must be 0), {duplicates} duplicates "
-          f"({duplicates / max(1, inputs):.2%}; target <= {DUPLICATES_TARGET:.0%})")
+    print(
+        f"in all: {inputs} inputs, {missing} missing (must be 0), {duplicates} duplicates "
+        f"({duplicates / max(1, inputs):.2%}; target <= {DUPLICATES_TARGET:.0%})"
+    )
     for report in reports:
         if report.scenario.startswith("kill -9 broker"):
             recovery = "never" if report.recovery is None else f"{report.recovery:.1f}s"
@@ -86,18 +95,28 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
     parser.add_argument("--rate", type=float, default=300.0, help="inputs per second")
     parser.add_argument("--partitions", type=int, default=6)
-    parser.add_argument("--worker-down", type=float, default=5.0,
-                        help="seconds before a killed worker is restarted")
-    parser.add_argument("--broker-down", type=float, default=20.0,
-                        help="seconds before the killed broker is restarted")
+    parser.add_argument(
+        "--worker-down", type=float, default=5.0, help="seconds before a killed worker is restarted"
+    )
+    parser.add_argument(
+        "--broker-down",
+        type=float,
+        default=20.0,
+        help="seconds before the killed broker is restarted",
+    )
     parser.add_argument("--storm", type=float, default=60.0, help="seconds of rebalance storm")
-    parser.add_argument("--every", type=float, default=5.0,
-                        help="seconds between joins in the storm")
-    parser.add_argument("--after", type=float, default=20.0,
-                        help="seconds the inputs flow on after each fault")
-    parser.add_argument("--workdir", type=Path,
-                        help="keep the cluster, state and worker logs here (default: a "
-                             "temporary directory, removed at the end)")
+    parser.add_argument(
+        "--every", type=float, default=5.0, help="seconds between joins in the storm"
+    )
+    parser.add_argument(
+        "--after", type=float, default=20.0, help="seconds the inputs flow on after each fault"
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="keep the cluster, state and worker logs here (default: a "
+        "temporary directory, removed at the end)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="bench: %(name)s: %(message)s")
     if args.workdir is not None:

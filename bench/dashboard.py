@@ -31,10 +31,25 @@ from streams.dashboard import LIMITS, DashboardServer, DashboardState
 from tests.browser import CHROMIUM
 
 STAMP = "2026-01-01T00:00:00Z"
-NAMES = ("id", "page", "sort", "q", "lang", "size", "color", "ref", "utm_source", "utm_medium",
-         "utm_campaign", "gclid", "fbclid", "sid", "v", "brand")
-DROPPED = frozenset({"ref", "utm_source", "utm_medium", "utm_campaign", "gclid", "fbclid",
-                     "sid"})
+NAMES = (
+    "id",
+    "page",
+    "sort",
+    "q",
+    "lang",
+    "size",
+    "color",
+    "ref",
+    "utm_source",
+    "utm_medium",
+    "utm_campaign",
+    "gclid",
+    "fbclid",
+    "sid",
+    "v",
+    "brand",
+)
+DROPPED = frozenset({"ref", "utm_source", "utm_medium", "utm_campaign", "gclid", "fbclid", "sid"})
 BIG_DOMAIN_PATTERNS = 500
 
 
@@ -51,13 +66,21 @@ def synthetic_maps(domains: int, patterns: int, seed: int = 0) -> list[DomainMap
         decisions = {}
         for index in range(size):
             names = sorted(rng.sample(NAMES, rng.randint(2, 6)))
-            params = {name: ParamEvidence("drop" if name in DROPPED else "keep", Layer.LEARNED,
-                                          5, 0 if name in DROPPED else 5,
-                                          5 if name in DROPPED else 0, 0)
-                      for name in names}
+            params = {
+                name: ParamEvidence(
+                    "drop" if name in DROPPED else "keep",
+                    Layer.LEARNED,
+                    5,
+                    0 if name in DROPPED else 5,
+                    5 if name in DROPPED else 0,
+                    0,
+                )
+                for name in names
+            }
             kept = frozenset(name for name in names if name not in DROPPED)
             decisions[f"/s{index}?{'&'.join(names)}"] = PatternDecision(
-                kept, frozenset(names) - kept, params, Verification(2, 0, 2, []), STAMP, 20)
+                kept, frozenset(names) - kept, params, Verification(2, 0, 2, []), STAMP, 20
+            )
         maps.append(DomainMap(f"site{number:05d}.example", 1 + number % 7, STAMP, decisions))
     return maps
 
@@ -70,18 +93,46 @@ def loaded_state(maps: list[DomainMap], urls_per_domain: int = 3) -> DashboardSt
         for number, key in enumerate(list(domain_map.patterns)[:urls_per_domain]):
             path, _, names = key.partition("?")
             url = f"https://{domain_map.domain}{path}?" + "&".join(
-                f"{name}={number}" for name in names.split("&"))
-            state.add_canonical(orjson.dumps({
-                "url": url, "canonical_url": url, "domain": domain_map.domain, "pattern": key,
-                "kept": [], "dropped": [], "status": "learned", "map_version": 1,
-                "meta": None}))
-        state.add_map_update(orjson.dumps({
-            "domain": domain_map.domain, "pattern": next(iter(domain_map.patterns)),
-            "accepted": True, "reason": "ok", "request_reason": "enough-samples",
-            "version_before": 0, "version_after": domain_map.version, "kept_before": None,
-            "dropped_before": None, "kept_after": [], "dropped_after": [],
-            "flipped_to_dropped": [], "evidence": {}, "verification": None, "urls_seen": 20,
-            "fetches": 100, "at": STAMP}))
+                f"{name}={number}" for name in names.split("&")
+            )
+            state.add_canonical(
+                orjson.dumps(
+                    {
+                        "url": url,
+                        "canonical_url": url,
+                        "domain": domain_map.domain,
+                        "pattern": key,
+                        "kept": [],
+                        "dropped": [],
+                        "status": "learned",
+                        "map_version": 1,
+                        "meta": None,
+                    }
+                )
+            )
+        state.add_map_update(
+            orjson.dumps(
+                {
+                    "domain": domain_map.domain,
+                    "pattern": next(iter(domain_map.patterns)),
+                    "accepted": True,
+                    "reason": "ok",
+                    "request_reason": "enough-samples",
+                    "version_before": 0,
+                    "version_after": domain_map.version,
+                    "kept_before": None,
+                    "dropped_before": None,
+                    "kept_after": [],
+                    "dropped_after": [],
+                    "flipped_to_dropped": [],
+                    "evidence": {},
+                    "verification": None,
+                    "urls_seen": 20,
+                    "fetches": 100,
+                    "at": STAMP,
+                }
+            )
+        )
     state.tick(time.time(), 0, 0)
     return state
 
@@ -126,8 +177,11 @@ def measure(page: Page, url: str, domain: str, repeat: int) -> dict[str, float]:
         page.evaluate(f"location.hash = {orjson.dumps('#domain=' + domain).decode()}")
         page.wait_for_selector(f'#domain[data-rendered="{domain}"]:not([hidden])')
 
-    return {"domain list": timed(open_list, repeat), "filter": timed(filtered, repeat),
-            "domain page": timed(open_domain, repeat)}
+    return {
+        "domain list": timed(open_list, repeat),
+        "filter": timed(filtered, repeat),
+        "domain page": timed(open_domain, repeat),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,8 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     state = loaded_state(maps)
     loaded = time.perf_counter() - started
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"{args.domains:,} domains, {args.patterns:,} patterns: generated in {generated:.1f}s, "
-          f"loaded into the dashboard in {loaded:.1f}s; peak RSS {peak_mb:.0f} MB")
+    print(
+        f"{args.domains:,} domains, {args.patterns:,} patterns: generated in {generated:.1f}s, "
+        f"loaded into the dashboard in {loaded:.1f}s; peak RSS {peak_mb:.0f} MB"
+    )
     big = maps[0].domain
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM)
@@ -159,15 +215,20 @@ def main(argv: list[str] | None = None) -> int:
             figures = measure(page, url, big, args.repeat)
         browser.close()
     print(f"median of {args.repeat}, from the action to the view in chromium's DOM")
-    print(f"{'view':<14}{'10 domains':>12}{f'{args.domains:,} domains':>18}{'ratio':>8}"
-          f"{'target':>9}")
+    print(
+        f"{'view':<14}{'10 domains':>12}{f'{args.domains:,} domains':>18}{'ratio':>8}{'target':>9}"
+    )
     for name, seconds in figures.items():
         target = "<= 1 s" if name != "filter" else ""
-        print(f"{name:<14}{baseline[name] * 1000:>10.0f}ms{seconds * 1000:>16.0f}ms"
-              f"{seconds / baseline[name]:>8.2f}{target:>9}")
-    print(f"(the domain page is the biggest domain's: {len(maps[0].patterns)} patterns, "
-          f"{LIMITS.patterns_per_domain} shown; the baseline's has "
-          f"{len(baseline_maps[0].patterns)})")
+        print(
+            f"{name:<14}{baseline[name] * 1000:>10.0f}ms{seconds * 1000:>16.0f}ms"
+            f"{seconds / baseline[name]:>8.2f}{target:>9}"
+        )
+    print(
+        f"(the domain page is the biggest domain's: {len(maps[0].patterns)} patterns, "
+        f"{LIMITS.patterns_per_domain} shown; the baseline's has "
+        f"{len(baseline_maps[0].patterns)})"
+    )
     return 0
 
 

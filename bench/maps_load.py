@@ -37,8 +37,20 @@ from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verific
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = ("/p/*", "/c/*", "/search", "/", "/a/*/*", "/list", "/item/*", "/shop/*/*")
 CONTENT = ("id", "page", "q", "sort", "variant", "color", "size", "lang", "sku", "start")
-NOISE = ("utm_source", "utm_medium", "utm_campaign", "gclid", "fbclid", "ref", "sid", "mc",
-         "session", "_ga", "trk", "src")
+NOISE = (
+    "utm_source",
+    "utm_medium",
+    "utm_campaign",
+    "gclid",
+    "fbclid",
+    "ref",
+    "sid",
+    "mc",
+    "session",
+    "_ga",
+    "trk",
+    "src",
+)
 
 
 def domain_map(rng: random.Random, number: int, patterns: int) -> DomainMap:
@@ -52,9 +64,14 @@ def domain_map(rng: random.Random, number: int, patterns: int) -> DomainMap:
         params |= {name: ParamEvidence("drop", Layer.LEARNED, 6, 0, 6, 1) for name in dropped}
         if rng.random() < 0.3:
             params[kept[0]].default_values = [f"{kept[0]}=1"]
-        decisions[key] = PatternDecision(frozenset(kept), frozenset(dropped), params,
-                                         Verification(3, 0, 1, []), utc_now(),
-                                         rng.randrange(10, 5000))
+        decisions[key] = PatternDecision(
+            frozenset(kept),
+            frozenset(dropped),
+            params,
+            Verification(3, 0, 1, []),
+            utc_now(),
+            rng.randrange(10, 5000),
+        )
     return DomainMap(f"shop{number}.example", rng.randrange(1, 40), utc_now(), decisions)
 
 
@@ -77,8 +94,11 @@ def load_in_child(code_root: Path, maps: Path) -> Run:
     started = time.perf_counter()
     process = subprocess.Popen(
         [sys.executable, "-m", "miqps.cli", "canonicalize", "--maps", str(maps)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        env=environment, cwd=code_root,  # "-m" puts the working directory first on the path
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=environment,
+        cwd=code_root,  # "-m" puts the working directory first on the path
     )
     _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - started
@@ -87,15 +107,17 @@ def load_in_child(code_root: Path, maps: Path) -> Run:
     process.stderr.close()
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
-        raise SystemExit(f"loading {maps} from {code_root} failed ({process.returncode}): "
-                         f"{errors[-2000:]}")
+        raise SystemExit(
+            f"loading {maps} from {code_root} failed ({process.returncode}): {errors[-2000:]}"
+        )
     return Run(usage.ru_maxrss * 1024, seconds)
 
 
 def export_commit(ref: str, into: Path) -> Path | None:
     """The ``miqps`` package of commit ``ref`` extracted under ``into``; None if unknown."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "miqps"],
-                             capture_output=True, check=False)
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref, "miqps"], capture_output=True, check=False
+    )
     if archive.returncode != 0:
         return None
     with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
@@ -107,8 +129,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--domains", type=int, default=20_000)
     parser.add_argument("--patterns", type=int, default=20, help="patterns per domain")
-    parser.add_argument("--baseline-ref", default="c8368d7",
-                        help="commit whose loader is the baseline ('' for none)")
+    parser.add_argument(
+        "--baseline-ref",
+        default="c8368d7",
+        help="commit whose loader is the baseline ('' for none)",
+    )
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="miqps-maps-load-") as folder:
@@ -117,8 +142,10 @@ def main() -> int:
         write_maps_file(maps, args.domains, args.patterns, args.seed)
         empty.write_bytes(b"")
         size = maps.stat().st_size
-        print(f"maps file: {args.domains} domains x {args.patterns} patterns, "
-              f"{size / 2**20:.1f} MiB ({size / args.domains:.0f} bytes per domain)")
+        print(
+            f"maps file: {args.domains} domains x {args.patterns} patterns, "
+            f"{size / 2**20:.1f} MiB ({size / args.domains:.0f} bytes per domain)"
+        )
         code = {"current": ROOT}
         if args.baseline_ref:
             baseline = export_commit(args.baseline_ref, work / "baseline")
@@ -133,11 +160,13 @@ def main() -> int:
             run = load_in_child(root, maps)
             cost = run.peak_bytes - floor.peak_bytes
             costs[label] = cost
-            print(f"{label:<22} peak RSS {run.peak_bytes / 2**20:8.1f} MiB, "
-                  f"maps cost {cost / 2**20:8.1f} MiB = {cost / size:.2f}x the file, "
-                  f"{cost / args.domains / 1024:.1f} KiB per domain, "
-                  f"{cost / (args.domains * args.patterns):.0f} bytes per pattern, "
-                  f"load {run.seconds:.1f}s")
+            print(
+                f"{label:<22} peak RSS {run.peak_bytes / 2**20:8.1f} MiB, "
+                f"maps cost {cost / 2**20:8.1f} MiB = {cost / size:.2f}x the file, "
+                f"{cost / args.domains / 1024:.1f} KiB per domain, "
+                f"{cost / (args.domains * args.patterns):.0f} bytes per pattern, "
+                f"load {run.seconds:.1f}s"
+            )
         if len(costs) == 2:
             before, after = costs.values()
             print(f"current / baseline maps cost: {after / before:.2f}")

@@ -26,20 +26,47 @@ CANONICAL = "https://shop.example/p/1?id=1"
 
 
 def as_dict() -> bytes:
-    return orjson.dumps({"url": URL, "canonical_url": CANONICAL, "domain": "shop.example",
-                         "pattern": "/p/*?id&utm_source", "kept": ("id",),
-                         "dropped": ("utm_source",), "status": "learned", "map_version": 3,
-                         "meta": None})
+    return orjson.dumps(
+        {
+            "url": URL,
+            "canonical_url": CANONICAL,
+            "domain": "shop.example",
+            "pattern": "/p/*?id&utm_source",
+            "kept": ("id",),
+            "dropped": ("utm_source",),
+            "status": "learned",
+            "map_version": 3,
+            "meta": None,
+        }
+    )
 
 
 def as_record() -> bytes:
-    return CanonicalOutput(URL, CANONICAL, "shop.example", "/p/*?id&utm_source", ("id",),
-                           ("utm_source",), "learned", 3, None).to_bytes()
+    return CanonicalOutput(
+        URL,
+        CANONICAL,
+        "shop.example",
+        "/p/*?id&utm_source",
+        ("id",),
+        ("utm_source",),
+        "learned",
+        3,
+        None,
+    ).to_bytes()
 
 
 def as_encoded() -> bytes:
-    return CanonicalOutput.encode(URL, CANONICAL, "shop.example", "/p/*?id&utm_source",
-                                  ("id",), ("utm_source",), "learned", 3, None)
+    return CanonicalOutput.encode(
+        URL,
+        CANONICAL,
+        "shop.example",
+        "/p/*?id&utm_source",
+        ("id",),
+        ("utm_source",),
+        "learned",
+        3,
+        None,
+    )
 
 
 def microseconds(variants: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
@@ -56,17 +83,26 @@ def main() -> None:
     rounds = parser.parse_args().rounds
     value = as_dict()
     assert value == as_record() == as_encoded(), "every way must write the same bytes"
-    cost = microseconds({
-        "dict": as_dict, "record": as_record, "encode": as_encoded,
-        "loads": lambda: orjson.loads(value),
-        "from_bytes": lambda: CanonicalOutput.from_bytes(value),
-    }, rounds)
-    print(f"write: dict {cost['dict']:.2f} us; CanonicalOutput(...).to_bytes() "
-          f"{cost['record']:.2f} us ({cost['record'] / cost['dict']:.1f}x); "
-          f"CanonicalOutput.encode {cost['encode']:.2f} us "
-          f"({cost['encode'] / cost['dict']:.1f}x)")
-    print(f"read:  orjson.loads {cost['loads']:.2f} us; CanonicalOutput.from_bytes "
-          f"{cost['from_bytes']:.2f} us ({cost['from_bytes'] / cost['loads']:.1f}x)")
+    cost = microseconds(
+        {
+            "dict": as_dict,
+            "record": as_record,
+            "encode": as_encoded,
+            "loads": lambda: orjson.loads(value),
+            "from_bytes": lambda: CanonicalOutput.from_bytes(value),
+        },
+        rounds,
+    )
+    print(
+        f"write: dict {cost['dict']:.2f} us; CanonicalOutput(...).to_bytes() "
+        f"{cost['record']:.2f} us ({cost['record'] / cost['dict']:.1f}x); "
+        f"CanonicalOutput.encode {cost['encode']:.2f} us "
+        f"({cost['encode'] / cost['dict']:.1f}x)"
+    )
+    print(
+        f"read:  orjson.loads {cost['loads']:.2f} us; CanonicalOutput.from_bytes "
+        f"{cost['from_bytes']:.2f} us ({cost['from_bytes'] / cost['loads']:.1f}x)"
+    )
 
 
 if __name__ == "__main__":

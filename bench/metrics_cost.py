@@ -145,8 +145,9 @@ def watch(settings: Settings, expected: int, timeout: float, worker: WorkerProce
                 first = (now, count, cpu_seconds(worker.pid))
             if first is not None and count >= expected:
                 urls = expected - first[1]
-                return Run(urls / (now - first[0]),
-                           (cpu_seconds(worker.pid) - first[2]) / urls * 1e6, 0)
+                return Run(
+                    urls / (now - first[0]), (cpu_seconds(worker.pid) - first[2]) / urls * 1e6, 0
+                )
             if time.monotonic() > deadline or not worker.alive():
                 raise RuntimeError(f"only {count} of {expected} outputs; see {worker.log_path}")
             time.sleep(0.05)
@@ -154,14 +155,19 @@ def watch(settings: Settings, expected: int, timeout: float, worker: WorkerProce
         probe.close()
 
 
-def one_run(settings: Settings, number: int, metrics: bool, expected: int, root: Path,
-            timeout: float) -> Run:
+def one_run(
+    settings: Settings, number: int, metrics: bool, expected: int, root: Path, timeout: float
+) -> Run:
     """One worker over all the inputs, in a consumer group of its own."""
     label = f"{'on' if metrics else 'off'}{number}"
     run = dataclasses.replace(
-        settings, app_id=f"{settings.app_id}-{label}", state_dir=root / label,
-        topics=dataclasses.replace(settings.topics,
-                                   canonical=f"{settings.topics.canonical}.{label}"))
+        settings,
+        app_id=f"{settings.app_id}-{label}",
+        state_dir=root / label,
+        topics=dataclasses.replace(
+            settings.topics, canonical=f"{settings.topics.canonical}.{label}"
+        ),
+    )
     ensure_topics(run)
     port = free_port()
     extra = {"MIQPS_METRICS_PORT": str(port)} if metrics else {}
@@ -182,33 +188,47 @@ def one_run(settings: Settings, number: int, metrics: bool, expected: int, root:
 
 
 def increment_ns(code: str, env: dict[str, str]) -> float:
-    done = subprocess.run([sys.executable, "-c", code.format(count=INCREMENTS)], env=env,
-                          capture_output=True, text=True, check=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code.format(count=INCREMENTS)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
     return float(done.stdout.strip())
 
 
 def price_multiprocess_mode(front_ns_per_url: float, root: Path) -> None:
     shared = root / "multiproc"
     shared.mkdir()
-    env = {key: value for key, value in os.environ.items()
-           if key != "PROMETHEUS_MULTIPROC_DIR"}
+    env = {key: value for key, value in os.environ.items() if key != "PROMETHEUS_MULTIPROC_DIR"}
     plain = increment_ns(PLAIN_INCREMENT_COST, env)
     in_process = increment_ns(INCREMENT_COST, env)
     multiprocess = increment_ns(INCREMENT_COST, {**env, "PROMETHEUS_MULTIPROC_DIR": str(shared)})
-    print("per-URL counting, ns per increment (the front's own time per URL: "
-          f"{front_ns_per_url:,.0f} ns):", flush=True)
-    for name, cost in (("plain integer (FrontCounters, what the front does)", plain),
-                       ("prometheus-client Counter, in process", in_process),
-                       ("prometheus-client Counter, multiprocess mode", multiprocess)):
-        print(f"  {name:52s} {cost:7.0f} ns = {cost / front_ns_per_url:6.2%} of a URL",
-              flush=True)
+    print(
+        "per-URL counting, ns per increment (the front's own time per URL: "
+        f"{front_ns_per_url:,.0f} ns):",
+        flush=True,
+    )
+    for name, cost in (
+        ("plain integer (FrontCounters, what the front does)", plain),
+        ("prometheus-client Counter, in process", in_process),
+        ("prometheus-client Counter, multiprocess mode", multiprocess),
+    ):
+        print(f"  {name:52s} {cost:7.0f} ns = {cost / front_ns_per_url:6.2%} of a URL", flush=True)
 
 
 def statistics_documents(settings: Settings, seconds: float = 3.0) -> list[str]:
     """librdkafka statistics documents of a consumer of the input topic, as the front's."""
     documents: list[str] = []
-    consumer = Consumer(consumer_config(settings, f"bench-stats-{uuid.uuid4().hex}", **{
-        "statistics.interval.ms": 200, "stats_cb": documents.append}))
+    consumer = Consumer(
+        consumer_config(
+            settings,
+            f"bench-stats-{uuid.uuid4().hex}",
+            **{"statistics.interval.ms": 200, "stats_cb": documents.append},
+        )
+    )
     consumer.subscribe([settings.topics.raw])
     deadline = time.monotonic() + seconds
     try:
@@ -241,15 +261,21 @@ def price_front_overhead(settings: Settings, urls_per_second: float) -> None:
     observe = microseconds(lambda: collector.batch_seconds.observe(0.02), 100_000)
     batches = urls_per_second / settings.batch_size
     per_second = parse + snapshot + batches * observe
-    print(f"the front's added work per second: statistics document ({len(document):,} bytes) "
-          f"{parse:.0f} us + snapshot collected and pickled {snapshot:.0f} us + "
-          f"{batches:.1f} batches x {observe:.2f} us = {per_second:.0f} us "
-          f"= {per_second / 1e6:.3%} of one core", flush=True)
+    print(
+        f"the front's added work per second: statistics document ({len(document):,} bytes) "
+        f"{parse:.0f} us + snapshot collected and pickled {snapshot:.0f} us + "
+        f"{batches:.1f} batches x {observe:.2f} us = {per_second:.0f} us "
+        f"= {per_second / 1e6:.3%} of one core",
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.metrics_cost", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.metrics_cost",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--urls", type=int, default=200_000)
     parser.add_argument("--domains", type=int, default=2_000)
     parser.add_argument("--partitions", type=int, default=4)
@@ -258,29 +284,40 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="miqps-bench-metrics-"))
     print(f"state and worker logs in {root}", flush=True)
-    settings = isolated_settings(Settings.from_env(), "bench-metrics", root / "state",
-                                 partitions=args.partitions)
+    settings = isolated_settings(
+        Settings.from_env(), "bench-metrics", root / "state", partitions=args.partitions
+    )
     try:
         urls, maps, _ = learned_inputs(settings, args.urls, args.domains)
-        print(f"{len(urls)} URLs over {len(maps)} learned domains, {args.partitions} "
-              f"partitions; {args.rounds} rounds of metrics off, then on", flush=True)
+        print(
+            f"{len(urls)} URLs over {len(maps)} learned domains, {args.partitions} "
+            f"partitions; {args.rounds} rounds of metrics off, then on",
+            flush=True,
+        )
         runs: dict[bool, list[Run]] = {False: [], True: []}
         for number in range(args.rounds):
             for metrics in (False, True):
                 run = one_run(settings, number, metrics, len(urls), root, args.timeout)
                 runs[metrics].append(run)
-                print(f"  round {number + 1}, metrics {'on ' if metrics else 'off'}: "
-                      f"{run.urls_per_second:10,.0f} URLs/s, {run.cpu_us_per_url:5.1f} us CPU "
-                      f"per URL" + (f" ({run.scrapes} scrapes)" if metrics else ""), flush=True)
+                print(
+                    f"  round {number + 1}, metrics {'on ' if metrics else 'off'}: "
+                    f"{run.urls_per_second:10,.0f} URLs/s, {run.cpu_us_per_url:5.1f} us CPU "
+                    f"per URL" + (f" ({run.scrapes} scrapes)" if metrics else ""),
+                    flush=True,
+                )
         off = statistics.median(run.urls_per_second for run in runs[False])
         on = statistics.median(run.urls_per_second for run in runs[True])
         cpu_off = statistics.median(run.cpu_us_per_url for run in runs[False])
         cpu_on = statistics.median(run.cpu_us_per_url for run in runs[True])
-        print(f"median wall: off {off:,.0f} URLs/s, on {on:,.0f} URLs/s; ratio on/off "
-              f"{on / off:.3f}", flush=True)
-        print(f"median CPU per URL: off {cpu_off:.1f} us, on {cpu_on:.1f} us; ratio on/off "
-              f"{cpu_on / cpu_off:.3f} (cost {cpu_on / cpu_off - 1:+.1%}; target <= 3%)",
-              flush=True)
+        print(
+            f"median wall: off {off:,.0f} URLs/s, on {on:,.0f} URLs/s; ratio on/off {on / off:.3f}",
+            flush=True,
+        )
+        print(
+            f"median CPU per URL: off {cpu_off:.1f} us, on {cpu_on:.1f} us; ratio on/off "
+            f"{cpu_on / cpu_off:.3f} (cost {cpu_on / cpu_off - 1:+.1%}; target <= 3%)",
+            flush=True,
+        )
         price_front_overhead(settings, off)
         price_multiprocess_mode(1e9 / off, root)
     finally:

@@ -65,8 +65,7 @@ def run(outage: float, urls: int, stop_timeout: float, workdir: Path) -> int:
         env = {"MIQPS_STOP_TIMEOUT": str(stop_timeout)}
 
         broker.stop()
-        worker = WorkerProcess(settings, "canonicalize,probe", workdir / "first.log",
-                               env).start()
+        worker = WorkerProcess(settings, "canonicalize,probe", workdir / "first.log", env).start()
         time.sleep(outage)
         alive_through_outage = worker.alive()
         log_during_outage = worker.log_text()
@@ -79,12 +78,16 @@ def run(outage: float, urls: int, stop_timeout: float, workdir: Path) -> int:
         drained = time.monotonic() - back
         lost = len(wanted - output_seqs(outputs))
         first_phase_outputs = len(outputs.records)
-        print(f"start-up during a {outage:g}s outage: alive throughout {alive_through_outage}; "
-              f"{urls} inputs all out {drained:.1f}s after the broker came back; lost {lost}, "
-              f"written twice {first_phase_outputs - urls}")
+        print(
+            f"start-up during a {outage:g}s outage: alive throughout {alive_through_outage}; "
+            f"{urls} inputs all out {drained:.1f}s after the broker came back; lost {lost}, "
+            f"written twice {first_phase_outputs - urls}"
+        )
         waited = re.findall(r"waiting for Kafka at \S+ \((\d+)s so far", log_during_outage)
-        print(f"  log during the outage: 'waiting for Kafka' at {', '.join(waited)} s; "
-              f"worst repeat {worst_repeat(log_during_outage)}")
+        print(
+            f"  log during the outage: 'waiting for Kafka' at {', '.join(waited)} s; "
+            f"worst repeat {worst_repeat(log_during_outage)}"
+        )
         failures += int(not alive_through_outage or lost > 0)
 
         second_batch = numbered_inputs(urls, start=urls)
@@ -94,29 +97,36 @@ def run(outage: float, urls: int, stop_timeout: float, workdir: Path) -> int:
         down = time.monotonic()
         time.sleep(3.0)
         code, elapsed = sigterm_and_time(worker, stop_timeout + 60)
-        stop_log = worker.log_text()[len(log_during_outage):]
-        print(f"SIGTERM with the broker gone: exit code {code} after {elapsed:.1f}s; "
-              f"bound {stop_timeout:g}s (ratio {elapsed / stop_timeout:.2f})")
-        print(f"  log over {time.monotonic() - down:.0f}s of outage and stop: worst repeat "
-              f"{worst_repeat(stop_log)}")
+        stop_log = worker.log_text()[len(log_during_outage) :]
+        print(
+            f"SIGTERM with the broker gone: exit code {code} after {elapsed:.1f}s; "
+            f"bound {stop_timeout:g}s (ratio {elapsed / stop_timeout:.2f})"
+        )
+        print(
+            f"  log over {time.monotonic() - down:.0f}s of outage and stop: worst repeat "
+            f"{worst_repeat(stop_log)}"
+        )
         uncommitted = reported_uncommitted(stop_log)
         print(f"  canonicalizer: {uncommitted} consumed inputs without a committed offset")
         failures += int(code is None or elapsed > stop_timeout)
 
         broker.start()
         back = time.monotonic()
-        restarted = WorkerProcess(settings, "canonicalize,probe", workdir / "second.log",
-                                  env).start()
+        restarted = WorkerProcess(
+            settings, "canonicalize,probe", workdir / "second.log", env
+        ).start()
         wanted = set(range(2 * urls))
         try:
             wait_until(lambda: output_seqs(outputs) >= wanted, 600, "every output")
         finally:
             restarted.stop()
         redelivered = len(outputs.records) - first_phase_outputs - urls
-        print(f"after the restart: all {2 * urls} inputs out "
-              f"{time.monotonic() - back:.1f}s after the broker came back; lost "
-              f"{len(wanted - output_seqs(outputs))}; {redelivered} of the second {urls} "
-              f"written twice (at least once; the canonicalizer had {uncommitted} uncommitted)")
+        print(
+            f"after the restart: all {2 * urls} inputs out "
+            f"{time.monotonic() - back:.1f}s after the broker came back; lost "
+            f"{len(wanted - output_seqs(outputs))}; {redelivered} of the second {urls} "
+            f"written twice (at least once; the canonicalizer had {uncommitted} uncommitted)"
+        )
         outputs.close()
     return 1 if failures else 0
 
@@ -126,9 +136,12 @@ def main() -> int:
     parser.add_argument("--outage", type=float, default=60.0, help="seconds the broker is gone")
     parser.add_argument("--urls", type=int, default=20_000, help="inputs per phase")
     parser.add_argument("--stop-timeout", type=float, default=30.0)
-    parser.add_argument("--workdir", type=Path,
-                        help="keep the broker, state and worker logs here (default: a "
-                             "temporary directory, removed at the end)")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="keep the broker, state and worker logs here (default: a "
+        "temporary directory, removed at the end)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="bench: %(name)s: %(message)s")
     rate_limit_handlers()

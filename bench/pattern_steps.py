@@ -48,8 +48,15 @@ def before(stored: bytes | None, observations: list[Observation], now: float) ->
     """The steps as the agent took them before the processor existed."""
     stats = ShapeStats.loads(stored) if stored else ShapeStats(DOMAIN, "/p")
     for observation in observations:
-        stats.observe(observation.pattern, observation.url, observation.count,
-                      observation.basis, now, POLICY, ALLOWLIST)
+        stats.observe(
+            observation.pattern,
+            observation.url,
+            observation.count,
+            observation.basis,
+            now,
+            POLICY,
+            ALLOWLIST,
+        )
     for trigger in dict.fromkeys(observation.pattern for observation in observations):
         due = stats.due(now, POLICY, ALLOWLIST, lambda p, b: True, trigger)
         if due:
@@ -58,8 +65,9 @@ def before(stored: bytes | None, observations: list[Observation], now: float) ->
     return stats.dumps()
 
 
-def after(processor: PatternStatsProcessor) -> Callable[[bytes | None, list[Observation],
-                                                         float], bytes]:
+def after(
+    processor: PatternStatsProcessor,
+) -> Callable[[bytes | None, list[Observation], float], bytes]:
     def step(stored: bytes | None, observations: list[Observation], now: float) -> bytes:
         record = processor.apply(stored, observations, now).record
         assert record is not None
@@ -68,8 +76,9 @@ def after(processor: PatternStatsProcessor) -> Callable[[bytes | None, list[Obse
     return step
 
 
-def rate(step: Callable[[bytes | None, list[Observation], float], bytes],
-         work: list[list[Observation]]) -> float:
+def rate(
+    step: Callable[[bytes | None, list[Observation], float], bytes], work: list[list[Observation]]
+) -> float:
     stored: bytes | None = None
     started = time.perf_counter()
     for number, observations in enumerate(work):

@@ -56,8 +56,11 @@ def explain(ours: str, expected: str) -> str:
         return "we reject"
     if not expected:
         return "peer rejects"
-    steps = (("fragment", _without_fragment), ("query order or empty ?", _query_sorted),
-             ("tracking", _without_tracking))
+    steps = (
+        ("fragment", _without_fragment),
+        ("query order or empty ?", _query_sorted),
+        ("tracking", _without_tracking),
+    )
     a, b = ours, expected
     for reason, step in steps:
         a, b = step(a), step(b)
@@ -88,14 +91,25 @@ def main(argv: list[str] | None = None) -> int:
         by_suite[case["suite"]][reason] += 1
         if len(examples[reason]) < args.examples:
             examples[reason].append(f"{text!r} -> ours {ours!r}, peer {case['expected']!r}")
-    reasons = ["same", "we reject", "peer rejects", "fragment", "query order or empty ?",
-               "tracking", "percent spelling", "peer policy"]
+    reasons = [
+        "same",
+        "we reject",
+        "peer rejects",
+        "fragment",
+        "query order or empty ?",
+        "tracking",
+        "percent spelling",
+        "peer policy",
+    ]
     print("| suite | cases | " + " | ".join(reasons) + " |")
     print("|---|---:|" + "---:|" * len(reasons))
     for suite in sorted(by_suite):
         counts = by_suite[suite]
-        print(f"| {suite} | {sum(counts.values())} | "
-              + " | ".join(str(counts[r]) for r in reasons) + " |")
+        print(
+            f"| {suite} | {sum(counts.values())} | "
+            + " | ".join(str(counts[r]) for r in reasons)
+            + " |"
+        )
     for reason, shown in examples.items() if args.examples else ():
         print(f"\n{reason}:")
         for example in shown:

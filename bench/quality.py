@@ -176,8 +176,10 @@ def parameter_oracle(sites: Sequence[Site]) -> Callable[[str], str]:
             param = route.param(name)
             if role is None or role.neutral:
                 continue
-            if param is not None and param.default and url.value_of(name) == (
-                f"{name}={param.default}"
+            if (
+                param is not None
+                and param.default
+                and url.value_of(name) == (f"{name}={param.default}")
             ):
                 continue
             keep.add(name)
@@ -271,20 +273,29 @@ def score_run(
     )
     canonical_lines = canonical_path.read_text(encoding="utf-8").splitlines()
     if len(canonical_lines) != len(corpus):
-        print(f"{canonical_path} has {len(canonical_lines)} lines for {len(corpus)} URLs",
-              file=sys.stderr)
+        print(
+            f"{canonical_path} has {len(canonical_lines)} lines for {len(corpus)} URLs",
+            file=sys.stderr,
+        )
         return 1
-    answers = {entry.url: line or entry.url for entry, line in zip(corpus, canonical_lines,
-                                                                     strict=True)}
+    answers = {
+        entry.url: line or entry.url for entry, line in zip(corpus, canonical_lines, strict=True)
+    }
     rows = [score(name, corpus, function) for name, function in baselines()]
     rows.append(score("ceiling: per-parameter oracle", corpus, parameter_oracle(sites)))
-    rows.append(score("miqps learn + canonicalize", corpus, answers.__getitem__,
-                      fetches=fetches))
+    rows.append(score("miqps learn + canonicalize", corpus, answers.__getitem__, fetches=fetches))
     print(format_table(rows))
     print()
-    print(trap_rows(corpus, [("learned", answers.__getitem__),
-                             ("oracle", parameter_oracle(sites)),
-                             ("prior", _safe(Canonicalizer().canonical_text))]))
+    print(
+        trap_rows(
+            corpus,
+            [
+                ("learned", answers.__getitem__),
+                ("oracle", parameter_oracle(sites)),
+                ("prior", _safe(Canonicalizer().canonical_text)),
+            ],
+        )
+    )
     return 0
 
 
@@ -298,10 +309,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threshold", type=float, default=LearnConfig().threshold)
     parser.add_argument("--min-conclusive", type=int, default=LearnConfig().min_conclusive)
     parser.add_argument("--verify-samples", type=int, default=LearnConfig().verify_samples)
-    parser.add_argument("--rate", type=float, default=40.0,
-                        help="probe requests per second per simulated host")
-    parser.add_argument("--score", type=Path, metavar="CORPUS_TSV",
-                        help="score an existing run: url<TAB>content_key lines ...")
+    parser.add_argument(
+        "--rate", type=float, default=40.0, help="probe requests per second per simulated host"
+    )
+    parser.add_argument(
+        "--score",
+        type=Path,
+        metavar="CORPUS_TSV",
+        help="score an existing run: url<TAB>content_key lines ...",
+    )
     parser.add_argument("--canonical", type=Path, help="... and the canonical URL per line")
     parser.add_argument("--fetches", type=int, default=0, help="... and the fetches it spent")
     args = parser.parse_args(argv)
@@ -335,8 +351,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows.append(score("ceiling: per-parameter oracle", corpus, parameter_oracle(sites)))
     rows.append(score("miqps, cold-start prior only", corpus, _safe(prior_only)))
     rows.append(
-        score("miqps, learned maps", corpus, _safe(with_maps), fetches=fetches,
-              extra_seconds=learn_seconds)
+        score(
+            "miqps, learned maps",
+            corpus,
+            _safe(with_maps),
+            fetches=fetches,
+            extra_seconds=learn_seconds,
+        )
     )
     distinct = len({entry.url for entry in corpus})
     print(
@@ -346,9 +367,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(format_table(rows))
     print()
-    print(trap_rows(corpus, [("learned", _safe(with_maps)),
-                             ("oracle", parameter_oracle(sites)),
-                             ("prior", _safe(prior_only))]))
+    print(
+        trap_rows(
+            corpus,
+            [
+                ("learned", _safe(with_maps)),
+                ("oracle", parameter_oracle(sites)),
+                ("prior", _safe(prior_only)),
+            ],
+        )
+    )
     return 0
 
 

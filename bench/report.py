@@ -37,11 +37,39 @@ from miqps.urls import path_shape
 STAMP = "2026-01-01T00:00:00Z"
 SITES = 60
 ITEMS_PER_SITE = 400
-_WORDS = ("kettle", "lamp", "chair", "boots", "jacket", "mug", "desk", "rug", "bag", "clock",
-          "tent", "bike", "pan", "sofa", "shelf", "vase", "scarf", "watch", "radio", "kite")
+_WORDS = (
+    "kettle",
+    "lamp",
+    "chair",
+    "boots",
+    "jacket",
+    "mug",
+    "desk",
+    "rug",
+    "bag",
+    "clock",
+    "tent",
+    "bike",
+    "pan",
+    "sofa",
+    "shelf",
+    "vase",
+    "scarf",
+    "watch",
+    "radio",
+    "kite",
+)
 _KINDS = (("/p/{word}-{item}", ("id",)), ("/c/{word}", ("page", "sort")), ("/search", ("q",)))
-_NOISE_BUNDLES = ((), (), ("utm_source", "utm_medium", "utm_campaign"), ("gclid",),
-                  ("fbclid",), ("ref",), ("sid",), ("utm_source", "ref"))
+_NOISE_BUNDLES = (
+    (),
+    (),
+    ("utm_source", "utm_medium", "utm_campaign"),
+    ("gclid",),
+    ("fbclid",),
+    ("ref",),
+    ("sid",),
+    ("utm_source", "ref"),
+)
 
 
 def _values(rng: random.Random) -> dict[str, tuple[str, ...]]:
@@ -73,8 +101,10 @@ def sprawl_corpus(count: int, seed: int = 11) -> tuple[list[str], list[DomainMap
     in five ``ref`` picks content and is kept)."""
     rng = random.Random(seed)
     values = _values(rng)
-    sites = [_Site(f"{rng.choice(_WORDS)}-shop{number}.example", number % 5 == 0, {})
-             for number in range(SITES)]
+    sites = [
+        _Site(f"{rng.choice(_WORDS)}-shop{number}.example", number % 5 == 0, {})
+        for number in range(SITES)
+    ]
     weights = [1.0 / (rank + 1) ** 0.8 for rank in range(SITES)]
     urls: list[str] = []
     for site in rng.choices(sites, weights=weights, k=count):
@@ -82,16 +112,20 @@ def sprawl_corpus(count: int, seed: int = 11) -> tuple[list[str], list[DomainMap
         item = rng.randrange(ITEMS_PER_SITE)
         path = template.format(word=_WORDS[item % len(_WORDS)], item=item)
         noise = rng.choice(_NOISE_BUNDLES)
-        pairs = [f"id={item}" if name == "id" else f"{name}={rng.choice(values[name])}"
-                 for name in content]
+        pairs = [
+            f"id={item}" if name == "id" else f"{name}={rng.choice(values[name])}"
+            for name in content
+        ]
         pairs += [f"{name}={rng.choice(values[name])}" for name in noise]
         rng.shuffle(pairs)
         urls.append(f"https://{site.host}{path}?{'&'.join(pairs)}")
-        kept = frozenset(content) | (frozenset({"ref"}) & frozenset(noise)
-                                     if site.ref_is_content else frozenset())
+        kept = frozenset(content) | (
+            frozenset({"ref"}) & frozenset(noise) if site.ref_is_content else frozenset()
+        )
         names = frozenset(content) | frozenset(noise)
-        site.patterns.setdefault(path_shape(path) + "?" + "&".join(sorted(names)),
-                                 (kept, names - kept))
+        site.patterns.setdefault(
+            path_shape(path) + "?" + "&".join(sorted(names)), (kept, names - kept)
+        )
     return urls, [_site_map(site, rng) for site in sites]
 
 
@@ -105,12 +139,23 @@ def _site_map(site: _Site, rng: random.Random) -> DomainMap:
             samples = rng.randrange(3, 7)
             inconclusive = rng.randrange(2)
             changed = samples if name in kept else 0
-            params[name] = ParamEvidence("keep" if name in kept else "drop", Layer.LEARNED,
-                                         samples, changed, samples - changed, inconclusive,
-                                         ["page=1"] if name == "page" else [])
-        decisions[key] = PatternDecision(kept, dropped, params,
-                                         Verification(2, 0, rng.randrange(2), []), STAMP,
-                                         rng.randrange(20, 400))
+            params[name] = ParamEvidence(
+                "keep" if name in kept else "drop",
+                Layer.LEARNED,
+                samples,
+                changed,
+                samples - changed,
+                inconclusive,
+                ["page=1"] if name == "page" else [],
+            )
+        decisions[key] = PatternDecision(
+            kept,
+            dropped,
+            params,
+            Verification(2, 0, rng.randrange(2), []),
+            STAMP,
+            rng.randrange(20, 400),
+        )
     return DomainMap(site.host, rng.randrange(1, 9), STAMP, decisions)
 
 
@@ -123,8 +168,7 @@ def write_inputs(count: int, seed: int, urls_file: Path, maps_file: Path) -> Non
 
 def run(command: list[str], stdin: Path | None, stdout: Path) -> tuple[float, int]:
     """Wall seconds and peak RSS (bytes) of one process."""
-    with (stdin.open("rb") if stdin else open(os.devnull, "rb")) as source, \
-            stdout.open("wb") as sink:
+    with stdin.open("rb") if stdin else open(os.devnull, "rb") as source, stdout.open("wb") as sink:
         started = time.perf_counter()
         process = subprocess.Popen(command, stdin=source, stdout=sink, stderr=subprocess.PIPE)
         _, status, usage = os.wait4(process.pid, 0)
@@ -147,24 +191,40 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="miqps-bench-report-") as tmp:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        urls_file, maps_file, report = (folder / "urls.txt", folder / "maps.jsonl",
-                                        folder / "report.html")
+        urls_file, maps_file, report = (
+            folder / "urls.txt",
+            folder / "maps.jsonl",
+            folder / "report.html",
+        )
         # Written by another process: a child's peak RSS counts its parent's at the fork.
         writer = multiprocessing.get_context("spawn").Process(
-            target=write_inputs, args=(args.urls, args.seed, urls_file, maps_file))
+            target=write_inputs, args=(args.urls, args.seed, urls_file, maps_file)
+        )
         writer.start()
         writer.join()
         if writer.exitcode != 0:
             raise RuntimeError("generating the inputs failed")
-        print(f"{args.urls:,} URLs ({urls_file.stat().st_size / 2**20:.1f} MiB) in "
-              f"{maps_file}")
+        print(f"{args.urls:,} URLs ({urls_file.stat().st_size / 2**20:.1f} MiB) in {maps_file}")
         miqps = _miqps_command()
         contenders = {
             "canonicalize": ([*miqps, "canonicalize", "--maps", str(maps_file)], urls_file),
-            "canonicalize --json": ([*miqps, "canonicalize", "--json", "--maps",
-                                     str(maps_file)], urls_file),
-            "report": ([*miqps, "report", "--urls", str(urls_file), "--maps", str(maps_file),
-                        "--out", str(report)], None),
+            "canonicalize --json": (
+                [*miqps, "canonicalize", "--json", "--maps", str(maps_file)],
+                urls_file,
+            ),
+            "report": (
+                [
+                    *miqps,
+                    "report",
+                    "--urls",
+                    str(urls_file),
+                    "--maps",
+                    str(maps_file),
+                    "--out",
+                    str(report),
+                ],
+                None,
+            ),
         }
         best: dict[str, tuple[float, int]] = {}
         for _ in range(args.repeat):
@@ -174,14 +234,19 @@ def main(argv: list[str] | None = None) -> int:
                 best[name] = (min(previous[0], seconds), max(previous[1], peak))
         size = report.stat().st_size
     baseline_seconds, baseline_peak = best["canonicalize"]
-    print(f"\n| process (best of {args.repeat}) | wall s | URLs/s | × canonicalize "
-          "| peak RSS MiB |")
+    print(
+        f"\n| process (best of {args.repeat}) | wall s | URLs/s | × canonicalize | peak RSS MiB |"
+    )
     print("|---|---:|---:|---:|---:|")
     for name, (seconds, peak) in best.items():
-        print(f"| miqps {name} | {seconds:.2f} | {args.urls / seconds:,.0f} | "
-              f"{seconds / baseline_seconds:.1f} | {peak / 2**20:.0f} |")
-    print(f"\nreport file: {size / 2**20:.2f} MiB ({size / args.urls:.1f} bytes per URL); "
-          f"peak RSS {best['report'][1] / baseline_peak:.1f}× canonicalize's")
+        print(
+            f"| miqps {name} | {seconds:.2f} | {args.urls / seconds:,.0f} | "
+            f"{seconds / baseline_seconds:.1f} | {peak / 2**20:.0f} |"
+        )
+    print(
+        f"\nreport file: {size / 2**20:.2f} MiB ({size / args.urls:.1f} bytes per URL); "
+        f"peak RSS {best['report'][1] / baseline_peak:.1f}× canonicalize's"
+    )
     return 0
 
 

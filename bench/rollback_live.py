@@ -44,12 +44,20 @@ TARGET_SECONDS = 5.0
 
 
 def a_map(version: int, keep_ref: bool) -> DomainMap:
-    params = {"id": ParamEvidence("keep", Layer.LEARNED, 6, 6, 0),
-              "ref": ParamEvidence("keep" if keep_ref else "drop", Layer.LEARNED, 6,
-                                   6 if keep_ref else 0, 0 if keep_ref else 6)}
+    params = {
+        "id": ParamEvidence("keep", Layer.LEARNED, 6, 6, 0),
+        "ref": ParamEvidence(
+            "keep" if keep_ref else "drop",
+            Layer.LEARNED,
+            6,
+            6 if keep_ref else 0,
+            0 if keep_ref else 6,
+        ),
+    }
     kept = frozenset({"id", "ref"} if keep_ref else {"id"})
-    decision = PatternDecision(kept, frozenset(params) - kept, params, Verification(3),
-                               "2026-12-01T00:00:00Z")
+    decision = PatternDecision(
+        kept, frozenset(params) - kept, params, Verification(3), "2026-12-01T00:00:00Z"
+    )
     return DomainMap(DOMAIN, version, "2026-12-01T00:00:00Z", {PATTERN: decision})
 
 
@@ -107,12 +115,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as directory:
-        settings = isolated_settings(Settings.from_env(), "bench-rollback", Path(directory),
-                                     partitions=args.partitions)
+        settings = isolated_settings(
+            Settings.from_env(), "bench-rollback", Path(directory), partitions=args.partitions
+        )
         ensure_topics(settings)
-        workers = [WorkerProcess(settings.with_overrides(state_dir=Path(directory) / str(n)),
-                                 "canonicalize", Path(directory) / f"worker{n}.log").start()
-                   for n in range(args.workers)]
+        workers = [
+            WorkerProcess(
+                settings.with_overrides(state_dir=Path(directory) / str(n)),
+                "canonicalize",
+                Path(directory) / f"worker{n}.log",
+            ).start()
+            for n in range(args.workers)
+        ]
         probe = Probe(settings)
         try:
             return run(settings, workers, probe, args.rounds)
@@ -148,21 +162,36 @@ def run(settings: Settings, workers: list[WorkerProcess], probe: Probe, rounds: 
         target = 1 if round_ % 2 == 0 else 2
 
         def rollback(to: int = target) -> None:
-            code = cli.main("maps", ["rollback", DOMAIN, "--to", str(to), "--bootstrap-servers",
-                                     settings.bootstrap_servers, "--topic-prefix", prefix])
+            code = cli.main(
+                "maps",
+                [
+                    "rollback",
+                    DOMAIN,
+                    "--to",
+                    str(to),
+                    "--bootstrap-servers",
+                    settings.bootstrap_servers,
+                    "--topic-prefix",
+                    prefix,
+                ],
+            )
             if code != 0:
                 raise RuntimeError(f"miqps maps rollback exited with {code}")
 
         rolled.append(timed(rollback, probe, version))
     alive = sum(worker.alive() for worker in workers)
-    print(f"{len(workers)} canonicalizer workers ({alive} alive), {settings.partitions} "
-          f"partitions, {rounds} rounds; seconds until every partition's output shows the "
-          "new version")
+    print(
+        f"{len(workers)} canonicalizer workers ({alive} alive), {settings.partitions} "
+        f"partitions, {rounds} rounds; seconds until every partition's output shows the "
+        "new version"
+    )
     for label, times in (("publish_map (baseline)", plain), ("miqps maps rollback", rolled)):
         print(f"  {label:24} median {statistics.median(times):.2f}  worst {max(times):.2f}")
     ratio = statistics.median(rolled) / statistics.median(plain)
-    print(f"  rollback / baseline (median): {ratio:.2f}; target: worst <= {TARGET_SECONDS:g} s: "
-          f"{'met' if max(rolled) <= TARGET_SECONDS else 'NOT met'}")
+    print(
+        f"  rollback / baseline (median): {ratio:.2f}; target: worst <= {TARGET_SECONDS:g} s: "
+        f"{'met' if max(rolled) <= TARGET_SECONDS else 'NOT met'}"
+    )
     return 0
 
 

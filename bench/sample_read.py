@@ -29,10 +29,18 @@ from streams.pattern_processor import PatternStatsProcessor
 
 
 def as_messages(work: list[list[Observation]]) -> list[bytes]:
-    return [b"[" + b",".join(
-        sample_to_bytes(UrlSample(item.domain, item.pattern, item.url.url, item.count,
-                                  item.basis))
-        for item in observations if item.url is not None) + b"]" for observations in work]
+    return [
+        b"["
+        + b",".join(
+            sample_to_bytes(
+                UrlSample(item.domain, item.pattern, item.url.url, item.count, item.basis)
+            )
+            for item in observations
+            if item.url is not None
+        )
+        + b"]"
+        for observations in work
+    ]
 
 
 def by_hand(value: bytes) -> list[Observation]:
@@ -44,9 +52,16 @@ def typed(value: bytes) -> list[Observation]:
     for item in read_sample_items(value):
         sample = read_sample(item)
         assert isinstance(sample, UrlSample)
-        observations.append(Observation(sample.domain, shape_of(sample.pattern),
-                                        sample.pattern, parse(sample.url), sample.count,
-                                        sample.basis))
+        observations.append(
+            Observation(
+                sample.domain,
+                shape_of(sample.pattern),
+                sample.pattern,
+                parse(sample.url),
+                sample.count,
+                sample.basis,
+            )
+        )
     return observations
 
 

@@ -44,18 +44,26 @@ def holds_partitions(worker: WorkerProcess) -> bool:
     return bool(assignments and assignments[-1].strip())
 
 
-def group_rate(settings: Settings, workers: int, expected: int, root: Path,
-               timeout: float) -> float:
+def group_rate(
+    settings: Settings, workers: int, expected: int, root: Path, timeout: float
+) -> float:
     """URLs/s of ``workers`` canonicalizer processes sharing one group, from the moment all
     of them hold partitions to the last output. The group's topics are named after
     ``settings``' app id, so deleting those at the end deletes them too."""
-    group = replace(settings, app_id=f"{settings.app_id}-w{workers}",
-                    topics=replace(settings.topics,
-                                   canonical=f"{settings.topics.canonical}.w{workers}"))
+    group = replace(
+        settings,
+        app_id=f"{settings.app_id}-w{workers}",
+        topics=replace(settings.topics, canonical=f"{settings.topics.canonical}.w{workers}"),
+    )
     ensure_topics(group)
-    processes = [WorkerProcess(group.with_overrides(state_dir=root / f"w{workers}-{n}"),
-                               "canonicalize", root / f"w{workers}-{n}.log")
-                 for n in range(workers)]
+    processes = [
+        WorkerProcess(
+            group.with_overrides(state_dir=root / f"w{workers}-{n}"),
+            "canonicalize",
+            root / f"w{workers}-{n}.log",
+        )
+        for n in range(workers)
+    ]
     watch = Consumer(consumer_config(group, f"bench-watch-{uuid.uuid4().hex}"))
     try:
         for process in processes:
@@ -82,25 +90,32 @@ def group_rate(settings: Settings, workers: int, expected: int, root: Path,
 
 
 def run(args: argparse.Namespace, root: Path) -> int:
-    settings = isolated_settings(Settings.from_env(), "bench-scale", root / "state",
-                                 partitions=args.partitions)
+    settings = isolated_settings(
+        Settings.from_env(), "bench-scale", root / "state", partitions=args.partitions
+    )
     try:
         urls, _, copy_topic = learned_inputs(settings, args.urls, args.domains)
-        print(f"{len(urls)} learned URLs over {args.partitions} partitions; "
-              f"{os.cpu_count()} cores; logs in {root}", flush=True)
-        baseline = passthrough(settings, settings.topics.raw, copy_topic, len(urls),
-                               settings.batch_size)
+        print(
+            f"{len(urls)} learned URLs over {args.partitions} partitions; "
+            f"{os.cpu_count()} cores; logs in {root}",
+            flush=True,
+        )
+        baseline = passthrough(
+            settings, settings.topics.raw, copy_topic, len(urls), settings.batch_size
+        )
         print(f"  confluent-kafka passthrough: {baseline:10,.0f} msgs/s", flush=True)
         rates: dict[int, float] = {}
         for workers in args.workers:
             rate = group_rate(settings, workers, len(urls), root, args.timeout)
             rates[workers] = rate
             per_worker = rate / workers
-            speed_up = f"; {rate / rates[1]:.2f}x one worker" if 1 in rates and workers > 1 \
-                else ""
-            print(f"  {workers} canonicalizer worker(s): {rate:10,.0f} URLs/s, "
-                  f"{per_worker:,.0f} per worker = {per_worker / baseline:.3f} x passthrough "
-                  f"(target >= {TARGET_RATIO}){speed_up}", flush=True)
+            speed_up = f"; {rate / rates[1]:.2f}x one worker" if 1 in rates and workers > 1 else ""
+            print(
+                f"  {workers} canonicalizer worker(s): {rate:10,.0f} URLs/s, "
+                f"{per_worker:,.0f} per worker = {per_worker / baseline:.3f} x passthrough "
+                f"(target >= {TARGET_RATIO}){speed_up}",
+                flush=True,
+            )
         worst = min(rate / workers for workers, rate in rates.items()) / baseline
         return 0 if worst >= TARGET_RATIO else 1
     finally:
@@ -115,13 +130,20 @@ def worker_counts(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.scaling",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--urls", type=int, default=300_000)
     parser.add_argument("--domains", type=int, default=5_000)
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--workers", type=worker_counts, default=[1, 2],
-                        help="comma-separated worker counts (default 1,2)")
+    parser.add_argument(
+        "--workers",
+        type=worker_counts,
+        default=[1, 2],
+        help="comma-separated worker counts (default 1,2)",
+    )
     parser.add_argument("--timeout", type=float, default=1200.0)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="miqps-scaling-") as root:

@@ -69,25 +69,41 @@ class Comparison:
         return 1 - self.with_addon.fetched / self.without.fetched
 
 
-def crawl(web: SimWeb, sites: dict[str, Site], workdir: Path, depth: int,
-          maps: Path | None = None, rewrite: bool = False) -> Crawl:
+def crawl(
+    web: SimWeb,
+    sites: dict[str, Site],
+    workdir: Path,
+    depth: int,
+    maps: Path | None = None,
+    rewrite: bool = False,
+) -> Crawl:
     """One crawl from every site's home page, in a process of its own."""
     name = "without" if maps is None else ("rewrite" if rewrite else "addon")
-    config = {"proxy": web.proxy_url, "start_urls": [f"http://{host}/" for host in sites],
-              "hosts": sorted(sites), "depth": depth,
-              "maps": None if maps is None else str(maps), "rewrite": rewrite}
+    config = {
+        "proxy": web.proxy_url,
+        "start_urls": [f"http://{host}/" for host in sites],
+        "hosts": sorted(sites),
+        "depth": depth,
+        "maps": None if maps is None else str(maps),
+        "rewrite": rewrite,
+    }
     config_path, out_path = workdir / f"{name}.json", workdir / f"{name}.out.json"
     config_path.write_text(json.dumps(config), "utf-8")
-    subprocess.run([sys.executable, "-m", "bench.scrapy_spider", str(config_path),
-                    str(out_path)], check=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "bench.scrapy_spider", str(config_path), str(out_path)],
+        check=True,
+        timeout=600,
+    )
     out = json.loads(out_path.read_text("utf-8"))
     items = [(url, first) for url, first in out["items"]]
     scraped = {page_key(sites, url) for url, _ in items}
-    lost = frozenset(key for key in map(lambda url: page_key(sites, url), out["discovered"])
-                     if key not in scraped and not key.endswith("|notfound"))
+    lost = frozenset(
+        key
+        for key in map(lambda url: page_key(sites, url), out["discovered"])
+        if key not in scraped and not key.endswith("|notfound")
+    )
     stats = out["stats"]
-    return Crawl(stats.get("downloader/response_count", 0), items, out["discovered"], lost,
-                 stats)
+    return Crawl(stats.get("downloader/response_count", 0), items, out["discovered"], lost, stats)
 
 
 def page_key(sites: dict[str, Site], url: str) -> str:
@@ -101,22 +117,47 @@ def learn(sites: list[Site], urls: list[str], out: Path, seed: int) -> int:
     urls_path = out.with_suffix(".urls.txt")
     urls_path.write_text("\n".join(dict.fromkeys(urls)) + "\n", "utf-8")
     with CrawlWeb(sites, seed=seed, rate_limit_per_second=300, flaky_rate=0.0) as web:
-        subprocess.run([sys.executable, "-m", "miqps.cli", "learn", "--urls", str(urls_path),
-                        "--out", str(out), "--proxy", web.proxy_url, "--rate", "200",
-                        "--no-progress"], check=True, stdout=subprocess.DEVNULL, timeout=600)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "miqps.cli",
+                "learn",
+                "--urls",
+                str(urls_path),
+                "--out",
+                str(out),
+                "--proxy",
+                web.proxy_url,
+                "--rate",
+                "200",
+                "--no-progress",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            timeout=600,
+        )
         return web.requests_total()
 
 
-def compare(workdir: Path, family: str = "tuning", count: int = 3, seed: int = 5,
-            items: int = 30, depth: int = 3, rewrite: bool = True) -> Comparison:
+def compare(
+    workdir: Path,
+    family: str = "tuning",
+    count: int = 3,
+    seed: int = 5,
+    items: int = 30,
+    depth: int = 3,
+    rewrite: bool = True,
+) -> Comparison:
     """Crawl without the add-on, learn maps on what it requested, crawl with them."""
     site_list = build_crawl_sites(family, count, seed=seed, items=items)
     sites = {site.host: site for site in site_list}
     maps = workdir / "maps.jsonl"
 
     def web() -> CrawlWeb:
-        return CrawlWeb(site_list, seed=seed, rate_limit_per_second=0, flaky_rate=0.0,
-                        interstitials=False)
+        return CrawlWeb(
+            site_list, seed=seed, rate_limit_per_second=0, flaky_rate=0.0, interstitials=False
+        )
 
     with web() as crawl_web:
         without = crawl(crawl_web, sites, workdir, depth)
@@ -135,26 +176,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--items", type=int, default=30, help="catalogue items per site")
     parser.add_argument("--depth", type=int, default=3, help="links deep from the home pages")
-    parser.add_argument("--no-rewrite", dest="rewrite", action="store_false",
-                        help="skip the crawl with MIQPS_REWRITE_REQUESTS")
+    parser.add_argument(
+        "--no-rewrite",
+        dest="rewrite",
+        action="store_false",
+        help="skip the crawl with MIQPS_REWRITE_REQUESTS",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as directory:
-        result = compare(Path(directory), args.family, args.sites, args.seed, args.items,
-                         args.depth, args.rewrite)
+        result = compare(
+            Path(directory),
+            args.family,
+            args.sites,
+            args.seed,
+            args.items,
+            args.depth,
+            args.rewrite,
+        )
     without = result.without
-    print(f"{args.sites} {args.family} crawl sites, {args.items} items each, depth "
-          f"{args.depth}: {len(set(without.requested)):,} distinct URLs requested, "
-          f"{result.distinct_pages:,} distinct pages")
+    print(
+        f"{args.sites} {args.family} crawl sites, {args.items} items each, depth "
+        f"{args.depth}: {len(set(without.requested)):,} distinct URLs requested, "
+        f"{result.distinct_pages:,} distinct pages"
+    )
     rows = [("without the add-on", without), ("with the add-on", result.with_addon)]
     if result.rewriting is not None:
         rows.append(("with MIQPS_REWRITE_REQUESTS", result.rewriting))
     for label, run in rows:
-        print(f"  {label:<28} {run.fetched:6,} pages fetched ({run.responses('3'):5,} "
-              f"redirects, {run.responses('404'):5,} not found) {run.pages:6,} items "
-              f"{len(run.lost):3} lost  ({1 - run.fetched / without.fetched:.1%} fewer)")
+        print(
+            f"  {label:<28} {run.fetched:6,} pages fetched ({run.responses('3'):5,} "
+            f"redirects, {run.responses('404'):5,} not found) {run.pages:6,} items "
+            f"{len(run.lost):3} lost  ({1 - run.fetched / without.fetched:.1%} fewer)"
+        )
     floor = 1 - result.distinct_pages / without.fetched
-    print(f"  saving {result.saving:.1%} (target >= 40%); perfect deduplication: {floor:.1%}; "
-          f"learning sent {result.learn_fetches:,} requests")
+    print(
+        f"  saving {result.saving:.1%} (target >= 40%); perfect deduplication: {floor:.1%}; "
+        f"learning sent {result.learn_fetches:,} requests"
+    )
     return 0
 
 

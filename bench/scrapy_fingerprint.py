@@ -35,13 +35,28 @@ from streams.scrapy import MapsRequestFingerprinter
 
 def learn_maps(sites: list[Site], directory: Path) -> Path:
     urls = directory / "learn-urls.txt"
-    urls.write_text("\n".join(entry.url for entry in generate_corpus(sites, 300, seed=11)),
-                    "utf-8")
+    urls.write_text("\n".join(entry.url for entry in generate_corpus(sites, 300, seed=11)), "utf-8")
     maps = directory / "maps.jsonl"
     with SimWeb(sites, seed=11, rate_limit_per_second=300, flaky_rate=0.0) as web:
-        subprocess.run([sys.executable, "-m", "miqps.cli", "learn", "--urls", str(urls),
-                        "--out", str(maps), "--proxy", web.proxy_url, "--rate", "200",
-                        "--no-progress"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "miqps.cli",
+                "learn",
+                "--urls",
+                str(urls),
+                "--out",
+                str(maps),
+                "--proxy",
+                web.proxy_url,
+                "--rate",
+                "200",
+                "--no-progress",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
     return maps
 
 
@@ -49,8 +64,12 @@ def request_urls(sites: list[Site], count: int, unmapped_share: float) -> list[s
     per_site = count // len(sites) + 1
     urls = [entry.url for entry in generate_corpus(sites, per_site, seed=12)][:count]
     rng = random.Random(12)
-    return [url.replace(".sim/", f".unmapped{rng.randrange(50)}.sim/", 1)
-            if rng.random() < unmapped_share else url for url in urls]
+    return [
+        url.replace(".sim/", f".unmapped{rng.randrange(50)}.sim/", 1)
+        if rng.random() < unmapped_share
+        else url
+        for url in urls
+    ]
 
 
 def best_time(fingerprint: Callable[[Request], bytes], urls: list[str], repeat: int) -> float:
@@ -75,20 +94,29 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as directory:
         maps = args.maps or learn_maps(sites, Path(directory))
         miqps = MapsRequestFingerprinter.from_crawler(
-            get_crawler(settings_dict={"MIQPS_MAPS": str(maps)}))
+            get_crawler(settings_dict={"MIQPS_MAPS": str(maps)})
+        )
         urls = request_urls(sites, args.requests, args.unmapped_share)
     default = RequestFingerprinter()
     baseline = best_time(default.fingerprint, urls, args.repeat)
     with_addon = best_time(miqps.fingerprint, urls, args.repeat)
     stats = miqps.stats.get_stats() if miqps.stats is not None else {}
-    print(f"{len(urls):,} requests ({args.unmapped_share:.0%} to hosts without a map), "
-          f"best of {args.repeat}")
-    print(f"  Scrapy default fingerprinter: {baseline:.3f} s "
-          f"({baseline / len(urls) * 1e6:.2f} us/request)")
-    print(f"  streams.scrapy fingerprinter:   {with_addon:.3f} s "
-          f"({with_addon / len(urls) * 1e6:.2f} us/request)")
-    print(f"  ratio: {with_addon / baseline:.2f}x (target <= 1.10x); parameters left out of "
-          f"fingerprints per run: {stats.get('miqps/params_dropped', 0) // args.repeat:,}")
+    print(
+        f"{len(urls):,} requests ({args.unmapped_share:.0%} to hosts without a map), "
+        f"best of {args.repeat}"
+    )
+    print(
+        f"  Scrapy default fingerprinter: {baseline:.3f} s "
+        f"({baseline / len(urls) * 1e6:.2f} us/request)"
+    )
+    print(
+        f"  streams.scrapy fingerprinter:   {with_addon:.3f} s "
+        f"({with_addon / len(urls) * 1e6:.2f} us/request)"
+    )
+    print(
+        f"  ratio: {with_addon / baseline:.2f}x (target <= 1.10x); parameters left out of "
+        f"fingerprints per run: {stats.get('miqps/params_dropped', 0) // args.repeat:,}"
+    )
     return 0
 
 

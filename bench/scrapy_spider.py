@@ -24,9 +24,13 @@ from scrapy.http import Response
 class SimWebSpider(scrapy.Spider):
     name = "simweb"
 
-    def __init__(self, config: dict[str, Any], items: list[tuple[str, str]],
-                 discovered: list[str],
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        items: list[tuple[str, str]],
+        discovered: list[str],
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.config = config
         self.items = items
@@ -76,9 +80,13 @@ def crawl(config: dict[str, Any]) -> dict[str, Any]:
     process.crawl(crawler, config=config, items=items, discovered=discovered)
     process.start()
     stats = crawler.stats.get_stats() if crawler.stats is not None else {}
-    return {"items": items, "discovered": discovered,
-            "stats": {key: value for key, value in stats.items()
-                      if isinstance(value, int | float | str)}}
+    return {
+        "items": items,
+        "discovered": discovered,
+        "stats": {
+            key: value for key, value in stats.items() if isinstance(value, int | float | str)
+        },
+    }
 
 
 def main(argv: list[str]) -> int:

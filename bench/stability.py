@@ -39,10 +39,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     corpus = generate_corpus(sites, args.urls_per_site, seed=args.seed)
     rows: list[Quality] = []
     for run in range(args.runs):
-        with SimWeb(sites, seed=args.seed * 1000 + run,
-                    rate_limit_per_second=args.rate * 1.5) as web:
-            fetch_config = FetchConfig(proxy=web.proxy_url, per_host_rate=args.rate,
-                                       timeout=2.0)
+        with SimWeb(
+            sites, seed=args.seed * 1000 + run, rate_limit_per_second=args.rate * 1.5
+        ) as web:
+            fetch_config = FetchConfig(proxy=web.proxy_url, per_host_rate=args.rate, timeout=2.0)
             maps, fetches, seconds = asyncio.run(
                 learn_maps(corpus, web.proxy_url, LearnConfig(), fetch_config)
             )
@@ -55,8 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             except InvalidURL:
                 return url
 
-        rows.append(score(f"run {run + 1}", corpus, canonical, fetches=fetches,
-                          extra_seconds=seconds))
+        rows.append(
+            score(f"run {run + 1}", corpus, canonical, fetches=fetches, extra_seconds=seconds)
+        )
         print(format_table(rows[-1:]).splitlines()[-1], flush=True)
     removed = [row.redundant_removed for row in rows]
     print(f"family={args.family} sites={args.sites} urls={len(corpus)} runs={args.runs}")

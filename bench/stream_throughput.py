@@ -97,12 +97,19 @@ def learned_maps(urls: list[str]) -> list[DomainMap]:
         for key, names in by_pattern.items():
             kept = frozenset(name for name in names if name not in TRACKING)
             params = {
-                name: ParamEvidence("keep" if name in kept else "drop", Layer.LEARNED, 6,
-                                    6 if name in kept else 0, 0 if name in kept else 6, 0)
+                name: ParamEvidence(
+                    "keep" if name in kept else "drop",
+                    Layer.LEARNED,
+                    6,
+                    6 if name in kept else 0,
+                    0 if name in kept else 6,
+                    0,
+                )
                 for name in names
             }
-            decisions[key] = PatternDecision(kept, names - kept, params,
-                                             Verification(2, 0, 0, []), now, 1)
+            decisions[key] = PatternDecision(
+                kept, names - kept, params, Verification(2, 0, 0, []), now, 1
+            )
         maps.append(DomainMap(domain, 1, now, decisions))
     return maps
 
@@ -116,13 +123,21 @@ def high_watermarks(consumer: Consumer, topic: str) -> int:
     return total
 
 
-def passthrough(settings: Settings, source: str, target: str, expected: int,
-                batch_size: int) -> float:
+def passthrough(
+    settings: Settings, source: str, target: str, expected: int, batch_size: int
+) -> float:
     """Messages/s of a confluent-kafka consume->produce copy with at-least-once offsets."""
-    consumer = Consumer(consumer_config(settings, f"bench-pass-{uuid.uuid4().hex}", **{
-        "enable.auto.commit": True, "enable.auto.offset.store": False,
-        "fetch.max.bytes": 64 * 1024 * 1024,
-    }))
+    consumer = Consumer(
+        consumer_config(
+            settings,
+            f"bench-pass-{uuid.uuid4().hex}",
+            **{
+                "enable.auto.commit": True,
+                "enable.auto.offset.store": False,
+                "fetch.max.bytes": 64 * 1024 * 1024,
+            },
+        )
+    )
     producer = Producer(producer_config(settings))
     consumer.subscribe([source])
     copied = 0
@@ -145,10 +160,12 @@ def passthrough(settings: Settings, source: str, target: str, expected: int,
                     except BufferError:
                         producer.poll(0.05)
                 offsets[(message.topic() or "", message.partition() or 0)] = (
-                    (message.offset() or 0) + 1)
+                    message.offset() or 0
+                ) + 1
             producer.flush(30)
-            consumer.store_offsets(offsets=[TopicPartition(t, p, o)
-                                            for (t, p), o in offsets.items()])
+            consumer.store_offsets(
+                offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+            )
             copied += len(messages)
         assert started is not None
         return copied / (time.perf_counter() - started)
@@ -156,8 +173,9 @@ def passthrough(settings: Settings, source: str, target: str, expected: int,
         consumer.close()
 
 
-def wait_outputs(settings: Settings, topic: str, expected: int, timeout: float,
-                 worker: WorkerProcess) -> tuple[float, int, float]:
+def wait_outputs(
+    settings: Settings, topic: str, expected: int, timeout: float, worker: WorkerProcess
+) -> tuple[float, int, float]:
     """(first output time, outputs then, last output time) by polling high watermarks."""
     probe = Consumer(consumer_config(settings, f"bench-watch-{uuid.uuid4().hex}"))
     try:
@@ -224,15 +242,22 @@ def group_lag(settings: Settings, group: str, topic: str) -> int:
         consumer.close()
 
 
-def learned_inputs(settings: Settings, count: int, domains: int,
-                   ) -> tuple[list[str], list[DomainMap], str]:
+def learned_inputs(
+    settings: Settings,
+    count: int,
+    domains: int,
+) -> tuple[list[str], list[DomainMap], str]:
     """``count`` synthetic URLs in ``urls.raw`` and maps deciding all their patterns in
     ``miqps.maps``; (the URLs, the maps, an empty topic for a passthrough copy)."""
     ensure_topics(settings)
     urls = list(synthetic_urls(count, domains))
     maps = learned_maps(urls)
-    produce(settings, settings.topics.maps, (m.dumps().encode() for m in maps),
-            (m.domain.encode() for m in maps))
+    produce(
+        settings,
+        settings.topics.maps,
+        (m.dumps().encode() for m in maps),
+        (m.domain.encode() for m in maps),
+    )
     produce(settings, settings.topics.raw, (url.encode() for url in urls))
     admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
     copy_topic = settings.topics.raw + ".copy"
@@ -245,64 +270,89 @@ def learned_inputs(settings: Settings, count: int, domains: int,
 def measure_throughput(base: Settings, args: argparse.Namespace, root: Path) -> None:
     settings = isolated_settings(base, "bench-tp", root / "tp", partitions=args.partitions)
     urls, maps, copy_topic = learned_inputs(settings, args.urls, args.domains)
-    print(f"throughput: {len(urls)} URLs over {len(maps)} learned domains "
-          f"({sum(len(m.patterns) for m in maps)} patterns), {args.partitions} partitions",
-          flush=True)
-    rate_pass = passthrough(settings, settings.topics.raw, copy_topic, len(urls),
-                            settings.batch_size)
+    print(
+        f"throughput: {len(urls)} URLs over {len(maps)} learned domains "
+        f"({sum(len(m.patterns) for m in maps)} patterns), {args.partitions} partitions",
+        flush=True,
+    )
+    rate_pass = passthrough(
+        settings, settings.topics.raw, copy_topic, len(urls), settings.batch_size
+    )
     print(f"  confluent-kafka passthrough:  {rate_pass:10,.0f} msgs/s", flush=True)
     worker = WorkerProcess(settings, "canonicalize", root / "tp-worker.log")
     worker.start()
     try:
-        first, at_first, last = wait_outputs(settings, settings.topics.canonical, len(urls),
-                                             args.timeout, worker)
+        first, at_first, last = wait_outputs(
+            settings, settings.topics.canonical, len(urls), args.timeout, worker
+        )
         rss, _ = rss_kib(worker.pid)
     finally:
         worker.stop()
     rate = (len(urls) - at_first) / (last - first)
-    print(f"  canonicalizer worker:         {rate:10,.0f} URLs/s "
-          f"(ratio {rate / rate_pass:.3f}; target >= 20,000 and >= 0.15); RSS {rss / 1024:.0f} MiB",
-          flush=True)
+    print(
+        f"  canonicalizer worker:         {rate:10,.0f} URLs/s "
+        f"(ratio {rate / rate_pass:.3f}; target >= 20,000 and >= 0.15); RSS {rss / 1024:.0f} MiB",
+        flush=True,
+    )
 
 
 def measure_memory(base: Settings, args: argparse.Namespace, root: Path) -> None:
     count = args.domains_for_memory
-    settings = isolated_settings(base, "bench-mem", root / "mem", partitions=args.partitions,
-                                 policy=LearningPolicy(rare_after=10 * 24 * 3600.0))
+    settings = isolated_settings(
+        base,
+        "bench-mem",
+        root / "mem",
+        partitions=args.partitions,
+        policy=LearningPolicy(rare_after=10 * 24 * 3600.0),
+    )
     ensure_topics(settings)
     rng = random.Random(11)
-    urls = (f"https://d{number}.{WORDS[number % 10]}.example/p/{rng.randrange(10**6)}"
-            f"?id={rng.randrange(10**6)}&utm_source={WORDS[rng.randrange(10)]}".encode()
-            for number in range(count))
+    urls = (
+        f"https://d{number}.{WORDS[number % 10]}.example/p/{rng.randrange(10**6)}"
+        f"?id={rng.randrange(10**6)}&utm_source={WORDS[rng.randrange(10)]}".encode()
+        for number in range(count)
+    )
     started = time.monotonic()
     produce(settings, settings.topics.raw, urls)
-    print(f"memory: {count} URLs of distinct domains produced in "
-          f"{time.monotonic() - started:.0f}s", flush=True)
+    print(
+        f"memory: {count} URLs of distinct domains produced in {time.monotonic() - started:.0f}s",
+        flush=True,
+    )
     worker = WorkerProcess(settings, "canonicalize", root / "mem-worker.log")
     worker.start()
     try:
-        first, _, last = wait_outputs(settings, settings.topics.canonical, count, args.timeout,
-                                      worker)
-        print(f"  all {count} outputs after {last - first:.0f}s "
-              f"({count / (last - first):,.0f} URLs/s with every pattern unlearned)", flush=True)
+        first, _, last = wait_outputs(
+            settings, settings.topics.canonical, count, args.timeout, worker
+        )
+        print(
+            f"  all {count} outputs after {last - first:.0f}s "
+            f"({count / (last - first):,.0f} URLs/s with every pattern unlearned)",
+            flush=True,
+        )
         deadline = time.monotonic() + args.timeout
         lag = group_lag(settings, settings.app_id, settings.topics.samples)
         while lag > 0 and time.monotonic() < deadline and worker.alive():
-            print(f"  pattern-stats agent: {lag} sample packs behind, RSS {rss_text(worker.pid)}",
-                  flush=True)
+            print(
+                f"  pattern-stats agent: {lag} sample packs behind, RSS {rss_text(worker.pid)}",
+                flush=True,
+            )
             time.sleep(15)
             lag = group_lag(settings, settings.app_id, settings.topics.samples)
         rss, peak = rss_kib(worker.pid)
         parts = rss_text(worker.pid)
     finally:
         worker.stop()
-    print(f"  resident memory with {count} domains in state: {rss / 1024:.0f} MiB "
-          f"(worker + front process: {parts}; peak {peak / 1024:.0f} MiB; target <= 600 MiB); "
-          f"stats lag {lag}", flush=True)
+    print(
+        f"  resident memory with {count} domains in state: {rss / 1024:.0f} MiB "
+        f"(worker + front process: {parts}; peak {peak / 1024:.0f} MiB; target <= 600 MiB); "
+        f"stats lag {lag}",
+        flush=True,
+    )
 
 
 LIVE_LINE = re.compile(
-    r"^\[(?P<at>[\d-]+ [\d:,]+)\].*streams.mapfeed: map live: (?P<domain>\S+) v(?P<version>\d+)")
+    r"^\[(?P<at>[\d-]+ [\d:,]+)\].*streams.mapfeed: map live: (?P<domain>\S+) v(?P<version>\d+)"
+)
 
 
 def live_times(log: str, domain: str) -> dict[int, float]:
@@ -329,15 +379,22 @@ def measure_live_map(base: Settings, args: argparse.Namespace, root: Path) -> No
     sites = build_sites("tuning", 2, 3)
     site = sites[0]
     with SimWeb(sites, seed=3, rate_limit_per_second=50.0) as web:
-        settings = isolated_settings(base, "bench-live", root / "live", proxy=web.proxy_url,
-                                     partitions=args.partitions,
-                                     probe_rate_per_host=args.probe_rate)
+        settings = isolated_settings(
+            base,
+            "bench-live",
+            root / "live",
+            proxy=web.proxy_url,
+            partitions=args.partitions,
+            probe_rate_per_host=args.probe_rate,
+        )
         ensure_topics(settings)
         workers = [
-            WorkerProcess(settings.with_overrides(state_dir=root / f"live-{name}"), agents,
-                          root / f"live-{name}.log")
-            for name, agents in (("c1", "canonicalize"), ("c2", "canonicalize"),
-                                 ("p", "probe"))
+            WorkerProcess(
+                settings.with_overrides(state_dir=root / f"live-{name}"),
+                agents,
+                root / f"live-{name}.log",
+            )
+            for name, agents in (("c1", "canonicalize"), ("c2", "canonicalize"), ("p", "probe"))
         ]
         maps = TopicReader(settings, settings.topics.maps)
         requests = TopicReader(settings, settings.topics.probe_requests)
@@ -367,9 +424,12 @@ def measure_live_map(base: Settings, args: argparse.Namespace, root: Path) -> No
         if document.get("domain") == site.host:
             for pattern in document["patterns"]:
                 first_version.setdefault(pattern, document["version"])
-    requested = {pattern for _, value, _ in requests.records
-                 for pattern, info in orjson.loads(value or b"{}").get("patterns", {}).items()
-                 if info["reason"] == "enough-samples"}
+    requested = {
+        pattern
+        for _, value, _ in requests.records
+        for pattern, info in orjson.loads(value or b"{}").get("patterns", {}).items()
+        if info["reason"] == "enough-samples"
+    }
     live = [live_times(log, site.host) for log in logs]
     delays = sorted(
         max(times[first_version[pattern]] for times in live) - burst_done
@@ -380,31 +440,45 @@ def measure_live_map(base: Settings, args: argparse.Namespace, root: Path) -> No
         print("live map: nothing went live within 240s")
         return
     within = sum(1 for delay in delays if delay <= 30.0)
-    print(f"live map ({args.probe_rate:g} fetches/s per host): {len(delays)} of "
-          f"{len(requested)} patterns requested after a burst of "
-          f"{len(burst)} URLs of a new site went live in both canonicalizers; seconds after "
-          f"the burst: first {delays[0]:.1f}, median {delays[len(delays) // 2]:.1f}, "
-          f"90% {delays[int(len(delays) * 0.9)]:.1f}, last {delays[-1]:.1f}; "
-          f"{within / len(delays):.0%} within 30s (target: 30s)", flush=True)
+    print(
+        f"live map ({args.probe_rate:g} fetches/s per host): {len(delays)} of "
+        f"{len(requested)} patterns requested after a burst of "
+        f"{len(burst)} URLs of a new site went live in both canonicalizers; seconds after "
+        f"the burst: first {delays[0]:.1f}, median {delays[len(delays) // 2]:.1f}, "
+        f"90% {delays[int(len(delays) * 0.9)]:.1f}, last {delays[-1]:.1f}; "
+        f"{within / len(delays):.0%} within 30s (target: 30s)",
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.stream_throughput",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.stream_throughput",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--urls", type=int, default=400_000)
     parser.add_argument("--domains", type=int, default=5_000)
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--domains-for-memory", type=int, default=1_000_000,
-                        help="0 skips the memory measurement")
-    parser.add_argument("--live-map", action="store_true",
-                        help="also measure the time to a live map on the simulated web")
-    parser.add_argument("--probe-rate", type=float, default=10.0,
-                        help="probe requests per second per host for --live-map (politeness)")
+    parser.add_argument(
+        "--domains-for-memory", type=int, default=1_000_000, help="0 skips the memory measurement"
+    )
+    parser.add_argument(
+        "--live-map",
+        action="store_true",
+        help="also measure the time to a live map on the simulated web",
+    )
+    parser.add_argument(
+        "--probe-rate",
+        type=float,
+        default=10.0,
+        help="probe requests per second per host for --live-map (politeness)",
+    )
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--timeout", type=float, default=1800.0)
-    parser.add_argument("--keep-topics", action="store_true",
-                        help="leave the benchmark's topics on the broker")
+    parser.add_argument(
+        "--keep-topics", action="store_true", help="leave the benchmark's topics on the broker"
+    )
     args = parser.parse_args(argv)
     base = Settings.from_env()
     root = Path(tempfile.mkdtemp(prefix="miqps-bench-"))

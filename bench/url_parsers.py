@@ -49,8 +49,7 @@ def candidates() -> list[Candidate]:
     found: list[Candidate] = []
     from urllib.parse import urlsplit
 
-    found.append(("urllib.parse.urlsplit", "stdlib; splits, normalizes nothing",
-                  _loop(urlsplit)))
+    found.append(("urllib.parse.urlsplit", "stdlib; splits, normalizes nothing", _loop(urlsplit)))
 
     def optional(module: str) -> Any:
         try:
@@ -62,30 +61,52 @@ def candidates() -> list[Candidate]:
     can_ada = optional("can_ada")
     if can_ada is not None:
         parse = can_ada.parse
-        found.append(("can_ada.parse(u).href", "WHATWG (ada, C++), normalized href",
-                      _loop(lambda url: parse(url).href)))
+        found.append(
+            (
+                "can_ada.parse(u).href",
+                "WHATWG (ada, C++), normalized href",
+                _loop(lambda url: parse(url).href),
+            )
+        )
     ada_url = optional("ada_url")
     if ada_url is not None:
-        found.append(("ada_url.parse_url", "WHATWG (ada via cffi), dict of parts",
-                      _loop(ada_url.parse_url)))
+        found.append(
+            ("ada_url.parse_url", "WHATWG (ada via cffi), dict of parts", _loop(ada_url.parse_url))
+        )
     yarl = optional("yarl")
     if yarl is not None:
-        found.append(("yarl.URL", "RFC 3986, normalizes on construction",
-                      _loop(lambda url: str(yarl.URL(url)))))
+        found.append(
+            (
+                "yarl.URL",
+                "RFC 3986, normalizes on construction",
+                _loop(lambda url: str(yarl.URL(url))),
+            )
+        )
     w3lib_url = optional("w3lib.url")
     if w3lib_url is not None:
-        found.append(("w3lib.canonicalize_url", "canonical form (Scrapy's)",
-                      _loop(w3lib_url.canonicalize_url)))
+        found.append(
+            (
+                "w3lib.canonicalize_url",
+                "canonical form (Scrapy's)",
+                _loop(w3lib_url.canonicalize_url),
+            )
+        )
     courlan = optional("courlan")
     if courlan is not None:
-        found.append(("courlan.normalize_url", "normalized form (trafilatura's)",
-                      _loop(courlan.normalize_url)))
+        found.append(
+            (
+                "courlan.normalize_url",
+                "normalized form (trafilatura's)",
+                _loop(courlan.normalize_url),
+            )
+        )
 
     from miqps.canonical import Canonicalizer
     from miqps.urls import parse as miqps_parse
 
-    found.append(("miqps.urls.parse", "can_ada + percent/query normalization, object",
-                  _loop(miqps_parse)))
+    found.append(
+        ("miqps.urls.parse", "can_ada + percent/query normalization, object", _loop(miqps_parse))
+    )
     canonicalizer = Canonicalizer()
 
     def batch(urls: list[str]) -> int:
@@ -93,8 +114,7 @@ def candidates() -> list[Candidate]:
         canonicalizer.canonical_texts(urls, errors)
         return len(errors)
 
-    found.append(("miqps canonical_texts (no maps)", "the whole canonicalization, batched",
-                  batch))
+    found.append(("miqps canonical_texts (no maps)", "the whole canonicalization, batched", batch))
     return found
 
 
@@ -128,6 +148,7 @@ def wpt_conformance(path: str) -> None:
     except ImportError:
         pass
     else:
+
         def ada_url_href(text: str, base: str | None) -> str:
             return str(ada_url.URL(text, base).href)
 

@@ -151,8 +151,13 @@ class _CompiledDomain:
 
     __slots__ = ("_map", "document", "plans", "rules", "splits", "version")
 
-    def __init__(self, domain_map: DomainMap, layers: StaticLayers, use_prior: bool,
-                 document: bytes | None = None) -> None:
+    def __init__(
+        self,
+        domain_map: DomainMap,
+        layers: StaticLayers,
+        use_prior: bool,
+        document: bytes | None = None,
+    ) -> None:
         self._map = domain_map if document is None else None
         self.document = document
         self.version = domain_map.version
@@ -162,8 +167,7 @@ class _CompiledDomain:
         for key, decision in domain_map.patterns.items():
             keep = rules.keep[key]
             names = decision.kept | decision.dropped
-            self.splits[key] = _PatternSplit(keep, tuple(sorted(keep)),
-                                             tuple(sorted(names - keep)))
+            self.splits[key] = _PatternSplit(keep, tuple(sorted(keep)), tuple(sorted(names - keep)))
 
     @property
     def map(self) -> DomainMap:
@@ -474,8 +478,7 @@ class Canonicalizer:
             if ";" in base:  # maybe matrix parameters
                 query = normalize(query) if "%" in query else query
                 pairs = [pair for pair in query.split("&") if pair] if query else []
-                append(self._canonical_parts(text, base[:slash], host, base[slash:], pairs,
-                                             route))
+                append(self._canonical_parts(text, base[:slash], host, base[slash:], pairs, route))
                 continue
             if not query:
                 append(base + route)
@@ -588,8 +591,9 @@ class Canonicalizer:
             current = names
             while True:
                 pattern = pattern_key(shape, current)
-                keep = keep_in_pattern(rules, self._layers, self._use_prior, pattern,
-                                       frozenset(current))
+                keep = keep_in_pattern(
+                    rules, self._layers, self._use_prior, pattern, frozenset(current)
+                )
                 kept = [name for name in current if name in keep]
                 defaults = rules.default_pairs.get(pattern) if rules is not None else None
                 indexes = [i for i, name in enumerate(names) if name in keep]
@@ -610,15 +614,17 @@ class Canonicalizer:
         plans[key] = plan
         return plan
 
-    def decide(self, url: NormalizedURL, original: str | None = None, *,
-               with_layers: bool = True) -> Decision:
+    def decide(
+        self, url: NormalizedURL, original: str | None = None, *, with_layers: bool = True
+    ) -> Decision:
         """The canonical URL with the layer that decided each parameter (unless
         ``with_layers`` is false): for a dropped one in the pattern it was dropped in, for
         a kept one in the URL's own pattern. Safe while another thread updates the maps:
         the decision is made with the map that was live when it started."""
         compiled = self._domains.get(url.host)
-        rounds = settle(url, compiled.rules if compiled is not None else None, self._layers,
-                        self._use_prior)
+        rounds = settle(
+            url, compiled.rules if compiled is not None else None, self._layers, self._use_prior
+        )
         first = rounds[0]
         final = rounds[-1].keep
         split = compiled.splits.get(first.pattern) if compiled is not None else None
@@ -638,8 +644,7 @@ class Canonicalizer:
             compiled.version if compiled else 0,
         )
 
-    def _layers_of(self, compiled: _CompiledDomain | None, rounds: list[Round]
-                   ) -> dict[str, str]:
+    def _layers_of(self, compiled: _CompiledDomain | None, rounds: list[Round]) -> dict[str, str]:
         first = rounds[0]
         names = first.names
         layers = {name: str(self._layer(compiled, first, name)) for name in rounds[-1].keep}
@@ -684,8 +689,14 @@ class Canonicalizer:
         return canonicalizer
 
     @classmethod
-    def from_kafka(cls, bootstrap: str, *, topic: str = "miqps.maps", timeout: float = 60.0,
-                   use_prior: bool = True) -> Canonicalizer:
+    def from_kafka(
+        cls,
+        bootstrap: str,
+        *,
+        topic: str = "miqps.maps",
+        timeout: float = 60.0,
+        use_prior: bool = True,
+    ) -> Canonicalizer:
         """A canonicalizer following the compacted maps topic live: it returns once the
         topic has been read up to where it ended, and a background thread installs every
         later map (and removes a tombstoned one) until :meth:`close`. An invalid record is
@@ -699,7 +710,8 @@ class Canonicalizer:
             from streams.mapfollow import follow_maps
         except ImportError as error:
             raise RuntimeError(
-                f"Canonicalizer.from_kafka needs the 'streams' extra ({error})") from error
+                f"Canonicalizer.from_kafka needs the 'streams' extra ({error})"
+            ) from error
         canonicalizer = cls(use_prior=use_prior)
         canonicalizer._stop_following = follow_maps(canonicalizer, bootstrap, topic, timeout)
         return canonicalizer
@@ -725,8 +737,9 @@ class Canonicalizer:
         layer decided; raises :class:`~miqps.urls.InvalidURL` like :meth:`canonicalize`."""
         return self.decide(parse(url), original=url)
 
-    def canonicalize_many(self, urls: Iterable[str],
-                          errors: list[tuple[int, InvalidURL]] | None = None) -> Iterable[str]:
+    def canonicalize_many(
+        self, urls: Iterable[str], errors: list[tuple[int, InvalidURL]] | None = None
+    ) -> Iterable[str]:
         """The canonical form of each URL, in order, lazily (in batches of
         :attr:`BATCH_SIZE`, so an endless stream works). An invalid URL gives ``""`` and,
         with ``errors``, appends ``(index, error)`` there."""

@@ -41,94 +41,170 @@ def build_parser() -> argparse.ArgumentParser:
 
     learn = commands.add_parser("learn", help="probe sites and write one MIQPS map per domain")
     learn.add_argument("--urls", required=True, type=Path, help="file with one URL per line")
-    learn.add_argument("--out", required=True, type=Path, help="maps, one JSON per line; "
-                       "an existing file is the previous version (anomaly gate)")
-    learn.add_argument("--proxy", default=os.environ.get("MIQPS_PROXY"),
-                       help="send every probe through this HTTP proxy (or MIQPS_PROXY)")
-    learn.add_argument("--allow-private", action="store_true",
-                       default=_truthy(os.environ.get("MIQPS_ALLOW_PRIVATE")),
-                       help="allow loopback, private and link-local targets")
+    learn.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="maps, one JSON per line; an existing file is the previous version (anomaly gate)",
+    )
+    learn.add_argument(
+        "--proxy",
+        default=os.environ.get("MIQPS_PROXY"),
+        help="send every probe through this HTTP proxy (or MIQPS_PROXY)",
+    )
+    learn.add_argument(
+        "--allow-private",
+        action="store_true",
+        default=_truthy(os.environ.get("MIQPS_ALLOW_PRIVATE")),
+        help="allow loopback, private and link-local targets",
+    )
     defaults = LearnConfig()
     fetch_defaults = FetchConfig()
-    learn.add_argument("--samples", type=int, default=defaults.samples,
-                       help="S: distinct-value samples per parameter at most")
-    learn.add_argument("--threshold", type=float, default=defaults.threshold,
-                       help="T: keep if the page changed in at least this share of samples")
-    learn.add_argument("--min-conclusive", type=int, default=defaults.min_conclusive,
-                       help="N: fewer conclusive samples than this keeps the parameter")
-    learn.add_argument("--verify-samples", type=int, default=defaults.verify_samples,
-                       help="samples per pattern to verify the final canonical form")
-    learn.add_argument("--max-flip-share", type=float, default=DEFAULT_MAX_FLIP_SHARE,
-                       help="A: reject an update dropping more than this share of kept params")
-    learn.add_argument("--concurrency", type=int, default=fetch_defaults.per_host_concurrency,
-                       help="requests in flight per host")
-    learn.add_argument("--rate", type=float, default=fetch_defaults.per_host_rate,
-                       help="requests per second per host")
-    learn.add_argument("--timeout", type=float, default=fetch_defaults.timeout,
-                       help="seconds per request, all included")
-    learn.add_argument("--max-bytes", type=int, default=fetch_defaults.max_bytes,
-                       help="largest body read, in bytes")
+    learn.add_argument(
+        "--samples",
+        type=int,
+        default=defaults.samples,
+        help="S: distinct-value samples per parameter at most",
+    )
+    learn.add_argument(
+        "--threshold",
+        type=float,
+        default=defaults.threshold,
+        help="T: keep if the page changed in at least this share of samples",
+    )
+    learn.add_argument(
+        "--min-conclusive",
+        type=int,
+        default=defaults.min_conclusive,
+        help="N: fewer conclusive samples than this keeps the parameter",
+    )
+    learn.add_argument(
+        "--verify-samples",
+        type=int,
+        default=defaults.verify_samples,
+        help="samples per pattern to verify the final canonical form",
+    )
+    learn.add_argument(
+        "--max-flip-share",
+        type=float,
+        default=DEFAULT_MAX_FLIP_SHARE,
+        help="A: reject an update dropping more than this share of kept params",
+    )
+    learn.add_argument(
+        "--concurrency",
+        type=int,
+        default=fetch_defaults.per_host_concurrency,
+        help="requests in flight per host",
+    )
+    learn.add_argument(
+        "--rate",
+        type=float,
+        default=fetch_defaults.per_host_rate,
+        help="requests per second per host",
+    )
+    learn.add_argument(
+        "--timeout",
+        type=float,
+        default=fetch_defaults.timeout,
+        help="seconds per request, all included",
+    )
+    learn.add_argument(
+        "--max-bytes",
+        type=int,
+        default=fetch_defaults.max_bytes,
+        help="largest body read, in bytes",
+    )
     learn.add_argument("--seed", type=int, default=defaults.seed)
     learn.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _add_skip_invalid(learn, "of the previous --out (a copy of that file is kept as "
-                      "OUT.prev)")
+    _add_skip_invalid(learn, "of the previous --out (a copy of that file is kept as OUT.prev)")
 
     canon = commands.add_parser("canonicalize", help="print the canonical URL of each input")
     canon.add_argument("--maps", type=Path, help="maps written by 'miqps learn'")
     _add_skip_invalid(canon, "of --maps")
     canon.add_argument("--json", action="store_true", help="print the decision details")
-    canon.add_argument("--no-prior", action="store_true",
-                       help="do not drop utm_*/gclid/fbclid/msclkid in unlearned patterns")
+    canon.add_argument(
+        "--no-prior",
+        action="store_true",
+        help="do not drop utm_*/gclid/fbclid/msclkid in unlearned patterns",
+    )
     canon.add_argument("urls", nargs="*", help="URLs; read from stdin when none are given")
 
     export_cmd = commands.add_parser(
-        "export", help="write what the maps learned as rules for crawlers and caches")
-    export_cmd.add_argument("--maps", required=True, type=Path,
-                            help="maps written by 'miqps learn'")
-    export_cmd.add_argument("--format", required=True, choices=sorted(EXPORT_FORMATS),
-                            help="clean-param (robots.txt), dud-rules (duplicate-url-"
-                            "discarder), varnish (VCL), cloudflare (cache rules), clearurls")
-    export_cmd.add_argument("--domain", action="append",
-                            help="only this domain's map (repeatable)")
+        "export", help="write what the maps learned as rules for crawlers and caches"
+    )
+    export_cmd.add_argument(
+        "--maps", required=True, type=Path, help="maps written by 'miqps learn'"
+    )
+    export_cmd.add_argument(
+        "--format",
+        required=True,
+        choices=sorted(EXPORT_FORMATS),
+        help="clean-param (robots.txt), dud-rules (duplicate-url-"
+        "discarder), varnish (VCL), cloudflare (cache rules), clearurls",
+    )
+    export_cmd.add_argument("--domain", action="append", help="only this domain's map (repeatable)")
     _add_skip_invalid(export_cmd, "of --maps")
 
     report = commands.add_parser(
-        "report", help="write the parameter-sprawl report of a URL list as one HTML file")
+        "report", help="write the parameter-sprawl report of a URL list as one HTML file"
+    )
     report.add_argument("--urls", required=True, type=Path, help="file with one URL per line")
-    report.add_argument("--maps", required=True, type=Path,
-                        help="maps written by 'miqps learn'")
+    report.add_argument("--maps", required=True, type=Path, help="maps written by 'miqps learn'")
     report.add_argument("--out", required=True, type=Path, help="the HTML file to write")
-    report.add_argument("--no-prior", action="store_true",
-                        help="canonicalize as 'miqps canonicalize --no-prior' does")
+    report.add_argument(
+        "--no-prior",
+        action="store_true",
+        help="canonicalize as 'miqps canonicalize --no-prior' does",
+    )
     report_limits = Limits()
-    report.add_argument("--max-domains", type=int, default=report_limits.domains,
-                        help="domains shown, those with the most distinct URLs first")
-    report.add_argument("--max-patterns", type=int,
-                        default=report_limits.patterns_per_domain,
-                        help="patterns shown per domain, those with the most URLs first")
-    report.add_argument("--max-params", type=int, default=report_limits.params_per_domain,
-                        help="parameters shown per domain, those creating the most URLs first")
-    report.add_argument("--max-explained", type=int, default=report_limits.explained_urls,
-                        help="distinct URLs whose explanation is embedded (one per pattern "
-                        "first)")
+    report.add_argument(
+        "--max-domains",
+        type=int,
+        default=report_limits.domains,
+        help="domains shown, those with the most distinct URLs first",
+    )
+    report.add_argument(
+        "--max-patterns",
+        type=int,
+        default=report_limits.patterns_per_domain,
+        help="patterns shown per domain, those with the most URLs first",
+    )
+    report.add_argument(
+        "--max-params",
+        type=int,
+        default=report_limits.params_per_domain,
+        help="parameters shown per domain, those creating the most URLs first",
+    )
+    report.add_argument(
+        "--max-explained",
+        type=int,
+        default=report_limits.explained_urls,
+        help="distinct URLs whose explanation is embedded (one per pattern first)",
+    )
     _add_skip_invalid(report, "of --maps")
 
     worker = commands.add_parser("worker", help="run the Faust stream worker (streams extra)")
     worker.add_argument("args", nargs=argparse.REMAINDER)
     maps_cmd = commands.add_parser(
-        "maps", help="print current maps from the compacted topic; 'maps history|rollback|"
-                     "freeze|unfreeze|publish': an operator's map commands")
+        "maps",
+        help="print current maps from the compacted topic; 'maps history|rollback|"
+        "freeze|unfreeze|publish': an operator's map commands",
+    )
     maps_cmd.add_argument("args", nargs=argparse.REMAINDER)
     dashboard = commands.add_parser(
-        "dashboard", help="serve a live dashboard of the stream processor (streams extra)")
+        "dashboard", help="serve a live dashboard of the stream processor (streams extra)"
+    )
     dashboard.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
 
 def _add_skip_invalid(command: argparse.ArgumentParser, which: str) -> None:
-    command.add_argument("--skip-invalid", action="store_true",
-                         help=f"skip the map lines {which} that break a rule, with a report "
-                         "on stderr, instead of stopping")
+    command.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help=f"skip the map lines {which} that break a rule, with a report "
+        "on stderr, instead of stopping",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -156,8 +232,11 @@ def run_streams_command(command: str, args: list[str]) -> int:
     try:
         streams_cli = importlib.import_module("streams.cli")
     except ImportError as error:
-        print(f"miqps {command}: the stream processor is not installed ({error}); "
-              "install the 'streams' extra", file=sys.stderr)
+        print(
+            f"miqps {command}: the stream processor is not installed ({error}); "
+            "install the 'streams' extra",
+            file=sys.stderr,
+        )
         return 2
     return int(streams_cli.main(command, args))
 
@@ -177,8 +256,9 @@ def _read_urls(lines: Iterable[str], label: str) -> tuple[list[NormalizedURL], i
             if invalid <= MAX_INVALID_MESSAGES:
                 print(f"{label}:{number}: skipped: {error.reason}", file=sys.stderr)
     if invalid > MAX_INVALID_MESSAGES:
-        print(f"{label}: {invalid - MAX_INVALID_MESSAGES} more invalid lines skipped",
-              file=sys.stderr)
+        print(
+            f"{label}: {invalid - MAX_INVALID_MESSAGES} more invalid lines skipped", file=sys.stderr
+        )
     return urls, blank, invalid
 
 
@@ -219,31 +299,54 @@ def run_learn(args: argparse.Namespace) -> int:
             try:
                 shutil.copyfile(args.out, kept_as)
             except OSError as error:
-                print(f"miqps learn: cannot keep the previous maps as {kept_as}: "
-                      f"{error.strerror}", file=sys.stderr)
+                print(
+                    f"miqps learn: cannot keep the previous maps as {kept_as}: {error.strerror}",
+                    file=sys.stderr,
+                )
                 return 2
-            print(f"miqps learn: the previous maps, skipped lines included, are kept as "
-                  f"{kept_as}", file=sys.stderr)
+            print(
+                f"miqps learn: the previous maps, skipped lines included, are kept as {kept_as}",
+                file=sys.stderr,
+            )
     started = time.monotonic()
     updates, fetch_stats = asyncio.run(
-        _learn(urls, previous, config, fetch_config, args.max_flip_share,
-               show_progress=not args.no_progress)
+        _learn(
+            urls,
+            previous,
+            config,
+            fetch_config,
+            args.max_flip_share,
+            show_progress=not args.no_progress,
+        )
     )
     final = dict(previous)
     for domain, update in updates.items():
         if update.published is not None:
             final[domain] = update.published
         elif update.verdict is not None and not update.verdict.accepted:
-            print(f"miqps learn: {domain}: update rejected, old map kept: "
-                  f"{update.verdict.reason}", file=sys.stderr)
+            print(
+                f"miqps learn: {domain}: update rejected, old map kept: {update.verdict.reason}",
+                file=sys.stderr,
+            )
         elif update.frozen:
-            print(f"miqps learn: {domain}: the map is frozen, not changed: "
-                  f"{len(update.frozen)} patterns not learned", file=sys.stderr)
+            print(
+                f"miqps learn: {domain}: the map is frozen, not changed: "
+                f"{len(update.frozen)} patterns not learned",
+                file=sys.stderr,
+            )
         final.setdefault(domain, merge_update(None, DomainMap(domain)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_maps(args.out, final.values())
-    _print_summary(sys.stdout, urls, blank, invalid, list(updates.values()), fetch_stats,
-                   time.monotonic() - started, args.out)
+    _print_summary(
+        sys.stdout,
+        urls,
+        blank,
+        invalid,
+        list(updates.values()),
+        fetch_stats,
+        time.monotonic() - started,
+        args.out,
+    )
     return 0
 
 
@@ -255,8 +358,7 @@ def run_export(args: argparse.Namespace) -> int:
     if args.domain:
         missing = sorted(set(args.domain) - maps.keys())
         if missing:
-            print(f"miqps export: no map for {', '.join(missing)} in {args.maps}",
-                  file=sys.stderr)
+            print(f"miqps export: no map for {', '.join(missing)} in {args.maps}", file=sys.stderr)
             return 1
         maps = {domain: maps[domain] for domain in args.domain}
     sys.stdout.write(export(maps, args.format))
@@ -265,9 +367,12 @@ def run_export(args: argparse.Namespace) -> int:
 
 def run_report(args: argparse.Namespace) -> int:
     try:
-        limits = Limits(domains=args.max_domains, patterns_per_domain=args.max_patterns,
-                        params_per_domain=args.max_params,
-                        explained_urls=args.max_explained)
+        limits = Limits(
+            domains=args.max_domains,
+            patterns_per_domain=args.max_patterns,
+            params_per_domain=args.max_params,
+            explained_urls=args.max_explained,
+        )
     except ValueError as error:
         print(f"miqps report: {error}", file=sys.stderr)
         return 2
@@ -294,14 +399,17 @@ def run_report(args: argparse.Namespace) -> int:
     except OSError as error:
         print(f"miqps report: cannot write {args.out}: {error.strerror}", file=sys.stderr)
         return 2
-    print(f"{view.lines} lines: {view.distinct_urls} distinct URLs, {view.canonical_urls} "
-          f"canonical ({view.duplicates_saved} duplicates saved), {view.blank} blank, "
-          f"{view.invalid} invalid; {view.domain_count} domains; report written to {args.out}")
+    print(
+        f"{view.lines} lines: {view.distinct_urls} distinct URLs, {view.canonical_urls} "
+        f"canonical ({view.duplicates_saved} duplicates saved), {view.blank} blank, "
+        f"{view.invalid} invalid; {view.domain_count} domains; report written to {args.out}"
+    )
     return 0
 
 
-def _load_maps(path: Path, skip_invalid: bool, command: str,
-               what: str) -> tuple[dict[str, DomainMap], int] | None:
+def _load_maps(
+    path: Path, skip_invalid: bool, command: str, what: str
+) -> tuple[dict[str, DomainMap], int] | None:
     """The valid maps of ``path`` and how many lines were skipped, or None (reported on
     stderr) if it cannot be read or, without ``skip_invalid``, has an invalid line."""
     skipped: list[InvalidMap] = []
@@ -317,18 +425,28 @@ def _load_maps(path: Path, skip_invalid: bool, command: str,
         print(f"{command}: cannot read {what}: {path}: {error.strerror}", file=sys.stderr)
         return None
     except InvalidMap as error:
-        print(f"{command}: cannot read {what}: {error}\n{command}: use --skip-invalid to "
-              "skip such lines", file=sys.stderr)
+        print(
+            f"{command}: cannot read {what}: {error}\n{command}: use --skip-invalid to "
+            "skip such lines",
+            file=sys.stderr,
+        )
         return None
     if skipped:
-        print(f"{command}: {path}: {len(skipped)} invalid map lines skipped, "
-              f"{len(maps)} maps read", file=sys.stderr)
+        print(
+            f"{command}: {path}: {len(skipped)} invalid map lines skipped, {len(maps)} maps read",
+            file=sys.stderr,
+        )
     return maps, len(skipped)
 
 
 async def _learn(
-    urls: list[NormalizedURL], previous: dict[str, DomainMap], config: LearnConfig,
-    fetch_config: FetchConfig, max_flip_share: float, *, show_progress: bool,
+    urls: list[NormalizedURL],
+    previous: dict[str, DomainMap],
+    config: LearnConfig,
+    fetch_config: FetchConfig,
+    max_flip_share: float,
+    *,
+    show_progress: bool,
 ) -> tuple[dict[str, MapUpdate], FetchStats]:
     progress = _progress(len({url.host for url in urls}), show_progress)
     async with Fetcher(fetch_config) as fetcher:
@@ -338,8 +456,13 @@ async def _learn(
                 progress.set_postfix_str(f"{fetcher.stats.requests} fetches")
                 progress.update(1)
 
-        updates = await update_all(Learner(PageProber(fetcher), config), previous, urls,
-                                   max_flip_share=max_flip_share, on_update=done)
+        updates = await update_all(
+            Learner(PageProber(fetcher), config),
+            previous,
+            urls,
+            max_flip_share=max_flip_share,
+            on_update=done,
+        )
         if progress is not None:
             progress.close()
         return updates, fetcher.stats
@@ -380,8 +503,9 @@ def _print_summary(
         f"{fetch_stats.failed} failed, {fetch_stats.refused} refused",
         *(
             f"inconclusive fetches, {kind}: {count}"
-            for kind, count in sorted(fetch_stats.failures_by_kind.items(),
-                                      key=lambda item: (-item[1], item[0]))
+            for kind, count in sorted(
+                fetch_stats.failures_by_kind.items(), key=lambda item: (-item[1], item[0])
+            )
         ),
         f"inconclusive samples: {sum(r.inconclusive for r in reports)}",
         *(

@@ -167,8 +167,7 @@ class Echoes:
             queries.update((query, unquote_plus(query)))
             for name, value in parse_qsl(query, keep_blank_values=True):
                 params.setdefault(name, set()).add(value)
-        return cls({name: frozenset(values) for name, values in params.items()},
-                   frozenset(queries))
+        return cls({name: frozenset(values) for name, values in params.items()}, frozenset(queries))
 
 
 @dataclass(slots=True)
@@ -257,8 +256,7 @@ def _collect_head(tree: LexborHTMLParser, page: _Page) -> str | None:
                 page.content_images += 1
             continue
         name = (
-            attributes.get("property") or attributes.get("itemprop") or attributes.get("name")
-            or ""
+            attributes.get("property") or attributes.get("itemprop") or attributes.get("name") or ""
         ).lower()
         content = attributes.get("content")
         if content is None or not _is_item_meta(name, attributes):
@@ -300,8 +298,9 @@ def _collect_data_scripts(tree: LexborHTMLParser, page: _Page) -> str | None:
 
 # In a devalue payload (Nuxt's __NUXT_DATA__): wrappers around the index of their value,
 # and types whose arguments are literals.
-_DEVALUE_WRAPPERS = frozenset(("ShallowReactive", "Reactive", "Ref", "ShallowRef", "EmptyRef",
-                               "EmptyShallowRef", "NuxtError"))
+_DEVALUE_WRAPPERS = frozenset(
+    ("ShallowReactive", "Reactive", "Ref", "ShallowRef", "EmptyRef", "EmptyShallowRef", "NuxtError")
+)
 _DEVALUE_LITERALS = frozenset(("Date", "RegExp", "BigInt", "URL"))
 
 
@@ -324,8 +323,12 @@ def _revive(payload: list[Any]) -> Any:
 
     def value(index: Any, depth: int) -> Any:
         budget[0] -= 1
-        if (type(index) is not int or not 0 <= index < len(payload) or depth > MAX_DATA_DEPTH
-                or budget[0] < 0):
+        if (
+            type(index) is not int
+            or not 0 <= index < len(payload)
+            or depth > MAX_DATA_DEPTH
+            or budget[0] < 0
+        ):
             return None
         item = payload[index]
         if isinstance(item, dict):
@@ -471,8 +474,9 @@ def _unjudgeable(status: int, page: _Page, has_scripts: bool) -> str | None:
 
 def snapshot_bytes(status: int, final_url: str, body: bytes, redirects: int = 0) -> Snapshot:
     """A snapshot of a non-HTML body: one block, the hash of the bytes."""
-    return Snapshot(status, final_url, {_BYTES_KEY: xxhash.xxh3_64_intdigest(body)}, None,
-                    redirects)
+    return Snapshot(
+        status, final_url, {_BYTES_KEY: xxhash.xxh3_64_intdigest(body)}, None, redirects
+    )
 
 
 def differing_paths(a: Snapshot, b: Snapshot) -> set[int]:

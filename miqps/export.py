@@ -76,7 +76,8 @@ class _Verdicts:
     def add(self, decision: PatternDecision, keep_always: frozenset[str]) -> None:
         for name in decision.kept | decision.dropped:
             self.neutral[name] = self.neutral.get(name, True) and _learned_neutral(
-                decision, name, keep_always)
+                decision, name, keep_always
+            )
             evidence = decision.params.get(name)
             values = set(evidence.default_values) if evidence and name in decision.kept else set()
             self.defaults[name] = self.defaults.get(name, values) & values
@@ -85,14 +86,20 @@ class _Verdicts:
         return {name for name, neutral in self.neutral.items() if neutral}
 
     def default_pairs(self, dropped: set[str]) -> set[str]:
-        return {pair for name, values in self.defaults.items() if name not in dropped
-                for pair in values}
+        return {
+            pair for name, values in self.defaults.items() if name not in dropped for pair in values
+        }
 
 
 def _learned_neutral(decision: PatternDecision, name: str, keep_always: frozenset[str]) -> bool:
     evidence = decision.params.get(name)
-    return (name in decision.dropped and name not in keep_always and evidence is not None
-            and evidence.decision == "drop" and evidence.layer in NEUTRAL_LAYERS)
+    return (
+        name in decision.dropped
+        and name not in keep_always
+        and evidence is not None
+        and evidence.decision == "drop"
+        and evidence.layer in NEUTRAL_LAYERS
+    )
 
 
 def _segment_of(shape: str) -> str | None:
@@ -118,16 +125,25 @@ def neutral_scopes(domain_map: DomainMap, layers: StaticLayers | None = None) ->
     scopes: list[NeutralScope] = []
     host_defaults = host.default_pairs(host_names)
     if host_names or host_defaults:
-        scopes.append(NeutralScope(domain_map.domain, HOST_WIDE, tuple(sorted(host_names)),
-                                   tuple(sorted(host_defaults))))
+        scopes.append(
+            NeutralScope(
+                domain_map.domain,
+                HOST_WIDE,
+                tuple(sorted(host_names)),
+                tuple(sorted(host_defaults)),
+            )
+        )
     for segment in sorted(s for s in by_segment if s is not None):
         verdicts = by_segment[segment]
         names = verdicts.neutral_names()
         defaults = verdicts.default_pairs(names) - host_defaults
         names -= host_names
         if names or defaults:
-            scopes.append(NeutralScope(domain_map.domain, segment, tuple(sorted(names)),
-                                       tuple(sorted(defaults))))
+            scopes.append(
+                NeutralScope(
+                    domain_map.domain, segment, tuple(sorted(names)), tuple(sorted(defaults))
+                )
+            )
     return scopes
 
 
@@ -139,8 +155,10 @@ def _prefix_safe(scopes: list[NeutralScope], domain_map: DomainMap) -> list[Neut
         segment = _segment_of(split_pattern(key)[0])
         if segment is not None:
             kept_under.setdefault(segment, set()).update(
-                name for name in decision.kept | decision.dropped
-                if not _learned_neutral(decision, name, frozenset()))
+                name
+                for name in decision.kept | decision.dropped
+                if not _learned_neutral(decision, name, frozenset())
+            )
     safe: list[NeutralScope] = []
     for scope in scopes:
         if scope.segment == "/":
@@ -155,8 +173,9 @@ def _prefix_safe(scopes: list[NeutralScope], domain_map: DomainMap) -> list[Neut
     return safe
 
 
-def _scopes(maps: Mapping[str, DomainMap], layers: StaticLayers,
-            prefix_only: bool = False) -> Iterable[tuple[DomainMap, list[NeutralScope]]]:
+def _scopes(
+    maps: Mapping[str, DomainMap], layers: StaticLayers, prefix_only: bool = False
+) -> Iterable[tuple[DomainMap, list[NeutralScope]]]:
     for domain in sorted(maps):
         domain_map = maps[domain]
         scopes = neutral_scopes(domain_map, layers)
@@ -178,8 +197,7 @@ def clean_param(maps: Mapping[str, DomainMap], layers: StaticLayers) -> str:
     under a path. Names or paths the grammar cannot spell are left out (kept)."""
     blocks: list[str] = []
     for domain_map, scopes in _scopes(maps, layers, prefix_only=True):
-        lines = [f"# {domain_map.domain} (map version {domain_map.version})",
-                 "User-agent: Yandex"]
+        lines = [f"# {domain_map.domain} (map version {domain_map.version})", "User-agent: Yandex"]
         for scope in scopes:
             path = "" if scope.is_host_wide else scope.path
             if path and not _CLEAN_PARAM_PATH.fullmatch(path):
@@ -227,14 +245,15 @@ def dud_rules(maps: Mapping[str, DomainMap], layers: StaticLayers) -> str:
             elif scope.segment == "/":
                 include = [f"{domain_map.domain}/|"]
             else:
-                include = [f"{domain_map.domain}{scope.path}|",
-                           f"{domain_map.domain}{scope.path}/"]
-            rules.append({
-                "args": sorted({*host_names, *scope.names}),
-                "order": 100 + len(rules),
-                "processor": "queryRemoval",
-                "urlPattern": {"include": include},
-            })
+                include = [f"{domain_map.domain}{scope.path}|", f"{domain_map.domain}{scope.path}/"]
+            rules.append(
+                {
+                    "args": sorted({*host_names, *scope.names}),
+                    "order": 100 + len(rules),
+                    "processor": "queryRemoval",
+                    "urlPattern": {"include": include},
+                }
+            )
     return json.dumps(rules, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -254,8 +273,9 @@ def _vcl_regex(text: str) -> str | None:
 
 
 def _vcl_set(function: str, regex: str, replacement: str) -> str:
-    return (f"set req.http.X-MIQPS-Key = {function}(req.http.X-MIQPS-Key, "
-            f'"{regex}", "{replacement}");')
+    return (
+        f'set req.http.X-MIQPS-Key = {function}(req.http.X-MIQPS-Key, "{regex}", "{replacement}");'
+    )
 
 
 def _lone_pair(name: str, value: str) -> str:
@@ -263,8 +283,7 @@ def _lone_pair(name: str, value: str) -> str:
     query: a repeated name's values are one value (``page=1&page=2`` is not the default),
     and which of them a site reads is its own business. Group 1 is what precedes it."""
     this_name = f"{name}(?:[=&]|$)"
-    return (f"^([^?]*\\?(?:(?!{this_name})[^&]*&)*){name}={value}(?:&|$)"
-            f"(?!(?:[^&]*&)*{this_name})")
+    return f"^([^?]*\\?(?:(?!{this_name})[^&]*&)*){name}={value}(?:&|$)(?!(?:[^&]*&)*{this_name})"
 
 
 def varnish(maps: Mapping[str, DomainMap], layers: StaticLayers) -> str:
@@ -286,14 +305,18 @@ def varnish(maps: Mapping[str, DomainMap], layers: StaticLayers) -> str:
             removals = [n for n in map(_vcl_regex, scope.names) if n]
             statements = []
             if removals:
-                statements.append(_vcl_set("regsuball", f"(?<=[?&])(?:{'|'.join(removals)})"
-                                                        "(?:=[^&]*)?(?:&|$)", ""))
+                statements.append(
+                    _vcl_set(
+                        "regsuball", f"(?<=[?&])(?:{'|'.join(removals)})(?:=[^&]*)?(?:&|$)", ""
+                    )
+                )
             for pair in scope.default_pairs:
                 name, _, value = pair.partition("=")
                 name_regex, value_regex = _vcl_regex(name), _vcl_regex(value)
                 if name_regex is not None and value_regex is not None:
-                    statements.append(_vcl_set("regsub", _lone_pair(name_regex, value_regex),
-                                               "\\1"))
+                    statements.append(
+                        _vcl_set("regsub", _lone_pair(name_regex, value_regex), "\\1")
+                    )
             if not statements:
                 continue
             indent = "        "
@@ -346,20 +369,31 @@ def cloudflare(maps: Mapping[str, DomainMap], layers: StaticLayers) -> str:
                 if scope.segment != "/":
                     where += f" or starts_with({path}, {_cloudflare_string(scope.path + '/')})"
                 expression = f"({host} and ({where}))"
-            rules.append({
-                "description": f"MIQPS: {domain_map.domain} {scope.path} "
-                               f"(map version {domain_map.version})",
-                "expression": expression,
-                "action": "set_cache_settings",
-                "action_parameters": {
-                    "cache": True,
-                    "cache_key": {"custom_key": {"query_string": {
-                        "exclude": {"list": sorted({*host_names, *scope.names})}}}},
-                },
-                "enabled": True,
-            })
-    document = {"name": "MIQPS cache keys", "kind": "zone",
-                "phase": "http_request_cache_settings", "rules": rules}
+            rules.append(
+                {
+                    "description": f"MIQPS: {domain_map.domain} {scope.path} "
+                    f"(map version {domain_map.version})",
+                    "expression": expression,
+                    "action": "set_cache_settings",
+                    "action_parameters": {
+                        "cache": True,
+                        "cache_key": {
+                            "custom_key": {
+                                "query_string": {
+                                    "exclude": {"list": sorted({*host_names, *scope.names})}
+                                }
+                            }
+                        },
+                    },
+                    "enabled": True,
+                }
+            )
+    document = {
+        "name": "MIQPS cache keys",
+        "kind": "zone",
+        "phase": "http_request_cache_settings",
+        "rules": rules,
+    }
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -376,8 +410,11 @@ def clearurls(maps: Mapping[str, DomainMap], layers: StaticLayers) -> str:
         host = re.escape(domain_map.domain.lower())
         for scope in scopes:
             exported = set(scope.names)
-            rules = [re.escape(name) for name in scope.names
-                     if spellings.get(name.lower(), {name}) <= exported]
+            rules = [
+                re.escape(name)
+                for name in scope.names
+                if spellings.get(name.lower(), {name}) <= exported
+            ]
             if not rules:
                 continue
             providers[f"miqps:{domain_map.domain}{scope.path}"] = {
@@ -402,8 +439,9 @@ FORMATS: dict[str, Callable[[Mapping[str, DomainMap], StaticLayers], str]] = {
 }
 
 
-def export(maps: Mapping[str, DomainMap], format_name: str,
-           layers: StaticLayers | None = None) -> str:
+def export(
+    maps: Mapping[str, DomainMap], format_name: str, layers: StaticLayers | None = None
+) -> str:
     """``maps`` in the format ``format_name`` (one of :data:`FORMATS`)."""
     try:
         writer = FORMATS[format_name]

@@ -253,7 +253,10 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
     ) -> httpcore.AsyncNetworkStream:
         address = await self.guard.approved_address(host)
         return await self.inner.connect_tcp(
-            str(address), port, timeout=timeout, local_address=local_address,
+            str(address),
+            port,
+            timeout=timeout,
+            local_address=local_address,
             socket_options=socket_options,
         )
 
@@ -299,22 +302,23 @@ class BoundedDecoder:
 
     def __init__(self, content_encoding: str, limit: int) -> None:
         codings = [
-            coding.strip().lower() for coding in content_encoding.split(",")
+            coding.strip().lower()
+            for coding in content_encoding.split(",")
             if coding.strip() and coding.strip().lower() != "identity"
         ]
         if len(codings) > 1:
-            raise FetchFailed(f"{len(codings)} stacked content encodings",
-                              "stacked content encodings")
+            raise FetchFailed(
+                f"{len(codings)} stacked content encodings", "stacked content encodings"
+            )
         if codings and codings[0] not in _ZLIB_WBITS:
-            raise FetchFailed(f"unsupported content encoding {codings[0][:32]!r}",
-                              "unsupported content encoding")
+            raise FetchFailed(
+                f"unsupported content encoding {codings[0][:32]!r}", "unsupported content encoding"
+            )
         self.coding = codings[0] if codings else "identity"
         self.limit = limit
         self.raw_size = 0
         self.size = 0
-        self._inflater = (
-            zlib.decompressobj(_ZLIB_WBITS[self.coding]) if codings else None
-        )
+        self._inflater = zlib.decompressobj(_ZLIB_WBITS[self.coding]) if codings else None
         self._fed_any = False
 
     def feed(self, raw: bytes) -> bytes:
@@ -540,8 +544,10 @@ class Fetcher:
             except (httpx.InvalidURL, ValueError) as error:
                 # The URL was checked: the client choked on the response, such as a
                 # redirect Location it cannot parse while it prepares the next request.
-                raise FetchFailed(f"malformed response: {type(error).__name__}: {error}"[:200],
-                                  "malformed response") from None
+                raise FetchFailed(
+                    f"malformed response: {type(error).__name__}: {error}"[:200],
+                    "malformed response",
+                ) from None
 
     async def _read(self, url: httpx.URL) -> tuple[int, Mapping[str, str], bytes]:
         assert self._client is not None
@@ -550,8 +556,10 @@ class Fetcher:
             if status in (429, 503):
                 retry_after = _retry_after_seconds(response.headers.get("retry-after"))
                 if retry_after is not None and retry_after > self.config.max_retry_after:
-                    raise FetchFailed(f"HTTP {status}, Retry-After {retry_after:.0f}s too long",
-                                      "Retry-After too long")
+                    raise FetchFailed(
+                        f"HTTP {status}, Retry-After {retry_after:.0f}s too long",
+                        "Retry-After too long",
+                    )
                 raise _Retryable(f"HTTP {status}", retry_after)
             if status >= 500:
                 raise _Retryable(f"HTTP {status}")
@@ -571,8 +579,9 @@ def _client_url(url: str) -> httpx.URL:
         if parsed.host:  # httpx decodes an IDNA host only when asked for it
             return parsed
     except (httpx.InvalidURL, ValueError) as error:
-        raise FetchFailed(f"URL refused by the HTTP client: {error}"[:200],
-                          "URL refused by the HTTP client") from None
+        raise FetchFailed(
+            f"URL refused by the HTTP client: {error}"[:200], "URL refused by the HTTP client"
+        ) from None
     raise FetchFailed("URL refused by the HTTP client: no host", "URL refused by the HTTP client")
 
 
@@ -580,5 +589,6 @@ def _redirect_target(url: httpx.URL, location: str) -> str:
     try:
         return str(url.join(location))
     except (httpx.InvalidURL, ValueError) as error:
-        raise FetchFailed(f"malformed redirect Location: {error}"[:200],
-                          "malformed redirect Location") from None
+        raise FetchFailed(
+            f"malformed redirect Location: {error}"[:200], "malformed redirect Location"
+        ) from None

@@ -39,9 +39,14 @@ class PatternChange:
 
     def describe(self) -> str:
         if self.change is Change.CHANGED:
-            parts = [f"{verb} {_names(names)}"
-                     for verb, names in (("now keeps", self.newly_kept()),
-                                         ("now drops", self.newly_dropped())) if names]
+            parts = [
+                f"{verb} {_names(names)}"
+                for verb, names in (
+                    ("now keeps", self.newly_kept()),
+                    ("now drops", self.newly_dropped()),
+                )
+                if names
+            ]
             return f"{self.pattern}: {'; '.join(parts)}"
         kept, dropped = self.after or self.before or NOTHING
         return f"{self.pattern}: {self.change} (keeps {_names(kept)}; drops {_names(dropped)})"
@@ -65,29 +70,37 @@ def diff_maps(before: DomainMap | None, after: DomainMap) -> list[PatternChange]
         is_ = (now.kept, now.dropped) if now is not None else None
         if was == is_:
             continue
-        change = Change.ADDED if was is None else Change.REMOVED if is_ is None \
-            else Change.CHANGED
+        change = Change.ADDED if was is None else Change.REMOVED if is_ is None else Change.CHANGED
         changes.append(PatternChange(pattern, change, was, is_))
     return changes
 
 
-def rollback(current: DomainMap, target: DomainMap, *, freeze: bool,
-             max_flip_share: float) -> tuple[DomainMap, GateVerdict]:
+def rollback(
+    current: DomainMap, target: DomainMap, *, freeze: bool, max_flip_share: float
+) -> tuple[DomainMap, GateVerdict]:
     """The next version of ``current`` with the patterns of ``target`` (an older version),
     frozen if ``freeze`` or if ``current`` was; and the verdict to audit it with: accepted,
     an operator's decision, with what the anomaly gate would have said."""
     if target.domain != current.domain:
         raise ValueError(f"a map of {target.domain} cannot roll back {current.domain}")
-    candidate = DomainMap(current.domain, current.version + 1, utc_now(),
-                          dict(target.patterns), frozen=freeze or current.frozen)
+    candidate = DomainMap(
+        current.domain,
+        current.version + 1,
+        utc_now(),
+        dict(target.patterns),
+        frozen=freeze or current.frozen,
+    )
     gate = anomaly_gate(current, candidate, max_flip_share)
-    opinion = ("would have rejected it" if not gate.accepted else "passes it")
-    reason = (f"operator's rollback to version {target.version}, not subject to the anomaly "
-              f"gate (which {opinion}: {gate.reason})")
+    opinion = "would have rejected it" if not gate.accepted else "passes it"
+    reason = (
+        f"operator's rollback to version {target.version}, not subject to the anomaly "
+        f"gate (which {opinion}: {gate.reason})"
+    )
     return candidate, GateVerdict(True, reason, gate.flipped, gate.kept_before)
 
 
 def with_frozen(current: DomainMap, frozen: bool) -> DomainMap:
     """The next version of ``current``, the same patterns, frozen or not."""
-    return DomainMap(current.domain, current.version + 1, utc_now(), dict(current.patterns),
-                     frozen=frozen)
+    return DomainMap(
+        current.domain, current.version + 1, utc_now(), dict(current.patterns), frozen=frozen
+    )

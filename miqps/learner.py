@@ -396,8 +396,7 @@ class Learner:
             common = [
                 value
                 for value, count in counts.most_common()
-                if count >= config.default_min_share * pool.carriers[name]
-                and value not in outcomes
+                if count >= config.default_min_share * pool.carriers[name] and value not in outcomes
             ]
             candidates.extend(common[: config.default_candidates])
             first_page = _smallest_number(common) if not outcomes else None
@@ -603,8 +602,11 @@ def _removed(url: NormalizedURL, kept: set[str], defaults: dict[str, list[str]])
 
 def _smallest_number(values: Iterable[str]) -> str | None:
     """The ``name=N`` pair with the smallest whole number N, if any value is one."""
-    numbers = [(int(digits), pair) for pair in values
-               if (digits := pair.partition("=")[2]).isdigit() and len(digits) < 10]
+    numbers = [
+        (int(digits), pair)
+        for pair in values
+        if (digits := pair.partition("=")[2]).isdigit() and len(digits) < 10
+    ]
     return min(numbers)[1] if numbers else None
 
 

@@ -26,7 +26,6 @@ from jsonschema.protocols import Validator
 SCHEMA_ID = "miqps.map/1"
 
 
-
 class Interner:
     """What a map keeps of each string and set of names it reads: here the objects as they
     are; :class:`SharedValues` keeps one object per distinct value instead."""
@@ -167,8 +166,10 @@ class PatternDecision:
         return cls(
             kept=interner.names(data["kept"]),
             dropped=interner.names(data["dropped"]),
-            params={interner.text(name): ParamEvidence.from_json(evidence, interner)
-                    for name, evidence in data["params"].items()},
+            params={
+                interner.text(name): ParamEvidence.from_json(evidence, interner)
+                for name, evidence in data["params"].items()
+            },
             verification=Verification.from_json(data["verification"], interner),
             decided_at=interner.text(str(data["decided_at"])),
             urls_seen=int(data.get("urls_seen", 0)),
@@ -211,8 +212,10 @@ class DomainMap:
             domain=str(data["domain"]),
             version=int(data["version"]),
             updated_at=interner.text(str(data["updated_at"])),
-            patterns={key: PatternDecision.from_json(decision, interner)
-                      for key, decision in data["patterns"].items()},
+            patterns={
+                key: PatternDecision.from_json(decision, interner)
+                for key, decision in data["patterns"].items()
+            },
             frozen=data.get("frozen") is True,
         )
 
@@ -252,8 +255,9 @@ def anomaly_gate(old: DomainMap | None, new: DomainMap, max_flip_share: float) -
             flipped,
             len(kept_before),
         )
-    return GateVerdict(True, f"flips {len(flipped)} of {len(kept_before)} kept", flipped,
-                       len(kept_before))
+    return GateVerdict(
+        True, f"flips {len(flipped)} of {len(kept_before)} kept", flipped, len(kept_before)
+    )
 
 
 def merge_update(old: DomainMap | None, learned: DomainMap) -> DomainMap:
@@ -304,8 +308,9 @@ def _exact_integer(checker: TypeChecker, instance: object) -> bool:
 
 @cache
 def _schema() -> dict[str, Any]:
-    document: dict[str, Any] = json.loads(resources.files("miqps").joinpath(
-        "data/miqps-map.schema.json").read_text("utf-8"))
+    document: dict[str, Any] = json.loads(
+        resources.files("miqps").joinpath("data/miqps-map.schema.json").read_text("utf-8")
+    )
     return document
 
 
@@ -314,7 +319,9 @@ def _schema_validator() -> Callable[[Any], Any]:
     # fastjsonschema compiles the schema to Python code (about 0.5 ms a map of 20 patterns,
     # 30 times faster than jsonschema); it knows draft 7, which covers every keyword the
     # map schema uses ($defs is resolved as a plain JSON pointer).
-    return fastjsonschema.compile({**_schema(), "$schema": "http://json-schema.org/draft-07/schema#"})
+    return fastjsonschema.compile(
+        {**_schema(), "$schema": "http://json-schema.org/draft-07/schema#"}
+    )
 
 
 def satisfies_schema(document: Any, raw: bytes | str | None = None) -> bool:
@@ -326,9 +333,13 @@ def satisfies_schema(document: Any, raw: bytes | str | None = None) -> bool:
         _schema_validator()(document)
     except fastjsonschema.JsonSchemaException:
         return False
-    if raw is not None and _MAYBE_FRACTIONAL.search(
-        raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace")
-    ) is None:
+    if (
+        raw is not None
+        and _MAYBE_FRACTIONAL.search(
+            raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace")
+        )
+        is None
+    ):
         return True
     return not _holds_float(document)
 
@@ -354,7 +365,8 @@ def _validator() -> Validator:
     strict_types = Draft202012Validator.TYPE_CHECKER.redefine("integer", _exact_integer)
     # The stubs of ``extend`` are untyped; it returns a validator class.
     strict: type[Validator] = validators.extend(  # type: ignore[no-untyped-call]
-        Draft202012Validator, type_checker=strict_types)
+        Draft202012Validator, type_checker=strict_types
+    )
     return strict(schema)
 
 
@@ -372,8 +384,7 @@ def _json_type(value: object) -> str:
     return "a string" if isinstance(value, str) else "an array"
 
 
-def parse_map(raw: bytes | str, key: str | None = None,
-              interner: Interner = AS_READ) -> DomainMap:
+def parse_map(raw: bytes | str, key: str | None = None, interner: Interner = AS_READ) -> DomainMap:
     """The map in ``raw``, one JSON document, after checking every rule of :data:`RULES`
     but "one line per domain" (which needs the whole file: :func:`read_maps` checks it);
     ``key`` is the domain it is filed under, if any. Raises :class:`InvalidMap` (without
@@ -393,12 +404,17 @@ def parse_map(raw: bytes | str, key: str | None = None,
         kept, dropped = set(decision["kept"]), set(decision["dropped"])
         names = set(pattern.partition("?")[2].split("&"))  # "/p?" has one name, "", or none
         if kept & dropped or (kept | dropped != names and (kept or dropped or names != {""})):
-            raise InvalidMap("pattern names", _shorten(
-                f"pattern {pattern!r} has the parameters {sorted(names)} but keeps "
-                f"{sorted(kept)} and drops {sorted(dropped)}"))
+            raise InvalidMap(
+                "pattern names",
+                _shorten(
+                    f"pattern {pattern!r} has the parameters {sorted(names)} but keeps "
+                    f"{sorted(kept)} and drops {sorted(dropped)}"
+                ),
+            )
     if key is not None and document["domain"] != key:
-        raise InvalidMap("domain key", _shorten(
-            f"a map of {document['domain']!r} filed under {key!r}"))
+        raise InvalidMap(
+            "domain key", _shorten(f"a map of {document['domain']!r} filed under {key!r}")
+        )
     return DomainMap.from_json(document, interner)
 
 
@@ -412,8 +428,9 @@ def _schema_message(document: dict[str, Any]) -> str:
     return _shorten(f"{broken.json_path}: {message}")
 
 
-def read_maps(path: Path,
-              on_invalid: Callable[[InvalidMap], None] | None = None) -> dict[str, DomainMap]:
+def read_maps(
+    path: Path, on_invalid: Callable[[InvalidMap], None] | None = None
+) -> dict[str, DomainMap]:
     """Every map of a maps file, one per line, read and validated line by line.
 
     The first line that breaks a rule raises :class:`InvalidMap` naming ``file:line``;
@@ -439,9 +456,17 @@ def read_maps(path: Path,
             seen_at = first_line.setdefault(domain, number)
             if seen_at != number:
                 ambiguous.add(domain)
-                _refuse(InvalidMap("one line per domain", _shorten(
-                    f"{domain!r} already has a map on line {seen_at}; skipping uses neither line"),
-                    where), on_invalid)
+                _refuse(
+                    InvalidMap(
+                        "one line per domain",
+                        _shorten(
+                            f"{domain!r} already has a map on line {seen_at}; "
+                            "skipping uses neither line"
+                        ),
+                        where,
+                    ),
+                    on_invalid,
+                )
                 continue
             maps[domain] = domain_map
     for domain in ambiguous:

@@ -133,12 +133,16 @@ class PageProber:
 
     async def _parse(self, result: FetchResult) -> Snapshot:
         if result.content_type and "html" not in result.content_type:
-            return snapshot_bytes(result.status, result.final_url, result.body,
-                                  result.redirects)
+            return snapshot_bytes(result.status, result.final_url, result.body, result.redirects)
         loop = asyncio.get_running_loop()
         work = loop.run_in_executor(
-            _parsers(), snapshot_html, result.status, result.final_url, result.body,
-            result.redirects, result.url,
+            _parsers(),
+            snapshot_html,
+            result.status,
+            result.final_url,
+            result.body,
+            result.redirects,
+            result.url,
         )
         try:
             return await asyncio.wait_for(work, PARSE_TIMEOUT)

@@ -167,7 +167,8 @@ class _DomainTally:
     dropped: Counter[str] = field(default_factory=Counter)
     pattern_urls: Counter[str] = field(default_factory=Counter)
     applied: defaultdict[tuple[str, str], Counter[str]] = field(
-        default_factory=lambda: defaultdict(Counter))
+        default_factory=lambda: defaultdict(Counter)
+    )
 
     def variants(self, name: str) -> int:
         """How many distinct URLs disappear when ``name`` is dropped from every URL: those
@@ -180,8 +181,12 @@ class _DomainTally:
 class ReportBuilder:
     """Feed it URL texts with :meth:`add` (or :meth:`add_lines`), then take :meth:`view`."""
 
-    def __init__(self, canonicalizer: Canonicalizer, maps: Mapping[str, DomainMap],
-                 limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        canonicalizer: Canonicalizer,
+        maps: Mapping[str, DomainMap],
+        limits: Limits | None = None,
+    ) -> None:
         self._canonicalizer = canonicalizer
         self._maps = maps
         self._limits = limits or Limits()
@@ -248,16 +253,20 @@ class ReportBuilder:
         tallies = dict(self._tallies)
         for domain in self._maps.keys() - tallies.keys():
             tallies[domain] = _DomainTally()
-        fetches = {domain: estimated_fetches(domain_map)
-                   for domain, domain_map in self._maps.items()}
-        order = sorted(tallies, key=lambda domain: (
-            -len(tallies[domain].distinct), -fetches.get(domain, 0), domain))
+        fetches = {
+            domain: estimated_fetches(domain_map) for domain, domain_map in self._maps.items()
+        }
+        order = sorted(
+            tallies,
+            key=lambda domain: (-len(tallies[domain].distinct), -fetches.get(domain, 0), domain),
+        )
 
         def saved(domain: str) -> int:
             return len(tallies[domain].distinct) - len(tallies[domain].canonical)
 
-        by_saved = sorted(tallies, key=lambda domain: (
-            -saved(domain), -fetches.get(domain, 0), domain))
+        by_saved = sorted(
+            tallies, key=lambda domain: (-saved(domain), -fetches.get(domain, 0), domain)
+        )
         firsts = list(self._first_of_pattern.values())
         more = self._more_explained[: max(limits.explained_urls - len(firsts), 0)]
         return ReportView(
@@ -271,32 +280,41 @@ class ReportBuilder:
             learned_urls=sum(tally.learned for tally in tallies.values()),
             fetches=sum(fetches.values()),
             domain_count=len(tallies),
-            domains=tuple(self._domain_view(domain, tallies[domain], fetches.get(domain, 0))
-                          for domain in order[: limits.domains]),
+            domains=tuple(
+                self._domain_view(domain, tallies[domain], fetches.get(domain, 0))
+                for domain in order[: limits.domains]
+            ),
             hidden_domains=max(len(order) - limits.domains, 0),
             explanations=(*firsts, *more),
             hidden_explanations=self._unexplained + len(self._more_explained) - len(more),
             variants_by_param=self._variants_by_param(),
-            saved_and_fetches=tuple((domain, saved(domain), fetches.get(domain, 0))
-                                    for domain in by_saved[: limits.plotted_bars]),
+            saved_and_fetches=tuple(
+                (domain, saved(domain), fetches.get(domain, 0))
+                for domain in by_saved[: limits.plotted_bars]
+            ),
         )
 
     def domain_view(self, domain: str) -> DomainView:
         """One domain's full view, whether or not :meth:`view` would list it: a page of one
         domain costs its own tally and map, not every domain's."""
         domain_map = self._maps.get(domain)
-        return self._domain_view(domain, self._tallies.get(domain) or _DomainTally(),
-                                 estimated_fetches(domain_map) if domain_map else 0)
+        return self._domain_view(
+            domain,
+            self._tallies.get(domain) or _DomainTally(),
+            estimated_fetches(domain_map) if domain_map else 0,
+        )
 
     def duplicates_saved(self) -> int:
         """Distinct URLs read less the canonical URLs they became, over every domain."""
-        return sum(len(tally.distinct) - len(tally.canonical)
-                   for tally in self._tallies.values())
+        return sum(len(tally.distinct) - len(tally.canonical) for tally in self._tallies.values())
 
     def _variants_by_param(self) -> tuple[Bar, ...]:
         bars = [
-            Bar(f"{domain} ?{name}", tally.variants(name),
-                "dropped" if tally.dropped[name] else "kept")
+            Bar(
+                f"{domain} ?{name}",
+                tally.variants(name),
+                "dropped" if tally.dropped[name] else "kept",
+            )
             for domain, tally in self._tallies.items()
             for name in tally.urls_with
         ]
@@ -307,11 +325,15 @@ class ReportBuilder:
         limits = self._limits
         domain_map = self._maps.get(domain)
         map_patterns = domain_map.patterns if domain_map else {}
-        keys = sorted(tally.pattern_urls.keys() | map_patterns.keys(),
-                      key=lambda key: (-tally.pattern_urls[key], key))
+        keys = sorted(
+            tally.pattern_urls.keys() | map_patterns.keys(),
+            key=lambda key: (-tally.pattern_urls[key], key),
+        )
         sprawl = sorted(
-            (SprawlRow(name, count, tally.variants(name), tally.dropped[name])
-             for name, count in tally.urls_with.items()),
+            (
+                SprawlRow(name, count, tally.variants(name), tally.dropped[name])
+                for name, count in tally.urls_with.items()
+            ),
             key=lambda row: (-row.variants, -row.urls_with, row.name),
         )
         return DomainView(
@@ -339,17 +361,19 @@ def _pattern_view(key: str, decision: PatternDecision | None, tally: _DomainTall
     for name in filter(None, names):
         evidence = decision.params.get(name) if decision else None
         applied = tally.applied.get((key, name), Counter())
-        params.append(ParamView(
-            name=name,
-            map_decision=evidence.decision if evidence else "",
-            map_layer=str(evidence.layer) if evidence else "",
-            samples=evidence.samples if evidence else 0,
-            changed=evidence.changed if evidence else 0,
-            unchanged=evidence.unchanged if evidence else 0,
-            inconclusive=evidence.inconclusive if evidence else 0,
-            default_values=tuple(evidence.default_values) if evidence else (),
-            applied=tuple(sorted(applied.items(), key=lambda item: (-item[1], item[0]))),
-        ))
+        params.append(
+            ParamView(
+                name=name,
+                map_decision=evidence.decision if evidence else "",
+                map_layer=str(evidence.layer) if evidence else "",
+                samples=evidence.samples if evidence else 0,
+                changed=evidence.changed if evidence else 0,
+                unchanged=evidence.unchanged if evidence else 0,
+                inconclusive=evidence.inconclusive if evidence else 0,
+                default_values=tuple(evidence.default_values) if evidence else (),
+                applied=tuple(sorted(applied.items(), key=lambda item: (-item[1], item[0]))),
+            )
+        )
     verification = decision.verification if decision else None
     return PatternView(
         key=key,

@@ -120,8 +120,11 @@ async def update_map(
     if requested is None:
         requested = dict.fromkeys(sorted({url.pattern for url in samples}), Request())
     update = MapUpdate(domain, current)
-    wanted = {pattern: request for pattern, request in requested.items()
-              if not is_settled(current, pattern, request.basis)}
+    wanted = {
+        pattern: request
+        for pattern, request in requested.items()
+        if not is_settled(current, pattern, request.basis)
+    }
     update.skipped = sorted(set(requested) - set(wanted))
     if current is not None and current.frozen:
         update.frozen = sorted(wanted)
@@ -143,21 +146,29 @@ async def update_map(
     if rest:
         shapes = {split_pattern(pattern)[0] for pattern in rest}
         learned, update.report = await learner.learn_domain(
-            domain, [url for url in samples if path_shape(url.path) in shapes])
+            domain, [url for url in samples if path_shape(url.path) in shapes]
+        )
         if update.report.one_page:
             update.walled = sorted(rest & learned.patterns.keys())
         else:
             decided.update(_learned(learned, rest, wanted, current))
         for pattern, decision in _withdraw_stale_defaults(
-                current, update.report.refuted_defaults).items():
+            current, update.report.refuted_defaults
+        ).items():
             decided.setdefault(pattern, Decided(decision, Why.STALE_DEFAULTS))
     for pattern, entry in decided.items():
         if entry.why is Why.REQUESTED:
             entry.decision.urls_seen = max(entry.decision.urls_seen, wanted[pattern].urls_seen)
-    update.unreachable = sorted(pattern for pattern, entry in decided.items()
-                                if entry.why is Why.REQUESTED and unreachable(entry.decision))
-    update.decided = {pattern: decided[pattern] for pattern in sorted(decided)
-                      if pattern not in update.unreachable}
+    update.unreachable = sorted(
+        pattern
+        for pattern, entry in decided.items()
+        if entry.why is Why.REQUESTED and unreachable(entry.decision)
+    )
+    update.decided = {
+        pattern: decided[pattern]
+        for pattern in sorted(decided)
+        if pattern not in update.unreachable
+    }
     update.without_samples = sorted(set(wanted) - set(decided) - set(update.walled))
     update.fetches = stats.by_host[domain] - fetches_before
     if update.decided:
@@ -180,8 +191,9 @@ async def update_all(
     updates: dict[str, MapUpdate] = {}
 
     async def one(domain: str, domain_urls: list[NormalizedURL]) -> None:
-        update = await update_map(learner, domain, maps.get(domain), domain_urls,
-                                  max_flip_share=max_flip_share)
+        update = await update_map(
+            learner, domain, maps.get(domain), domain_urls, max_flip_share=max_flip_share
+        )
         updates[domain] = update
         if on_update is not None:
             on_update(update)
@@ -201,8 +213,11 @@ def _learned(
     for pattern, decision in learned.patterns.items():
         if pattern in rest:
             taken[pattern] = Decided(decision, Why.REQUESTED)
-        elif (pattern not in wanted and fully_evidenced(decision)
-              and (current is None or pattern not in current.patterns)):
+        elif (
+            pattern not in wanted
+            and fully_evidenced(decision)
+            and (current is None or pattern not in current.patterns)
+        ):
             taken[pattern] = Decided(decision, Why.POOLED)
     return taken
 
@@ -219,22 +234,29 @@ def is_settled(current: DomainMap | None, pattern: str, basis: str) -> bool:
 
 def unreachable(decision: PatternDecision) -> bool:
     """Every probe of the pattern failed: no evidence at all, as when the site is down."""
-    probed = [evidence for evidence in decision.params.values()
-              if evidence.layer != Layer.ALLOWLIST]
-    return (bool(probed) and decision.verification.samples == 0
-            and all(e.conclusive == 0 and e.inconclusive > 0 for e in probed))
+    probed = [
+        evidence for evidence in decision.params.values() if evidence.layer != Layer.ALLOWLIST
+    ]
+    return (
+        bool(probed)
+        and decision.verification.samples == 0
+        and all(e.conclusive == 0 and e.inconclusive > 0 for e in probed)
+    )
 
 
 def fully_evidenced(decision: PatternDecision) -> bool:
     """Every parameter decided on evidence, and the final form verified if anything drops."""
-    if any(evidence.layer in (Layer.INSUFFICIENT, Layer.PRIOR, Layer.UNLEARNED)
-           for evidence in decision.params.values()):
+    if any(
+        evidence.layer in (Layer.INSUFFICIENT, Layer.PRIOR, Layer.UNLEARNED)
+        for evidence in decision.params.values()
+    ):
         return False
     return not decision.dropped or decision.verification.samples > 0
 
 
-def prior_evidence(current: DomainMap | None, pattern: str,
-                   learner: Learner) -> dict[str, ParamEvidence] | None:
+def prior_evidence(
+    current: DomainMap | None, pattern: str, learner: Learner
+) -> dict[str, ParamEvidence] | None:
     """The newest learned evidence of each parameter of ``pattern`` within its path shape
     in ``current``, or None if any parameter has none (an allowlisted one needs none)."""
     if current is None:
@@ -313,9 +335,12 @@ def _withdraw_stale_defaults(
         for name, evidence in decision.params.items():
             gone = stale.get(name, set()) & set(evidence.default_values)
             if gone:
-                params[name] = replace(evidence, default_values=[
-                    value for value in evidence.default_values if value not in gone])
+                params[name] = replace(
+                    evidence,
+                    default_values=[
+                        value for value in evidence.default_values if value not in gone
+                    ],
+                )
         if params != decision.params:
             withdrawn[pattern] = replace(decision, params=params, decided_at=utc_now())
     return withdrawn
-

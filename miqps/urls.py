@@ -40,8 +40,7 @@ _HEX = "0123456789abcdefABCDEF"
 # is unreserved, the triplet with uppercase hex digits otherwise.
 _TRIPLETS = {
     "%" + hi + lo: (
-        chr(int(hi + lo, 16)) if chr(int(hi + lo, 16)) in _UNRESERVED
-        else "%" + (hi + lo).upper()
+        chr(int(hi + lo, 16)) if chr(int(hi + lo, 16)) in _UNRESERVED else "%" + (hi + lo).upper()
     )
     for hi in _HEX
     for lo in _HEX

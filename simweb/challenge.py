@@ -59,9 +59,9 @@ def interstitial(site: Site, kind: Interstitial, request_url: str, rng: random.R
 def _browser_check(host: str, ray: str, rng: random.Random) -> str:
     token = f"{rng.getrandbits(160):040x}"
     return (
-        f"<!DOCTYPE HTML><html lang=\"en-US\"><head>{_CF_HEAD}<title>Just a moment...</title>"
-        '<style>html,body{width:100%;height:100%;margin:0;padding:0}body{background:#fff;'
-        'font-family:Helvetica,Arial,sans-serif}#cf-content{max-width:600px;margin:100px auto}'
+        f'<!DOCTYPE HTML><html lang="en-US"><head>{_CF_HEAD}<title>Just a moment...</title>'
+        "<style>html,body{width:100%;height:100%;margin:0;padding:0}body{background:#fff;"
+        "font-family:Helvetica,Arial,sans-serif}#cf-content{max-width:600px;margin:100px auto}"
         "</style><script>(function(){var a=function(){try{return !!window.addEventListener}"
         "catch(e){return !1}};setTimeout(function(){document.getElementById("
         "'challenge-form').submit()},4000)})();</script></head><body>"
@@ -104,9 +104,9 @@ def _just_a_moment(host: str, ray: str, rng: random.Random) -> str:
         "<script>(function(){window._cf_chl_opt={cvId: '3',"
         f"cZone: '{host}',cType: 'managed',cNounce: '{rng.randrange(10000, 99999)}',"
         f"cRay: '{ray}',cHash: '{rng.getrandbits(60):015x}',"
-        f"cUPMDTk: \"\\/?__cf_chl_tk={rng.getrandbits(200):050x}\","
+        f'cUPMDTk: "\\/?__cf_chl_tk={rng.getrandbits(200):050x}",'
         f"cFPWv: 'b',cTTimeMs: '1000',cMTimeMs: '{rng.choice((60000, 120000))}',"
-        f"cTplV: 5,cTplB: 'cf',cK: \"\",fa: \"\\/?__cf_chl_f_tk={rng.getrandbits(200):050x}\","
+        f'cTplV: 5,cTplB: \'cf\',cK: "",fa: "\\/?__cf_chl_f_tk={rng.getrandbits(200):050x}",'
         "md: '" + f"{rng.getrandbits(512):0128x}" + "',cRq: {ru: 'aHR0cA==',ra: 'bW96aWxsYQ==',"
         f"rm: 'R0VU',d: '{rng.getrandbits(384):096x}'}}}};var cpo=document.createElement("
         "'script');cpo.src='/cdn-cgi/challenge-platform/h/b/orchestrate/chl_page/v1?ray="

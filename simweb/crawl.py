@@ -126,7 +126,8 @@ class _LinkMaker:
                 continue
             if param.role in (Role.VARIANT, Role.DEFAULTED):
                 values: Sequence[str] = self.rng.sample(
-                    param.values, min(VARIANT_LINKS, len(param.values)))
+                    param.values, min(VARIANT_LINKS, len(param.values))
+                )
             elif param.role is Role.PAGINATION and param.attr == "pages":
                 last = min(item.pages, VARIANT_LINKS + 1)
                 values = [str(int(param.default) + n * param.step) for n in range(1, last)]

@@ -58,14 +58,21 @@ def gzip_once(data: bytes) -> bytes:
 
 
 def nested_divs(depth: int) -> bytes:
-    return (b"<!doctype html><html><body>" + b"<div>" * depth + b"deep"
-            + b"</div>" * depth + b"</body></html>")
+    return (
+        b"<!doctype html><html><body>"
+        + b"<div>" * depth
+        + b"deep"
+        + b"</div>" * depth
+        + b"</body></html>"
+    )
 
 
 def benign_page(item: str) -> bytes:
     rows = "".join(f"<li>feature {n} of item {item}</li>" for n in range(40))
-    return (f"<!doctype html><html><head><title>Item {item}</title></head><body>"
-            f"<h1>Item {item}</h1><ul>{rows}</ul></body></html>").encode()
+    return (
+        f"<!doctype html><html><head><title>Item {item}</title></head><body>"
+        f"<h1>Item {item}</h1><ul>{rows}</ul></body></html>"
+    ).encode()
 
 
 def _html(body: bytes, *headers: tuple[str, str]) -> Answer:
@@ -77,14 +84,22 @@ class HostileWeb:
     GiB one is four times it), so tests can use small ones."""
 
     ROUTES = (
-        "gzip-bomb", "gzip-gzip-bomb", "gzip-gzip-bomb-4x", "nested-divs-40k",
-        "nested-divs-100k", "random-bytes", "retry-after-superscript", "retry-after-circled",
-        "retry-after-huge", "redirect-idna", "redirect-slashes", "redirect-bad-escape",
+        "gzip-bomb",
+        "gzip-gzip-bomb",
+        "gzip-gzip-bomb-4x",
+        "nested-divs-40k",
+        "nested-divs-100k",
+        "random-bytes",
+        "retry-after-superscript",
+        "retry-after-circled",
+        "retry-after-huge",
+        "redirect-idna",
+        "redirect-slashes",
+        "redirect-bad-escape",
         "slow-body",
     )
 
-    def __init__(self, *, bomb_size: int = GIB, slow_seconds: float = 60.0,
-                 seed: int = 9) -> None:
+    def __init__(self, *, bomb_size: int = GIB, slow_seconds: float = 60.0, seed: int = 9) -> None:
         self.slow_seconds = slow_seconds
         bomb = gzip_bomb(bomb_size)
         big_bomb = gzip_bomb(4 * bomb_size)
@@ -116,8 +131,11 @@ class HostileWeb:
         return f"http://{host!s}:{port}"
 
     def hostile_urls(self, per_route: int) -> list[str]:
-        return [f"{self.base_url}/{route}?item={n}&ref=r{n}"
-                for route in self.ROUTES for n in range(per_route)]
+        return [
+            f"{self.base_url}/{route}?item={n}&ref=r{n}"
+            for route in self.ROUTES
+            for n in range(per_route)
+        ]
 
     def benign_urls(self, count: int) -> list[str]:
         return [f"{self.base_url}/benign?item={n % 7}&ref=r{n}" for n in range(count)]
@@ -126,8 +144,12 @@ class HostileWeb:
         self._thread.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         self._server.shutdown()
         self._server.server_close()
 
@@ -168,8 +190,14 @@ class HostileWeb:
                         return
                     status, headers, body = answer
                     # Raw bytes: http.server would refuse a header value outside latin-1.
-                    lines = [f"HTTP/1.1 {status} Hostile", *(f"{n}: {v}" for n, v in headers),
-                             f"Content-Length: {len(body)}", "Connection: close", "", ""]
+                    lines = [
+                        f"HTTP/1.1 {status} Hostile",
+                        *(f"{n}: {v}" for n, v in headers),
+                        f"Content-Length: {len(body)}",
+                        "Connection: close",
+                        "",
+                        "",
+                    ]
                     self.wfile.write("\r\n".join(lines).encode() + body)
                 except OSError:  # the client gave up, as it should on a hostile answer
                     return

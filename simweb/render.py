@@ -441,8 +441,7 @@ def _gallery(site: Site, page: Page) -> str:
     if site.markup.picture:
         webp, webp_big = item_image(site, page, 600, "webp"), item_image(site, page, 1200, "webp")
         img = (
-            f'<picture><source type="image/webp" srcset="{webp} 1x, {webp_big} 2x">'
-            f"{img}</picture>"
+            f'<picture><source type="image/webp" srcset="{webp} 1x, {webp_big} 2x">{img}</picture>'
         )
     return f'<figure class="gallery">{img}</figure>'
 
@@ -455,11 +454,15 @@ def _buy_form(site: Site, route: Route, page: Page, cta: str) -> str:
         chosen = dict(page.values).get(variant.name, "")
         name = escape(variant.name)
         if site.markup.picker == "radio":
-            picker = f"<fieldset><legend>{escape(variant.label)}</legend>" + "".join(
-                f'<label><input type="radio" name="{name}" value="{v}"'
-                f'{" checked" if v == chosen else ""}> {v.title()}</label>'
-                for v in variant.values
-            ) + "</fieldset>"
+            picker = (
+                f"<fieldset><legend>{escape(variant.label)}</legend>"
+                + "".join(
+                    f'<label><input type="radio" name="{name}" value="{v}"'
+                    f"{' checked' if v == chosen else ''}> {v.title()}</label>"
+                    for v in variant.values
+                )
+                + "</fieldset>"
+            )
         else:
             picker = (
                 f'<label for="pick-{name}">{escape(variant.label)}</label>'
@@ -475,7 +478,6 @@ def _buy_form(site: Site, route: Route, page: Page, cta: str) -> str:
         f'<form class="buy" action="/cart/add" method="post">{picker}'
         f'<button class="cta">{cta}</button></form>'
     )
-
 
 
 def _key_format(route: Route) -> str:

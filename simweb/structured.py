@@ -19,9 +19,7 @@ from simweb.sites import Item, Site
 JSON = dict[str, Any]
 
 
-def product_offer(
-    site: Site, item: Item, image: str, size: str, cents: int, currency: str
-) -> JSON:
+def product_offer(site: Site, item: Item, image: str, size: str, cents: int, currency: str) -> JSON:
     """The schema.org Product of an item page, without its echoed ``url`` and ``@id``."""
     sku = f"{item.sku}-{size.upper()}" if size else item.sku
     return {
@@ -103,8 +101,7 @@ def data_blob(
             "scriptLoader": [],
         }
         return (
-            f'<script id="__NEXT_DATA__" type="application/json">{_script_json(payload)}'
-            "</script>"
+            f'<script id="__NEXT_DATA__" type="application/json">{_script_json(payload)}</script>'
         )
     state: JSON = {
         "data": {f"product-{product['sku']}": page_product},

@@ -14,8 +14,9 @@ from streams.runtime import CANONICALIZE, PROBE, Runtime
 
 
 def broker_urls(bootstrap_servers: str) -> list[str]:
-    return [f"kafka://{server.strip()}" for server in bootstrap_servers.split(",")
-            if server.strip()]
+    return [
+        f"kafka://{server.strip()}" for server in bootstrap_servers.split(",") if server.strip()
+    ]
 
 
 def create_app(runtime: Runtime) -> faust.App:

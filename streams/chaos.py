@@ -50,8 +50,9 @@ class InputStream(threading.Thread):
         self.topic = settings.topics.raw
         self.urls = urls
         self.rate = rate
-        self.producer = Producer(producer_config(settings, **QUIET,
-                                                 **{"message.timeout.ms": 300_000}))
+        self.producer = Producer(
+            producer_config(settings, **QUIET, **{"message.timeout.ms": 300_000})
+        )
         self.produced_at: dict[int, float] = {}
         self.acknowledged: set[int] = set()
         self.refused: Counter[str] = Counter()
@@ -81,8 +82,11 @@ class InputStream(threading.Thread):
             url = self.urls[seq % len(self.urls)]
             while True:
                 try:
-                    self.producer.produce(self.topic, orjson.dumps({"url": url, "seq": seq}),
-                                          on_delivery=self._on_delivery)
+                    self.producer.produce(
+                        self.topic,
+                        orjson.dumps({"url": url, "seq": seq}),
+                        on_delivery=self._on_delivery,
+                    )
                     break
                 except BufferError:
                     self.producer.poll(tick)
@@ -109,9 +113,14 @@ class OutputLedger(threading.Thread):
     def __init__(self, settings: Settings) -> None:
         super().__init__(name="chaos-outputs", daemon=True)
         topic = settings.topics.canonical
-        self.consumer = Consumer(consumer_config(
-            settings, f"miqps-chaos-{uuid.uuid4().hex}", **QUIET,
-            **{"enable.auto.commit": False, "fetch.wait.max.ms": 100}))
+        self.consumer = Consumer(
+            consumer_config(
+                settings,
+                f"miqps-chaos-{uuid.uuid4().hex}",
+                **QUIET,
+                **{"enable.auto.commit": False, "fetch.wait.max.ms": 100},
+            )
+        )
         partitions = self.consumer.list_topics(topic, timeout=30).topics[topic].partitions
         self.consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
         self.first_read: dict[int, float] = {}
@@ -164,22 +173,27 @@ class ChaosReport:
 
     def line(self) -> str:
         recovery = "n/a" if self.recovery is None else f"{self.recovery:.1f}s"
-        refused = f"; {self.refused_inputs} inputs refused by the cluster" \
-            if self.refused_inputs else ""
+        refused = (
+            f"; {self.refused_inputs} inputs refused by the cluster" if self.refused_inputs else ""
+        )
         note = f"; {self.note}" if self.note else ""
-        return (f"{self.scenario}: {self.inputs} inputs, {self.missing} missing, "
-                f"{self.duplicates} duplicates ({self.duplicate_share:.2%}), recovery "
-                f"{recovery}, worst input-to-output {self.worst_latency:.1f}s, maps "
-                f"{'converged' if self.maps_converged else 'NOT converged'}{refused}{note}")
+        return (
+            f"{self.scenario}: {self.inputs} inputs, {self.missing} missing, "
+            f"{self.duplicates} duplicates ({self.duplicate_share:.2%}), recovery "
+            f"{recovery}, worst input-to-output {self.worst_latency:.1f}s, maps "
+            f"{'converged' if self.maps_converged else 'NOT converged'}{refused}{note}"
+        )
 
 
-def recovery_time(produced_at: dict[int, float], first_read: dict[int, float],
-                  fault_at: float) -> float | None:
+def recovery_time(
+    produced_at: dict[int, float], first_read: dict[int, float], fault_at: float
+) -> float | None:
     """From ``fault_at`` until every input produced before it has an output and an input
     produced after it has one too (None if either never happened)."""
     before = [seq for seq, at in produced_at.items() if at <= fault_at]
-    after = [first_read[seq] for seq, at in produced_at.items()
-             if at > fault_at and seq in first_read]
+    after = [
+        first_read[seq] for seq, at in produced_at.items() if at > fault_at and seq in first_read
+    ]
     if not after or any(seq not in first_read for seq in before):
         return None
     backlog_out = max((first_read[seq] for seq in before), default=fault_at)
@@ -190,9 +204,17 @@ class ChaosRig:
     """The simulated web, replicated topics of their own on ``cluster``, worker processes
     by name, an input stream and an output ledger."""
 
-    def __init__(self, cluster: LocalBroker, workdir: Path, label: str, *,
-                 partitions: int = 6, rate: float = 200.0, sites: int = 3,
-                 urls_per_site: int = 250) -> None:
+    def __init__(
+        self,
+        cluster: LocalBroker,
+        workdir: Path,
+        label: str,
+        *,
+        partitions: int = 6,
+        rate: float = 200.0,
+        sites: int = 3,
+        urls_per_site: int = 250,
+    ) -> None:
         self.cluster = cluster
         self.workdir = workdir
         self.sites: list[Site] = build_sites("tuning", sites, 0)
@@ -212,16 +234,26 @@ class ChaosRig:
         self.web.__enter__()
         base = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": self.cluster.bootstrap})
         self.settings = isolated_settings(
-            base, self.label, self.workdir / "state", partitions=self.partitions,
-            replication_factor=min(3, self.cluster.brokers), proxy=self.web.proxy_url,
-            probe_rate_per_host=50.0, policy=LearningPolicy(rare_after=4.0, retry_after=60.0))
+            base,
+            self.label,
+            self.workdir / "state",
+            partitions=self.partitions,
+            replication_factor=min(3, self.cluster.brokers),
+            proxy=self.web.proxy_url,
+            probe_rate_per_host=50.0,
+            policy=LearningPolicy(rare_after=4.0, retry_after=60.0),
+        )
         ensure_topics(self.settings)
         self.ledger = OutputLedger(self.settings)
         self.ledger.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if self.stream is not None and self.stream.is_alive():
             self.stream.stop(30)
         for worker in [*self.workers.values(), *self.leaving]:
@@ -246,11 +278,17 @@ class ChaosRig:
         """Start (or restart) worker ``name``; each start has a state directory of its own,
         as a fresh container would."""
         settings = self.config.with_overrides(
-            state_dir=self.workdir / f"state-{name}-{next(self._worker_starts)}")
-        worker = WorkerProcess(settings, agents, self.workdir / f"{name}.log", {
-            "MIQPS_REPLICATION_FACTOR": str(settings.replication_factor),
-            "MIQPS_STOP_TIMEOUT": str(STOP_TIMEOUT),
-        })
+            state_dir=self.workdir / f"state-{name}-{next(self._worker_starts)}"
+        )
+        worker = WorkerProcess(
+            settings,
+            agents,
+            self.workdir / f"{name}.log",
+            {
+                "MIQPS_REPLICATION_FACTOR": str(settings.replication_factor),
+                "MIQPS_STOP_TIMEOUT": str(STOP_TIMEOUT),
+            },
+        )
         self.workers[name] = worker.start()
         return worker
 
@@ -310,8 +348,14 @@ class ChaosRig:
         assert self.stream is not None
         return self.stream.count
 
-    def measure(self, scenario: str, since: int, fault_at: float | None,
-                drain_timeout: float, maps_timeout: float) -> ChaosReport:
+    def measure(
+        self,
+        scenario: str,
+        since: int,
+        fault_at: float | None,
+        drain_timeout: float,
+        maps_timeout: float,
+    ) -> ChaosReport:
         """Inputs from number ``since`` to now, while the stream goes on: wait until the
         cluster has acknowledged or refused each, then until each acknowledged one has an
         output (up to ``drain_timeout``) and every site has a map (up to ``maps_timeout``)."""
@@ -320,8 +364,10 @@ class ChaosRig:
         until = stream.count
         window = range(since, until)
         deadline = time.monotonic() + drain_timeout
-        while (any(seq not in stream.acknowledged and seq not in stream.refused_seqs
-                   for seq in window) and time.monotonic() < deadline):
+        while (
+            any(seq not in stream.acknowledged and seq not in stream.refused_seqs for seq in window)
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.5)
         wanted = {seq for seq in window if seq in stream.acknowledged}
         missing = self.outputs.wait_for(wanted, max(1.0, deadline - time.monotonic()))
@@ -332,16 +378,20 @@ class ChaosRig:
         produced_at = {seq: stream.produced_at[seq] for seq in wanted}
         latencies = [first_read[seq] - produced_at[seq] for seq in wanted if seq in first_read]
         return ChaosReport(
-            scenario=scenario, inputs=len(wanted), missing=len(missing),
+            scenario=scenario,
+            inputs=len(wanted),
+            missing=len(missing),
             duplicates=sum(outputs[seq] - 1 for seq in wanted if outputs[seq] > 1),
-            recovery=None if fault_at is None else recovery_time(produced_at, first_read,
-                                                                 fault_at),
-            worst_latency=max(latencies, default=0.0), maps_converged=converged,
-            refused_inputs=sum(1 for seq in window if seq in stream.refused_seqs))
+            recovery=None if fault_at is None else recovery_time(produced_at, first_read, fault_at),
+            worst_latency=max(latencies, default=0.0),
+            maps_converged=converged,
+            refused_inputs=sum(1 for seq in window if seq in stream.refused_seqs),
+        )
 
     def worker_logs(self, tail: int = 1500) -> str:
-        return "; ".join(f"{name}: {worker.log_text()[-tail:]}"
-                         for name, worker in self.workers.items())
+        return "; ".join(
+            f"{name}: {worker.log_text()[-tail:]}" for name, worker in self.workers.items()
+        )
 
 
 def leader_of(settings: Settings, topic: str, partition: int = 0) -> int:
@@ -394,12 +444,18 @@ def kill_broker_scenario(rig: ChaosRig, timing: Timing) -> ChaosReport:
     finally:
         rig.cluster.start_node(node)
     time.sleep(timing.after)
-    return rig.measure(f"kill -9 broker {node} of {rig.cluster.brokers}", since, fault_at,
-                       timing.drain, timing.maps)
+    return rig.measure(
+        f"kill -9 broker {node} of {rig.cluster.brokers}",
+        since,
+        fault_at,
+        timing.drain,
+        timing.maps,
+    )
 
 
-def rebalance_storm(rig: ChaosRig, timing: Timing, every: float = 5.0,
-                    at_once: int = 3) -> ChaosReport:
+def rebalance_storm(
+    rig: ChaosRig, timing: Timing, every: float = 5.0, at_once: int = 3
+) -> ChaosReport:
     """For ``timing.down`` seconds, a worker joins every ``every`` seconds (canonicalizer
     and probing in turn) and, beyond ``at_once`` of them, the oldest leaves (SIGTERM).
     There is no single fault to recover from: the worst input-to-output time tells how long
@@ -422,8 +478,14 @@ def rebalance_storm(rig: ChaosRig, timing: Timing, every: float = 5.0,
     for name in storm:
         rig.leave(name)
     time.sleep(timing.after)
-    report = rig.measure(f"rebalance storm ({timing.down:g}s, a worker every {every:g}s)",
-                         since, None, timing.drain, timing.maps)
+    report = rig.measure(
+        f"rebalance storm ({timing.down:g}s, a worker every {every:g}s)",
+        since,
+        None,
+        timing.drain,
+        timing.maps,
+    )
     joined = sum(JOINED in worker.log_text() for worker in started)
-    return replace(report, note=f"{joined} of {len(started)} storm workers joined a group "
-                                f"before leaving")
+    return replace(
+        report, note=f"{joined} of {len(started)} storm workers joined a group before leaving"
+    )

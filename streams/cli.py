@@ -48,8 +48,9 @@ def main(command: str, args: list[str]) -> int:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     _setting_option(parser, ("bootstrap_servers",), "HOST:PORT[,...]")
-    parser.add_argument("--topic-prefix", metavar="PREFIX",
-                        help=f"{Topics.PREFIX.help} ({Topics.PREFIX.name})")
+    parser.add_argument(
+        "--topic-prefix", metavar="PREFIX", help=f"{Topics.PREFIX.help} ({Topics.PREFIX.name})"
+    )
 
 
 # The settings `miqps worker` takes as options too; each option is named after its field.
@@ -65,16 +66,18 @@ WORKER_OPTIONS: tuple[tuple[tuple[str, ...], str | None], ...] = (
 )
 
 
-def _setting_option(parser: argparse.ArgumentParser, path: tuple[str, ...],
-                    metavar: str | None) -> None:
+def _setting_option(
+    parser: argparse.ArgumentParser, path: tuple[str, ...], metavar: str | None
+) -> None:
     """``--name`` for the setting at ``path``, overriding its environment variable."""
     variable = variable_at(*path)
     option = "--" + path[-1].replace("_", "-")
     default = variable.format(variable.default) if variable.default is not None else "unset"
     help = f"{variable.env.help} ({variable.name}, default {default})"
     if variable.annotation is bool:
-        parser.add_argument(option, action="store_true", default=None, dest=".".join(path),
-                            help=help)
+        parser.add_argument(
+            option, action="store_true", default=None, dest=".".join(path), help=help
+        )
         return
 
     def convert(text: str) -> Any:
@@ -83,25 +86,25 @@ def _setting_option(parser: argparse.ArgumentParser, path: tuple[str, ...],
         except ValueError as error:
             raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
 
-    choices = get_args(variable.annotation) if get_origin(variable.annotation) is Literal \
-        else None
-    parser.add_argument(option, type=convert, dest=".".join(path), metavar=metavar,
-                        choices=choices, help=help)
+    choices = get_args(variable.annotation) if get_origin(variable.annotation) is Literal else None
+    parser.add_argument(
+        option, type=convert, dest=".".join(path), metavar=metavar, choices=choices, help=help
+    )
 
 
 def worker_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="miqps worker",
         description="Run a Faust stream worker. Settings come from the environment "
-                    "(every variable is listed in docs/STREAMS.md); options override them.",
+        "(every variable is listed in docs/STREAMS.md); options override them.",
     )
     _common(parser)
     for path, metavar in WORKER_OPTIONS:
         _setting_option(parser, path, metavar)
-    parser.add_argument("--create-topics-only", action="store_true",
-                        help="create the missing topics and exit")
-    parser.add_argument("--loglevel", default="info",
-                        choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--create-topics-only", action="store_true", help="create the missing topics and exit"
+    )
+    parser.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
 
@@ -117,8 +120,13 @@ def _settings(args: argparse.Namespace) -> Settings:
         print(f"miqps: bad setting: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     paths = {".".join(variable.path): variable.path for variable in variables()}
-    return settings.with_values({paths[dest]: value for dest, value in vars(args).items()
-                                 if value is not None and dest in paths})
+    return settings.with_values(
+        {
+            paths[dest]: value
+            for dest, value in vars(args).items()
+            if value is not None and dest in paths
+        }
+    )
 
 
 @contextlib.contextmanager
@@ -131,8 +139,9 @@ def _stop_requests_set(event: threading.Event, deadline: StopDeadline) -> Iterat
         deadline.arm()
         event.set()
 
-    previous = {signum: signal.signal(signum, request_stop)
-                for signum in (signal.SIGTERM, signal.SIGINT)}
+    previous = {
+        signum: signal.signal(signum, request_stop) for signum in (signal.SIGTERM, signal.SIGINT)
+    }
     try:
         yield
     finally:
@@ -146,8 +155,9 @@ def _ensure_topics(settings: Settings, stop_timeout: float) -> dict[str, int] | 
     from streams.kafka import ensure_topics
 
     stopping = threading.Event()
-    deadline = StopDeadline(stop_timeout - EXIT_MARGIN, "worker",
-                            lambda: "Nothing was consumed yet.")
+    deadline = StopDeadline(
+        stop_timeout - EXIT_MARGIN, "worker", lambda: "Nothing was consumed yet."
+    )
     with _stop_requests_set(stopping, deadline):
         partitions = wait_for_broker(
             settings.bootstrap_servers,
@@ -159,8 +169,10 @@ def _ensure_topics(settings: Settings, stop_timeout: float) -> dict[str, int] | 
 
 def run_worker(argv: Sequence[str]) -> int:
     args = worker_parser().parse_args(list(argv))
-    logging.basicConfig(level=args.loglevel.upper(),
-                        format="[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.loglevel.upper(),
+        format="[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s",
+    )
     logging.getLogger("httpx").setLevel(logging.WARNING)
     rate_limit_handlers()
     settings = _settings(args)
@@ -173,8 +185,10 @@ def run_worker(argv: Sequence[str]) -> int:
     try:
         partitions = _ensure_topics(settings, settings.stop_timeout)
     except Exception as error:
-        print(f"miqps worker: cannot create topics on {settings.bootstrap_servers}: {error}",
-              file=sys.stderr)
+        print(
+            f"miqps worker: cannot create topics on {settings.bootstrap_servers}: {error}",
+            file=sys.stderr,
+        )
         return 1
     if partitions is None:
         log.info("stopped while waiting for Kafka, before consuming anything")
@@ -186,8 +200,13 @@ def run_worker(argv: Sequence[str]) -> int:
     return _run_faust(settings, roles, partitions, args.loglevel, settings.stop_timeout)
 
 
-def _run_faust(settings: Settings, roles: frozenset[str], partitions: dict[str, int],
-               loglevel: str, stop_timeout: float) -> int:
+def _run_faust(
+    settings: Settings,
+    roles: frozenset[str],
+    partitions: dict[str, int],
+    loglevel: str,
+    stop_timeout: float,
+) -> int:
     from streams.app import create_app
     from streams.runtime import Runtime, ThreadsService
     from streams.worker import StreamWorker
@@ -196,15 +215,24 @@ def _run_faust(settings: Settings, roles: frozenset[str], partitions: dict[str, 
     app = create_app(runtime)
     worker = StreamWorker(app, ThreadsService(runtime), runtime=runtime, loglevel=loglevel)
     runtime.bind(worker.loop, worker.fail)
-    log.info("worker %s: agents %s, topics %s, state in %s; stops within %gs", settings.app_id,
-             ",".join(sorted(roles)), settings.topics.all(), settings.state_dir, stop_timeout)
+    log.info(
+        "worker %s: agents %s, topics %s, state in %s; stops within %gs",
+        settings.app_id,
+        ",".join(sorted(roles)),
+        settings.topics.all(),
+        settings.state_dir,
+        stop_timeout,
+    )
     code = 0
     try:
         worker.execute_from_commandline()
     except SystemExit as exit_:
         code = int(exit_.code or 0)
-    if worker.crash_reason is not None and not worker.stop_requested and \
-            is_broker_outage(worker.crash_reason):
+    if (
+        worker.crash_reason is not None
+        and not worker.stop_requested
+        and is_broker_outage(worker.crash_reason)
+    ):
         start_again(worker.crash_reason)
     return code
 
@@ -213,9 +241,8 @@ def maps_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="miqps maps",
         description="Print the current MIQPS maps from the compacted maps topic, one JSON "
-                    "map per line (the format of 'miqps learn').",
-        epilog="Operators' commands: 'miqps maps history|rollback|freeze|unfreeze|publish "
-               "--help'.",
+        "map per line (the format of 'miqps learn').",
+        epilog="Operators' commands: 'miqps maps history|rollback|freeze|unfreeze|publish --help'.",
     )
     parser.add_argument("domain", nargs="?", help="only this domain")
     _common(parser)
@@ -247,8 +274,10 @@ def run_maps(argv: Sequence[str]) -> int:
             else:
                 latest[domain] = value
     except (KafkaException, RuntimeError, TimeoutError) as error:
-        print(f"miqps maps: cannot read {topic} on {settings.bootstrap_servers}: {error}",
-              file=sys.stderr)
+        print(
+            f"miqps maps: cannot read {topic} on {settings.bootstrap_servers}: {error}",
+            file=sys.stderr,
+        )
         return 1
     if args.domain is not None:
         wanted = args.domain.strip().lower().rstrip(".")

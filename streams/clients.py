@@ -53,8 +53,9 @@ class StoppedBeforeDelivery(Exception):
 
 
 class Producing(Protocol):
-    def produce(self, topic: str, value: bytes | None = ..., key: bytes | None = ...,
-                partition: int = ...) -> None: ...
+    def produce(
+        self, topic: str, value: bytes | None = ..., key: bytes | None = ..., partition: int = ...
+    ) -> None: ...
 
     def poll(self, timeout: float = ...) -> int: ...
 
@@ -62,12 +63,20 @@ class Producing(Protocol):
 
 
 class StoringOffsets(Protocol):
-    def store_offsets(self, message: Message | None = ...,
-                      offsets: list[TopicPartition] | None = ...) -> None: ...
+    def store_offsets(
+        self, message: Message | None = ..., offsets: list[TopicPartition] | None = ...
+    ) -> None: ...
 
 
-def produce(producer: Producing, topic: str, value: bytes | None, key: bytes | None = None,
-            partition: int = -1, *, blocked_for: float = PRODUCE_BLOCKED_SECONDS) -> None:
+def produce(
+    producer: Producing,
+    topic: str,
+    value: bytes | None,
+    key: bytes | None = None,
+    partition: int = -1,
+    *,
+    blocked_for: float = PRODUCE_BLOCKED_SECONDS,
+) -> None:
     """Queue one record; while the local queue is full, serve delivery reports and retry,
     for at most ``blocked_for`` seconds, then raise :class:`ProduceBlocked`."""
     try:
@@ -84,7 +93,8 @@ def produce(producer: Producing, topic: str, value: bytes | None, key: bytes | N
             if time.monotonic() >= deadline:
                 raise ProduceBlocked(
                     f"{topic}: the producer's queue stayed full for {blocked_for:g}s "
-                    f"(is the broker reachable?)") from None
+                    f"(is the broker reachable?)"
+                ) from None
 
 
 class DeliveryReports:
@@ -102,10 +112,16 @@ class DeliveryReports:
             raise DeliveryFailed(f"{len(self.errors)} records not delivered: {self.errors[:3]}")
 
 
-def checkpoint(producer: Producing, consumer: StoringOffsets,
-               offsets: Mapping[tuple[str, int], int], reports: DeliveryReports,
-               stopping: threading.Event, *, wait: float = DELIVERY_WAIT_SECONDS,
-               stopping_wait: float = STOPPING_FLUSH_SECONDS) -> bool:
+def checkpoint(
+    producer: Producing,
+    consumer: StoringOffsets,
+    offsets: Mapping[tuple[str, int], int],
+    reports: DeliveryReports,
+    stopping: threading.Event,
+    *,
+    wait: float = DELIVERY_WAIT_SECONDS,
+    stopping_wait: float = STOPPING_FLUSH_SECONDS,
+) -> bool:
     """End a batch at least once: flush ``producer`` (waiting as long as it takes, unless
     ``stopping`` is set), raise :class:`DeliveryFailed` if ``reports`` holds an error, and
     only then store ``offsets`` ((topic, partition) -> next offset) for the consumer to
@@ -123,20 +139,25 @@ def checkpoint(producer: Producing, consumer: StoringOffsets,
     reports.raise_errors()
     if not offsets:
         return True
-    partitions = [TopicPartition(topic, partition, offset)
-                  for (topic, partition), offset in offsets.items()]
+    partitions = [
+        TopicPartition(topic, partition, offset) for (topic, partition), offset in offsets.items()
+    ]
     try:
         consumer.store_offsets(offsets=partitions)
     except KafkaException as error:
-        log.info("offsets not stored (partitions revoked?); their records come again: %s",
-                 error)
+        log.info("offsets not stored (partitions revoked?); their records come again: %s", error)
         return False
     return True
 
 
-def read_to_end(consumer: Consumer, topic: str, *, timeout: float | None = None,
-                stopping: threading.Event | None = None,
-                key: bytes | None = None) -> Iterator[Message]:
+def read_to_end(
+    consumer: Consumer,
+    topic: str,
+    *,
+    timeout: float | None = None,
+    stopping: threading.Event | None = None,
+    key: bytes | None = None,
+) -> Iterator[Message]:
     """Assign every partition of ``topic`` (only the one ``key`` goes to, if given) to
     ``consumer`` from the beginning and yield its records up to where each partition ended
     when the read began (records with an error are logged and skipped). The consumer stays
@@ -163,12 +184,14 @@ def read_to_end(consumer: Consumer, topic: str, *, timeout: float | None = None,
             _drop_reached(consumer, topic, remaining)
 
 
-def read_compacted(settings: Settings, topic: str, timeout: float = 30.0,
-                   key: bytes | None = None) -> Iterator[tuple[bytes | None, bytes | None]]:
+def read_compacted(
+    settings: Settings, topic: str, timeout: float = 30.0, key: bytes | None = None
+) -> Iterator[tuple[bytes | None, bytes | None]]:
     """Every (key, value) of ``topic`` from the beginning to the end as of now (of the
     partition ``key`` goes to only, if given: the other keys there come too)."""
-    consumer = Consumer(consumer_config(settings, f"miqps-read-{uuid.uuid4().hex}",
-                                        **{"enable.auto.commit": False}))
+    consumer = Consumer(
+        consumer_config(settings, f"miqps-read-{uuid.uuid4().hex}", **{"enable.auto.commit": False})
+    )
     try:
         for message in read_to_end(consumer, topic, timeout=timeout, key=key):
             yield message.key(), message.value()
@@ -176,8 +199,9 @@ def read_compacted(settings: Settings, topic: str, timeout: float = 30.0,
         consumer.close()
 
 
-def _assign_from_beginning(consumer: Consumer, topic: str, timeout: float,
-                           key: bytes | None = None) -> dict[int, int]:
+def _assign_from_beginning(
+    consumer: Consumer, topic: str, timeout: float, key: bytes | None = None
+) -> dict[int, int]:
     """Assign every partition of ``topic`` (only ``key``'s, if given) from its beginning;
     return the high watermark of each partition that holds anything at all."""
     metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
@@ -189,8 +213,9 @@ def _assign_from_beginning(consumer: Consumer, topic: str, timeout: float,
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     pending: dict[int, int] = {}
     for partition in partitions:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
-                                                   timeout=timeout)
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=timeout
+        )
         if high > low:
             pending[partition] = high
     return pending

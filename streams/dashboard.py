@@ -68,13 +68,17 @@ LIMITS = Limits(patterns_per_domain=100, params_per_domain=100)
 """What one domain's page shows; the rest is counted."""
 TICK_SECONDS = 1.0
 TOPIC_WAIT_SECONDS = 2.0
-ASSETS = {"/": ("dashboard.html", "text/html"),
-          "/dashboard.js": ("dashboard.js", "text/javascript"),
-          "/dashboard.css": ("dashboard.css", "text/css"),
-          "/report.css": ("report.css", "text/css"),
-          "/report.explain.js": ("report.explain.js", "text/javascript")}
-CSP = ("default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
-       "form-action 'none'; frame-ancestors 'none'")
+ASSETS = {
+    "/": ("dashboard.html", "text/html"),
+    "/dashboard.js": ("dashboard.js", "text/javascript"),
+    "/dashboard.css": ("dashboard.css", "text/css"),
+    "/report.css": ("report.css", "text/css"),
+    "/report.explain.js": ("report.explain.js", "text/javascript"),
+}
+CSP = (
+    "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'none'"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +98,14 @@ def domain_row(domain_map: DomainMap) -> DomainRow:
     for decision in domain_map.patterns.values():
         kept += len(decision.kept)
         dropped += len(decision.dropped)
-    return DomainRow(domain_map.domain, domain_map.version, domain_map.updated_at,
-                     len(domain_map.patterns), kept, dropped)
+    return DomainRow(
+        domain_map.domain,
+        domain_map.version,
+        domain_map.updated_at,
+        len(domain_map.patterns),
+        kept,
+        dropped,
+    )
 
 
 class DashboardMaps(LiveMaps):
@@ -152,8 +162,13 @@ class Point:
 class DashboardState:
     """Everything the page shows, fed by the readers and read by the HTTP threads."""
 
-    def __init__(self, *, feed_size: int = FEED_SIZE, sprawl_window: int = SPRAWL_WINDOW,
-                 limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        feed_size: int = FEED_SIZE,
+        sprawl_window: int = SPRAWL_WINDOW,
+        limits: Limits | None = None,
+    ) -> None:
         self.maps = DashboardMaps()
         self.canonicalizer = self.maps.canonicalizer
         self.status = "starting"
@@ -209,11 +224,28 @@ class DashboardState:
                 self._last_run[domain] = run
                 self._fetches[domain] += fetches
             self._feed_seq += 1
-            self._feed.append({"seq": self._feed_seq, **{
-                key: record.get(key) for key in (
-                    "domain", "pattern", "accepted", "reason", "request_reason",
-                    "version_before", "version_after", "kept_after", "dropped_after",
-                    "flipped_to_dropped", "fetches", "at")}})
+            self._feed.append(
+                {
+                    "seq": self._feed_seq,
+                    **{
+                        key: record.get(key)
+                        for key in (
+                            "domain",
+                            "pattern",
+                            "accepted",
+                            "reason",
+                            "request_reason",
+                            "version_before",
+                            "version_after",
+                            "kept_after",
+                            "dropped_after",
+                            "flipped_to_dropped",
+                            "fetches",
+                            "at",
+                        )
+                    },
+                }
+            )
 
     def tick(self, now: float, raw_total: int, canonical_total: int) -> Point:
         """One point of the plots from the topics' high watermarks at ``now``."""
@@ -229,8 +261,14 @@ class DashboardState:
             urls_out = max(canonical_total - canonical_before, 0) / elapsed
         self._last_totals = (now, raw_total, canonical_total)
         counted = statuses["learned"] + statuses["provisional"]
-        point = Point(now, urls_in, urls_out,
-                      statuses["learned"] / counted if counted else None, fetches, saved)
+        point = Point(
+            now,
+            urls_in,
+            urls_out,
+            statuses["learned"] / counted if counted else None,
+            fetches,
+            saved,
+        )
         self.series.append(point)
         return point
 
@@ -239,10 +277,14 @@ class DashboardState:
     def summary(self) -> dict[str, Any]:
         rows = list(self.maps.rows.values())
         last = self.series[-1] if self.series else None
-        return {"status": self.status, "domains": len(rows),
-                "patterns": sum(row.patterns for row in rows),
-                "feed": self._feed_seq, "fetches": last.fetches if last else 0,
-                "saved": last.saved if last else 0}
+        return {
+            "status": self.status,
+            "domains": len(rows),
+            "patterns": sum(row.patterns for row in rows),
+            "feed": self._feed_seq,
+            "fetches": last.fetches if last else 0,
+            "saved": last.saved if last else 0,
+        }
 
     def domains(self, wanted: str = "", limit: int = DOMAIN_ROWS) -> dict[str, Any]:
         """The domains whose name holds ``wanted``, by name, at most ``limit`` of them."""
@@ -304,8 +346,9 @@ class StreamReaders:
         self._stopping = threading.Event()
         self._feed_broken = threading.Event()
         self._feed: MapFeed | None = None
-        self._thread = threading.Thread(target=self._run, name="miqps-dashboard-readers",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="miqps-dashboard-readers", daemon=True
+        )
 
     def start(self) -> StreamReaders:
         self._thread.start()
@@ -326,15 +369,20 @@ class StreamReaders:
 
     def _follow(self) -> None:
         topics = self.settings.topics
-        consumer = Consumer(consumer_config(
-            self.settings, f"miqps-dashboard-{uuid.uuid4().hex}",
-            **{"enable.auto.commit": False, "fetch.wait.max.ms": 100}))
+        consumer = Consumer(
+            consumer_config(
+                self.settings,
+                f"miqps-dashboard-{uuid.uuid4().hex}",
+                **{"enable.auto.commit": False, "fetch.wait.max.ms": 100},
+            )
+        )
         try:
             partitions = self._wait_for_topics(consumer)
             if partitions is None:
                 return
-            self._feed = MapFeed(self.settings, self.state.maps, self._feed_failed,
-                                 dead_letter=_no_dead_letters)
+            self._feed = MapFeed(
+                self.settings, self.state.maps, self._feed_failed, dead_letter=_no_dead_letters
+            )
             self._feed.start()
             # The tail is canonicalized as it arrives: with every map, not the first few.
             self.state.status = "reading the maps"
@@ -353,10 +401,11 @@ class StreamReaders:
                     self._handle(message, handlers)
                 if time.monotonic() >= next_tick:
                     next_tick += TICK_SECONDS
-                    self.state.tick(time.time(),
-                                    _high_total(consumer, topics.raw, partitions[topics.raw]),
-                                    _high_total(consumer, topics.canonical,
-                                                partitions[topics.canonical]))
+                    self.state.tick(
+                        time.time(),
+                        _high_total(consumer, topics.raw, partitions[topics.raw]),
+                        _high_total(consumer, topics.canonical, partitions[topics.canonical]),
+                    )
         finally:
             consumer.close()
 
@@ -372,8 +421,9 @@ class StreamReaders:
         while not self._stopping.is_set():
             try:
                 metadata = consumer.list_topics(timeout=10.0).topics
-                missing = [name for name in wanted
-                           if name not in metadata or not metadata[name].partitions]
+                missing = [
+                    name for name in wanted if name not in metadata or not metadata[name].partitions
+                ]
                 if not missing:
                     return {name: sorted(metadata[name].partitions) for name in wanted}
                 self.state.status = f"waiting for the topics {', '.join(missing)}"
@@ -382,21 +432,28 @@ class StreamReaders:
             self._stopping.wait(TOPIC_WAIT_SECONDS)
         return None
 
-    def _start_positions(self, consumer: Consumer,
-                         partitions: dict[str, list[int]]) -> list[TopicPartition]:
+    def _start_positions(
+        self, consumer: Consumer, partitions: dict[str, list[int]]
+    ) -> list[TopicPartition]:
         topics = self.settings.topics
-        positions = [TopicPartition(topics.map_updates, partition, OFFSET_BEGINNING)
-                     for partition in partitions[topics.map_updates]]
+        positions = [
+            TopicPartition(topics.map_updates, partition, OFFSET_BEGINNING)
+            for partition in partitions[topics.map_updates]
+        ]
         for partition in partitions[topics.canonical]:
             low, high = consumer.get_watermark_offsets(
-                TopicPartition(topics.canonical, partition), timeout=10.0)
-            positions.append(TopicPartition(topics.canonical, partition,
-                                            max(low, high - TAIL_PER_PARTITION)))
+                TopicPartition(topics.canonical, partition), timeout=10.0
+            )
+            positions.append(
+                TopicPartition(topics.canonical, partition, max(low, high - TAIL_PER_PARTITION))
+            )
         return positions
 
     @staticmethod
-    def _handle(message: Message, handlers: Mapping[str, Callable[[bytes | None], None]],
-                ) -> None:
+    def _handle(
+        message: Message,
+        handlers: Mapping[str, Callable[[bytes | None], None]],
+    ) -> None:
         if message.error() is not None:
             log.warning("dashboard: %s", message.error())
             return
@@ -412,8 +469,9 @@ def _no_dead_letters(key: bytes | None, record: bytes) -> None:
 def _high_total(consumer: Consumer, topic: str, partitions: Sequence[int]) -> int:
     total = 0
     for partition in partitions:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
-                                                 timeout=5.0, cached=False)
+        _, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=5.0, cached=False
+        )
         total += max(high, 0)
     return total
 
@@ -440,14 +498,16 @@ def _number(text: str, default: int) -> int:
 class DashboardServer:
     """The page and its JSON API on ``host:port`` (port 0: any free port), in a thread."""
 
-    def __init__(self, state: DashboardState, host: str = "127.0.0.1",
-                 port: int = DEFAULT_PORT) -> None:
+    def __init__(
+        self, state: DashboardState, host: str = "127.0.0.1", port: int = DEFAULT_PORT
+    ) -> None:
         self.state = state
         handler = type("Handler", (_Handler,), {"state": state})
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="miqps-dashboard-http", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="miqps-dashboard-http", daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -482,14 +542,18 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._json(*api)
 
-    def _api(self, path: str, query: dict[str, list[str]],
-             ) -> tuple[HTTPStatus, Any] | None:
+    def _api(
+        self,
+        path: str,
+        query: dict[str, list[str]],
+    ) -> tuple[HTTPStatus, Any] | None:
         state = self.state
         if path == "/api/summary":
             return HTTPStatus.OK, state.summary()
         if path == "/api/domains":
             return HTTPStatus.OK, state.domains(
-                _first(query, "filter"), _number(_first(query, "limit"), DOMAIN_ROWS))
+                _first(query, "filter"), _number(_first(query, "limit"), DOMAIN_ROWS)
+            )
         if path == "/api/domain":
             name = _first(query, "name")
             view = state.domain(name)
@@ -529,11 +593,17 @@ class _Handler(BaseHTTPRequestHandler):
 def dashboard_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="miqps dashboard",
-        description="Serve a live dashboard of the stream processor, read from Kafka.")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="the address to listen on (default: loopback only)")
-    parser.add_argument("--port", type=_port, default=DEFAULT_PORT,
-                        help=f"the port to listen on (default {DEFAULT_PORT}; 0: any free)")
+        description="Serve a live dashboard of the stream processor, read from Kafka.",
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default: loopback only)"
+    )
+    parser.add_argument(
+        "--port",
+        type=_port,
+        default=DEFAULT_PORT,
+        help=f"the port to listen on (default {DEFAULT_PORT}; 0: any free)",
+    )
     return parser
 
 
@@ -547,9 +617,13 @@ def _port(text: str) -> int:
     return port
 
 
-def run_dashboard(settings: Settings, host: str, port: int,
-                  ready: Callable[[str], None] | None = None,
-                  stopping: threading.Event | None = None) -> int:
+def run_dashboard(
+    settings: Settings,
+    host: str,
+    port: int,
+    ready: Callable[[str], None] | None = None,
+    stopping: threading.Event | None = None,
+) -> int:
     """Serve until ``stopping`` is set, or Ctrl-C or SIGTERM; ``ready`` gets the page's URL."""
     state = DashboardState()
     stopping = stopping or threading.Event()

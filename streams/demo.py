@@ -63,25 +63,39 @@ class Progress:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m streams.demo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m streams.demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--family", choices=FAMILIES, default="tuning")
     parser.add_argument("--sites", type=int, default=6)
     parser.add_argument("--urls-per-site", type=int, default=1000)
-    parser.add_argument("--passes", type=int, default=5,
-                        help="how many times the URL population is streamed")
+    parser.add_argument(
+        "--passes", type=int, default=5, help="how many times the URL population is streamed"
+    )
     parser.add_argument("--rate", type=float, default=250.0, help="URLs per second produced")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--rare-after", type=float, default=20.0,
-                        help="seconds before a rare pattern is probed with what it has")
+    parser.add_argument(
+        "--rare-after",
+        type=float,
+        default=20.0,
+        help="seconds before a rare pattern is probed with what it has",
+    )
     parser.add_argument("--state-dir", type=Path, help="worker state (default: a temp dir)")
     parser.add_argument("--timeout", type=float, default=900.0)
-    parser.add_argument("--keep-topics", action="store_true",
-                        help="leave the demo's topics on the broker for inspection")
-    parser.add_argument("--dashboard-port", type=int, default=DASHBOARD_PORT,
-                        help="serve 'miqps dashboard' of the run on this port (0: any free "
-                        "port, -1: no dashboard)")
+    parser.add_argument(
+        "--keep-topics",
+        action="store_true",
+        help="leave the demo's topics on the broker for inspection",
+    )
+    parser.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=DASHBOARD_PORT,
+        help="serve 'miqps dashboard' of the run on this port (0: any free port, -1: no dashboard)",
+    )
     return parser
 
 
@@ -93,27 +107,38 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         AdminClient({"bootstrap.servers": base.bootstrap_servers}).list_topics(timeout=10)
     except Exception as error:
-        print(f"demo: no Kafka broker at {base.bootstrap_servers} ({error}); "
-              "start one with scripts/kafka-local start", file=sys.stderr)
+        print(
+            f"demo: no Kafka broker at {base.bootstrap_servers} ({error}); "
+            "start one with scripts/kafka-local start",
+            file=sys.stderr,
+        )
         return 1
     sites = build_sites(args.family, args.sites, args.seed)
     corpus = generate_corpus(sites, args.urls_per_site, args.seed)
     state_root = args.state_dir or Path(tempfile.mkdtemp(prefix="miqps-demo-"))
     with SimWeb(sites, seed=args.seed, rate_limit_per_second=50.0) as web:
         settings = isolated_settings(
-            base, "demo", state_root / "worker", proxy=web.proxy_url,
+            base,
+            "demo",
+            state_root / "worker",
+            proxy=web.proxy_url,
             partitions=args.partitions,
             policy=LearningPolicy(rare_after=args.rare_after),
         )
         ensure_topics(settings)
-        print(f"demo: {len(sites)} simulated sites on {web.proxy_url}, "
-              f"{len(corpus)} URLs x {args.passes} passes at {args.rate:g}/s; "
-              f"topics {settings.topics.raw} ...; worker log {state_root / 'worker.log'}",
-              flush=True)
+        print(
+            f"demo: {len(sites)} simulated sites on {web.proxy_url}, "
+            f"{len(corpus)} URLs x {args.passes} passes at {args.rate:g}/s; "
+            f"topics {settings.topics.raw} ...; worker log {state_root / 'worker.log'}",
+            flush=True,
+        )
         worker = WorkerProcess(settings, "canonicalize,probe", state_root / "worker.log")
         worker.start()
-        dashboard = (_start_dashboard(settings, args.dashboard_port, state_root)
-                     if args.dashboard_port >= 0 else None)
+        dashboard = (
+            _start_dashboard(settings, args.dashboard_port, state_root)
+            if args.dashboard_port >= 0
+            else None
+        )
         try:
             return _run(args, settings, corpus, web, worker)
         finally:
@@ -127,13 +152,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 delete_topics(settings)
 
 
-def _start_dashboard(settings: Settings, port: int, state_root: Path,
-                     ) -> subprocess.Popen[str] | None:
+def _start_dashboard(
+    settings: Settings,
+    port: int,
+    state_root: Path,
+) -> subprocess.Popen[str] | None:
     """``miqps dashboard`` on the demo's topics, its URL printed; None if it cannot start."""
     with (state_root / "dashboard.log").open("w") as errors:
         process = subprocess.Popen(
             [*worker_command()[:-1], "dashboard", "--port", str(port)],
-            env=worker_env(settings), stdout=subprocess.PIPE, stderr=errors, text=True)
+            env=worker_env(settings),
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
     line = process.stdout.readline().strip() if process.stdout is not None else ""
     if not line.startswith("miqps dashboard: "):
         process.wait(15)
@@ -143,12 +175,19 @@ def _start_dashboard(settings: Settings, port: int, state_root: Path,
     return process
 
 
-def _run(args: argparse.Namespace, settings: Settings, corpus: list[CorpusURL], web: SimWeb,
-         worker: WorkerProcess) -> int:
+def _run(
+    args: argparse.Namespace,
+    settings: Settings,
+    corpus: list[CorpusURL],
+    web: SimWeb,
+    worker: WorkerProcess,
+) -> int:
     progress = Progress()
-    producer = threading.Thread(target=_produce_passes,
-                                args=(settings, corpus, args.passes, args.rate, progress),
-                                daemon=True)
+    producer = threading.Thread(
+        target=_produce_passes,
+        args=(settings, corpus, args.passes, args.rate, progress),
+        daemon=True,
+    )
     started = time.monotonic()
     outputs = TopicReader(settings, settings.topics.canonical)
     updates = TopicReader(settings, settings.topics.map_updates)
@@ -160,8 +199,10 @@ def _run(args: argparse.Namespace, settings: Settings, corpus: list[CorpusURL], 
             outputs.poll(0.3)
             updates.poll(0.05)
             dead.poll(0.05)
-            done = (not progress.producing
-                    and len(outputs.records) + len(dead.records) >= progress.produced)
+            done = (
+                not progress.producing
+                and len(outputs.records) + len(dead.records) >= progress.produced
+            )
             now = time.monotonic()
             if now - last_line >= 2.0 or done:
                 _progress_line(now - started, progress, outputs, updates, dead, web)
@@ -174,8 +215,9 @@ def _run(args: argparse.Namespace, settings: Settings, corpus: list[CorpusURL], 
             if now - started > args.timeout:
                 print("demo: timed out", file=sys.stderr)
                 return 1
-        _summary(time.monotonic() - started, corpus, args.passes, progress, outputs, updates,
-                 dead, web)
+        _summary(
+            time.monotonic() - started, corpus, args.passes, progress, outputs, updates, dead, web
+        )
         return 0
     finally:
         outputs.close()
@@ -183,8 +225,9 @@ def _run(args: argparse.Namespace, settings: Settings, corpus: list[CorpusURL], 
         dead.close()
 
 
-def _produce_passes(settings: Settings, corpus: list[CorpusURL], passes: int, rate: float,
-                    progress: Progress) -> None:
+def _produce_passes(
+    settings: Settings, corpus: list[CorpusURL], passes: int, rate: float, progress: Progress
+) -> None:
     chunk = max(1, int(rate / 10))
     try:
         for number in range(passes):
@@ -194,7 +237,7 @@ def _produce_passes(settings: Settings, corpus: list[CorpusURL], passes: int, ra
             values = [orjson.dumps({"url": item.url, "pass": number + 1}) for item in corpus]
             begin = time.monotonic()
             for start in range(0, len(values), chunk):
-                batch = values[start:start + chunk]
+                batch = values[start : start + chunk]
                 produce(settings, settings.topics.raw, batch)
                 progress.produced += len(batch)
                 progress.produced_valid += len(batch)
@@ -210,18 +253,27 @@ def _statuses(records: list[tuple[bytes | None, bytes | None, int]]) -> Counter[
     return Counter(orjson.loads(value)["status"] for _, value, _ in records if value)
 
 
-def _progress_line(elapsed: float, progress: Progress, outputs: TopicReader,
-                   updates: TopicReader, dead: TopicReader, web: SimWeb) -> None:
+def _progress_line(
+    elapsed: float,
+    progress: Progress,
+    outputs: TopicReader,
+    updates: TopicReader,
+    dead: TopicReader,
+    web: SimWeb,
+) -> None:
     statuses = _statuses(outputs.records[-5000:])
     recent = sum(statuses.values()) or 1
     accepted = [orjson.loads(v) for _, v, _ in updates.records if v]
     domains = {a["domain"] for a in accepted if a["accepted"]}
     patterns = {(a["domain"], a["pattern"]) for a in accepted if a["accepted"]}
-    print(f"[{elapsed:6.1f}s] pass {min(progress.passes_done + 1, len(progress.pass_started))}"
-          f" | in {progress.produced:>7} | out {len(outputs.records):>7}"
-          f" | dlq {len(dead.records):>2} | learned {statuses['learned'] / recent:6.1%}"
-          f" of the last {recent} | maps {len(domains)} domains, {len(patterns)} patterns"
-          f" | fetches {web.requests_total()}", flush=True)
+    print(
+        f"[{elapsed:6.1f}s] pass {min(progress.passes_done + 1, len(progress.pass_started))}"
+        f" | in {progress.produced:>7} | out {len(outputs.records):>7}"
+        f" | dlq {len(dead.records):>2} | learned {statuses['learned'] / recent:6.1%}"
+        f" of the last {recent} | maps {len(domains)} domains, {len(patterns)} patterns"
+        f" | fetches {web.requests_total()}",
+        flush=True,
+    )
 
 
 def _pass_row(number: int, docs: list[dict[str, Any]], truth: dict[str, str]) -> list[str]:
@@ -248,13 +300,22 @@ def _pass_row(number: int, docs: list[dict[str, Any]], truth: dict[str, str]) ->
 
 def _table(rows: list[list[str]]) -> str:
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    return "\n".join("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths,
-                                                                              strict=True))
-                     for row in rows)
+    return "\n".join(
+        "  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
+        for row in rows
+    )
 
 
-def _summary(elapsed: float, corpus: list[CorpusURL], passes: int, progress: Progress,
-             outputs: TopicReader, updates: TopicReader, dead: TopicReader, web: SimWeb) -> None:
+def _summary(
+    elapsed: float,
+    corpus: list[CorpusURL],
+    passes: int,
+    progress: Progress,
+    outputs: TopicReader,
+    updates: TopicReader,
+    dead: TopicReader,
+    web: SimWeb,
+) -> None:
     truth = {item.url: item.content_key for item in corpus}
     docs = [orjson.loads(v) for _, v, _ in outputs.records if v]
     by_pass: defaultdict[int, list[dict[str, Any]]] = defaultdict(list)
@@ -269,21 +330,40 @@ def _summary(elapsed: float, corpus: list[CorpusURL], passes: int, progress: Pro
     left = Counter(a["reason"] for a in audits if not a["accepted"] and a["reason"] in undecided)
     fetches = web.requests_total()
     print("\nper pass (each pass streams the same URL population)")
-    header = ["pass", "URLs", "learned*", "distinct raw -> canonical", "collapsed", "ideal",
-              "false merges"]
-    print(_table([header] + [_pass_row(number, by_pass[number], truth)
-                             for number in range(1, passes + 1)]))
+    header = [
+        "pass",
+        "URLs",
+        "learned*",
+        "distinct raw -> canonical",
+        "collapsed",
+        "ideal",
+        "false merges",
+    ]
+    print(
+        _table(
+            [header]
+            + [_pass_row(number, by_pass[number], truth) for number in range(1, passes + 1)]
+        )
+    )
     print("  * share of the URLs with a query whose pattern was learned when they passed")
     rows = [
-        ("URLs in", f"{progress.produced} ({progress.produced_valid} valid, "
-                    f"{progress.produced - progress.produced_valid} bad)"),
+        (
+            "URLs in",
+            f"{progress.produced} ({progress.produced_valid} valid, "
+            f"{progress.produced - progress.produced_valid} bad)",
+        ),
         ("canonical URLs out", f"{len(docs)}"),
         ("dead-lettered", f"{len(dead.records)}"),
         ("learned / provisional", f"{statuses['learned']} / {statuses['provisional']}"),
-        ("maps learned", f"{len(domains)} domains, {len(patterns)} patterns "
-                         f"({rejected} updates rejected by the anomaly gate)"),
-        ("requests left undecided", ", ".join(f"{n} ({reason})" for reason, n in
-                                              left.most_common()) or "0"),
+        (
+            "maps learned",
+            f"{len(domains)} domains, {len(patterns)} patterns "
+            f"({rejected} updates rejected by the anomaly gate)",
+        ),
+        (
+            "requests left undecided",
+            ", ".join(f"{n} ({reason})" for reason, n in left.most_common()) or "0",
+        ),
         ("fetches spent", f"{fetches} ({fetches / max(len(truth), 1):.3f} per distinct URL)"),
         ("wall time", f"{elapsed:.1f}s"),
     ]

@@ -63,12 +63,18 @@ class BugPolicy:
             except Exception as error:
                 self.bugs += 1
                 if self.on_bug is OnBug.STOP:
-                    log.exception("%s failed on a bug; the message is not acknowledged and "
-                                  "the worker stops (%s=retry backs off and retries)",
-                                  what, ON_BUG_VARIABLE)
+                    log.exception(
+                        "%s failed on a bug; the message is not acknowledged and "
+                        "the worker stops (%s=retry backs off and retries)",
+                        what,
+                        ON_BUG_VARIABLE,
+                    )
                     self.stop_worker(error)
                     await asyncio.Event().wait()  # until the stopping worker cancels us
-                log.exception("%s failed on a bug; the message is not acknowledged, "
-                              "retrying in %gs", what, backoff)
+                log.exception(
+                    "%s failed on a bug; the message is not acknowledged, retrying in %gs",
+                    what,
+                    backoff,
+                )
                 await self.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff)

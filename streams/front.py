@@ -92,8 +92,7 @@ class SamplePacks:
         if partition is None:
             if len(self._partition_of) > 100_000:
                 self._partition_of.clear()
-            partition = self._partition_of[domain] = key_partition(domain.encode(),
-                                                                   self.partitions)
+            partition = self._partition_of[domain] = key_partition(domain.encode(), self.partitions)
         self._packs.setdefault(partition, []).append(sample)
 
     def drain(self) -> list[tuple[int, bytes]]:
@@ -101,7 +100,7 @@ class SamplePacks:
         messages = []
         for partition, samples in self._packs.items():
             for start in range(0, len(samples), SAMPLES_PER_MESSAGE):
-                chunk = samples[start:start + SAMPLES_PER_MESSAGE]
+                chunk = samples[start : start + SAMPLES_PER_MESSAGE]
                 messages.append((partition, SamplePack.from_items(chunk)))
         self._packs.clear()
         return messages
@@ -119,8 +118,11 @@ class UncommittedInputs:
         for key, end in ends.items():
             known = self._consumed.get(key)
             if known is None:
-                first = next(message.offset() or 0 for message in messages
-                             if (message.topic() or "", message.partition() or 0) == key)
+                first = next(
+                    message.offset() or 0
+                    for message in messages
+                    if (message.topic() or "", message.partition() or 0) == key
+                )
                 self._consumed[key] = (first, end)
             else:
                 self._consumed[key] = (known[0], end)
@@ -144,9 +146,11 @@ class UncommittedInputs:
                 ranges.append((end - start, f"{topic}[{partition}] offsets {start}-{end - 1}"))
         if not ranges:
             return "Every consumed input has its offset committed."
-        return (f"{sum(count for count, _ in ranges)} consumed inputs have no committed "
-                f"offset and will be delivered again (at least once): "
-                f"{', '.join(text for _, text in ranges)}.")
+        return (
+            f"{sum(count for count, _ in ranges)} consumed inputs have no committed "
+            f"offset and will be delivered again (at least once): "
+            f"{', '.join(text for _, text in ranges)}."
+        )
 
 
 @dataclass(slots=True)
@@ -164,19 +168,24 @@ class FrontCounters:
 
 
 class CanonicalizerFront:
-    def __init__(self, settings: Settings, live_maps: LiveMaps, feed: MapFeed,
-                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        live_maps: LiveMaps,
+        feed: MapFeed,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
         self.settings = settings
         self.on_bug = OnBug(settings.on_bug)
         self.live_maps = live_maps
         self.feed = feed
         self.on_fatal = on_fatal
         self.counters = FrontCounters()
-        self.sampler = LocalSampler(settings.local_sampler_entries,
-                                    settings.policy.min_distinct_values)
+        self.sampler = LocalSampler(
+            settings.local_sampler_entries, settings.policy.min_distinct_values
+        )
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="miqps-canonicalizer",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="miqps-canonicalizer", daemon=True)
         self._deliveries = DeliveryReports()
         self._packs: SamplePacks | None = None
         self.uncommitted = UncommittedInputs()
@@ -212,15 +221,19 @@ class CanonicalizerFront:
                 self.on_fatal(error)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        log.info("canonicalizer: assigned partitions %s",
-                 sorted(partition.partition for partition in partitions))
+        log.info(
+            "canonicalizer: assigned partitions %s",
+            sorted(partition.partition for partition in partitions),
+        )
         # Consumption starts over from the group's committed offsets.
         self.uncommitted.forget(partitions)
 
     @staticmethod
     def _on_revoke(consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        log.info("canonicalizer: revoked partitions %s",
-                 sorted(partition.partition for partition in partitions))
+        log.info(
+            "canonicalizer: revoked partitions %s",
+            sorted(partition.partition for partition in partitions),
+        )
 
     def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
         if error is None:
@@ -228,26 +241,38 @@ class CanonicalizerFront:
 
     def _loop(self) -> None:
         settings = self.settings
-        consumer = Consumer(consumer_config(settings, self.group_id, **{
-            "enable.auto.commit": True,
-            "enable.auto.offset.store": False,
-            "auto.commit.interval.ms": 1000,
-            "fetch.max.bytes": 16 * 1024 * 1024,
-            "max.partition.fetch.bytes": 1024 * 1024,
-            "queued.max.messages.kbytes": 16 * 1024,
-            "session.timeout.ms": 10_000,
-            "heartbeat.interval.ms": 2_000,
-            "on_commit": self._on_commit,
-            **self.consumer_options,
-        }))
-        producer = Producer(producer_config(settings, **{
-            "delivery.report.only.error": True,
-            "on_delivery": self._deliveries,
-        }))
+        consumer = Consumer(
+            consumer_config(
+                settings,
+                self.group_id,
+                **{
+                    "enable.auto.commit": True,
+                    "enable.auto.offset.store": False,
+                    "auto.commit.interval.ms": 1000,
+                    "fetch.max.bytes": 16 * 1024 * 1024,
+                    "max.partition.fetch.bytes": 1024 * 1024,
+                    "queued.max.messages.kbytes": 16 * 1024,
+                    "session.timeout.ms": 10_000,
+                    "heartbeat.interval.ms": 2_000,
+                    "on_commit": self._on_commit,
+                    **self.consumer_options,
+                },
+            )
+        )
+        producer = Producer(
+            producer_config(
+                settings,
+                **{
+                    "delivery.report.only.error": True,
+                    "on_delivery": self._deliveries,
+                },
+            )
+        )
         metadata = consumer.list_topics(settings.topics.samples, timeout=30)
         self._packs = SamplePacks(len(metadata.topics[settings.topics.samples].partitions))
-        consumer.subscribe([settings.topics.raw], on_assign=self._on_assign,
-                           on_revoke=self._on_revoke)
+        consumer.subscribe(
+            [settings.topics.raw], on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
         next_count_flush = time.monotonic() + COUNT_FLUSH_SECONDS
         next_report = time.monotonic() + REPORT_SECONDS
         reported = 0
@@ -283,8 +308,11 @@ class CanonicalizerFront:
                 try:
                     checkpoint(producer, consumer, offsets, self._deliveries, self._stopping)
                 except StoppedBeforeDelivery as stopped:
-                    log.warning("canonicalizer: stopping with %s outputs undelivered; the "
-                                "offsets of their inputs stay uncommitted", stopped)
+                    log.warning(
+                        "canonicalizer: stopping with %s outputs undelivered; the "
+                        "offsets of their inputs stay uncommitted",
+                        stopped,
+                    )
                     break
                 delivered = clock()
                 counters.process_seconds += processed - consumed
@@ -295,24 +323,36 @@ class CanonicalizerFront:
                 if now >= next_report:
                     done = counters.consumed - reported
                     reported = counters.consumed
-                    log.info("canonicalizer: %d in (%.0f/s), %d learned, %d provisional, "
-                             "%d dead-lettered, %d samples forwarded, %d domain maps; "
-                             "seconds consuming %.1f, processing %.1f, delivering %.1f",
-                             counters.consumed, done / REPORT_SECONDS, counters.learned,
-                             counters.provisional, counters.dead, counters.forwarded,
-                             len(self.live_maps), counters.consume_seconds,
-                             counters.process_seconds, counters.deliver_seconds)
+                    log.info(
+                        "canonicalizer: %d in (%.0f/s), %d learned, %d provisional, "
+                        "%d dead-lettered, %d samples forwarded, %d domain maps; "
+                        "seconds consuming %.1f, processing %.1f, delivering %.1f",
+                        counters.consumed,
+                        done / REPORT_SECONDS,
+                        counters.learned,
+                        counters.provisional,
+                        counters.dead,
+                        counters.forwarded,
+                        len(self.live_maps),
+                        counters.consume_seconds,
+                        counters.process_seconds,
+                        counters.deliver_seconds,
+                    )
                     next_report = now + REPORT_SECONDS
         finally:
             undelivered = producer.flush(0 if self._stopping.is_set() else 30)
             if undelivered:
-                log.warning("canonicalizer: %d outputs not delivered before the stop",
-                            undelivered)
+                log.warning("canonicalizer: %d outputs not delivered before the stop", undelivered)
             consumer.close()
             log.info("canonicalizer: %s", self.uncommitted.describe())
-            log.info("canonicalizer stopped after %d messages (%d learned, %d provisional, "
-                     "%d dead-lettered)", self.counters.consumed, self.counters.learned,
-                     self.counters.provisional, self.counters.dead)
+            log.info(
+                "canonicalizer stopped after %d messages (%d learned, %d provisional, "
+                "%d dead-lettered)",
+                self.counters.consumed,
+                self.counters.learned,
+                self.counters.provisional,
+                self.counters.dead,
+            )
 
     def _process(self, messages: list[Message], producer: Producer) -> dict[tuple[str, int], int]:
         settings = self.settings
@@ -342,9 +382,17 @@ class CanonicalizerFront:
                 try:
                     url = raw.url
                     decision = decide(url, raw.text)
-                    output = encode_output(raw.text, decision.canonical_url, url.host,
-                                           decision.pattern, decision.kept, decision.dropped,
-                                           decision.status, decision.map_version, raw.meta)
+                    output = encode_output(
+                        raw.text,
+                        decision.canonical_url,
+                        url.host,
+                        decision.pattern,
+                        decision.kept,
+                        decision.dropped,
+                        decision.status,
+                        decision.map_version,
+                        raw.meta,
+                    )
                     produce(producer, canonical_topic, output, decision.canonical_url.encode())
                     if decision.status is learned_status:
                         learned += 1
@@ -356,14 +404,19 @@ class CanonicalizerFront:
                         count = offer(url.host, decision.pattern, url, basis)
                         if count:
                             forwarded += 1
-                            pack(url.host, sample_to_bytes(UrlSample(
-                                url.host, decision.pattern, url.url, count, basis)))
+                            pack(
+                                url.host,
+                                sample_to_bytes(
+                                    UrlSample(url.host, decision.pattern, url.url, count, basis)
+                                ),
+                            )
                 except (KafkaException, ProduceBlocked):
                     raise
                 except Exception as error:
                     raise ProcessingBug(
                         f"a bug while processing {message.topic()}[{message.partition()}]@"
-                        f"{message.offset()} (valid input: not dead-lettered)") from error
+                        f"{message.offset()} (valid input: not dead-lettered)"
+                    ) from error
             offsets[(message.topic() or "", message.partition() or 0)] = (message.offset() or 0) + 1
         counters.consumed += len(messages)
         counters.learned += learned
@@ -372,15 +425,21 @@ class CanonicalizerFront:
         counters.forwarded += forwarded
         return offsets
 
-    def _bug(self, bug: Exception, consumer: Consumer, messages: list[Message],
-             pause: float) -> None:
+    def _bug(
+        self, bug: Exception, consumer: Consumer, messages: list[Message], pause: float
+    ) -> None:
         """Stop (raise ``bug``) or, with ``MIQPS_ON_BUG=retry``, read ``messages`` again
         after ``pause`` seconds; their offsets are not stored either way."""
         self.counters.bugs += 1
         if self.on_bug is OnBug.STOP:
             raise bug
-        log.error("canonicalizer: %s; the batch is not committed and is read again in %gs "
-                  "(MIQPS_ON_BUG=retry)", bug, pause, exc_info=bug)
+        log.error(
+            "canonicalizer: %s; the batch is not committed and is read again in %gs "
+            "(MIQPS_ON_BUG=retry)",
+            bug,
+            pause,
+            exc_info=bug,
+        )
         self._rewind(consumer, messages)
         self._stopping.wait(pause)
 
@@ -389,14 +448,18 @@ class CanonicalizerFront:
         """Seek each partition back to the first of ``messages`` consumed from it."""
         firsts: dict[tuple[str, int], int] = {}
         for message in messages:
-            firsts.setdefault((message.topic() or "", message.partition() or 0),
-                              message.offset() or 0)
+            firsts.setdefault(
+                (message.topic() or "", message.partition() or 0), message.offset() or 0
+            )
         for (topic, partition), offset in firsts.items():
             try:
                 consumer.seek(TopicPartition(topic, partition, offset))
             except KafkaException as error:
-                log.info("canonicalizer: not rewound (partition revoked?); its new owner "
-                         "reads from the last commit: %s", error)
+                log.info(
+                    "canonicalizer: not rewound (partition revoked?); its new owner "
+                    "reads from the last commit: %s",
+                    error,
+                )
 
     def _dead_letter(self, producer: Producer, message: Message, reason: str) -> None:
         timestamp_type, timestamp = message.timestamp()
@@ -404,8 +467,12 @@ class CanonicalizerFront:
             reason,
             message.value(),
             message.key(),
-            Source(message.topic() or "", message.partition() or 0, message.offset() or 0,
-                   timestamp if timestamp_type else None),
+            Source(
+                message.topic() or "",
+                message.partition() or 0,
+                message.offset() or 0,
+                timestamp if timestamp_type else None,
+            ),
             "canonicalize",
             self.settings.topic_max_message_bytes // 2,
         )
@@ -420,8 +487,12 @@ class CanonicalizerFront:
     def _forward_counts(self) -> None:
         assert self._packs is not None
         for pending in self.sampler.drain_counts():
-            self._packs.add(pending.domain, sample_to_bytes(CountSample(
-                pending.domain, pending.pattern, pending.count, pending.basis)))
+            self._packs.add(
+                pending.domain,
+                sample_to_bytes(
+                    CountSample(pending.domain, pending.pattern, pending.count, pending.basis)
+                ),
+            )
 
     def _send_samples(self, producer: Producer) -> None:
         assert self._packs is not None

@@ -50,9 +50,13 @@ class FrontCollector(Collector):
         self.batch_seconds = Histogram(
             "miqps_front_batch_seconds",
             "Seconds from a batch consumed to its outputs delivered and offsets stored",
-            buckets=BATCH_BUCKETS, registry=None)
-        front.consumer_options = {"statistics.interval.ms": STATISTICS_INTERVAL_MS,
-                                  "stats_cb": self.on_statistics}
+            buckets=BATCH_BUCKETS,
+            registry=None,
+        )
+        front.consumer_options = {
+            "statistics.interval.ms": STATISTICS_INTERVAL_MS,
+            "stats_cb": self.on_statistics,
+        }
         front.observe_batch = self.batch_seconds.observe
 
     def on_statistics(self, document: str) -> None:
@@ -63,29 +67,49 @@ class FrontCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         counters = self.front.counters
-        yield labelled_counter("miqps_urls", "URLs the front took in, by outcome", "status", {
-            "learned": counters.learned, "provisional": counters.provisional,
-            "dead_lettered": counters.dead})
-        yield CounterMetricFamily("miqps_urls_consumed", "Messages the front consumed",
-                                  value=counters.consumed)
+        yield labelled_counter(
+            "miqps_urls",
+            "URLs the front took in, by outcome",
+            "status",
+            {
+                "learned": counters.learned,
+                "provisional": counters.provisional,
+                "dead_lettered": counters.dead,
+            },
+        )
         yield CounterMetricFamily(
-            "miqps_samples_forwarded", "Samples of unlearned or due patterns the front "
-            "forwarded to the pattern-stats agents", value=counters.forwarded)
-        yield CounterMetricFamily("miqps_front_batches", "Batches the front completed",
-                                  value=counters.batches)
-        yield CounterMetricFamily("miqps_front_bugs", "Batches a bug of ours failed",
-                                  value=counters.bugs)
-        yield labelled_counter("miqps_front_busy_seconds", "Seconds the front spent, by phase",
-                               "phase", {"consume": counters.consume_seconds,
-                                         "process": counters.process_seconds,
-                                         "deliver": counters.deliver_seconds})
-        yield consumer_lag({(CANONICALIZER, topic, partition): lag
-                            for (topic, partition), lag in self.lag.items()})
+            "miqps_urls_consumed", "Messages the front consumed", value=counters.consumed
+        )
+        yield CounterMetricFamily(
+            "miqps_samples_forwarded",
+            "Samples of unlearned or due patterns the front forwarded to the pattern-stats agents",
+            value=counters.forwarded,
+        )
+        yield CounterMetricFamily(
+            "miqps_front_batches", "Batches the front completed", value=counters.batches
+        )
+        yield CounterMetricFamily(
+            "miqps_front_bugs", "Batches a bug of ours failed", value=counters.bugs
+        )
+        yield labelled_counter(
+            "miqps_front_busy_seconds",
+            "Seconds the front spent, by phase",
+            "phase",
+            {
+                "consume": counters.consume_seconds,
+                "process": counters.process_seconds,
+                "deliver": counters.deliver_seconds,
+            },
+        )
+        yield consumer_lag(
+            {(CANONICALIZER, topic, partition): lag for (topic, partition), lag in self.lag.items()}
+        )
         yield from self.batch_seconds.collect()
 
 
-def labelled_counter(name: str, documentation: str, label: str,
-                     values: Mapping[str, float]) -> CounterMetricFamily:
+def labelled_counter(
+    name: str, documentation: str, label: str, values: Mapping[str, float]
+) -> CounterMetricFamily:
     """A counter family with one sample per value of its one ``label``."""
     family = CounterMetricFamily(name, documentation, labels=[label])
     for key, value in values.items():
@@ -96,8 +120,10 @@ def labelled_counter(name: str, documentation: str, label: str,
 def consumer_lag(lags: dict[tuple[str, str, int], int]) -> GaugeMetricFamily:
     """The lag family from (consumer, topic, partition) -> messages."""
     family = GaugeMetricFamily(
-        "miqps_consumer_lag", "Messages in a partition after the consumer's committed offset",
-        labels=["consumer", "topic", "partition"])
+        "miqps_consumer_lag",
+        "Messages in a partition after the consumer's committed offset",
+        labels=["consumer", "topic", "partition"],
+    )
     for (consumer, topic, partition), lag in sorted(lags.items()):
         family.add_metric([consumer, topic, str(partition)], lag)
     return family
@@ -107,14 +133,14 @@ class SnapshotSender:
     """Sends the families of ``registry`` over ``connection`` every ``every`` seconds,
     until stopped or the worker process is gone."""
 
-    def __init__(self, registry: CollectorRegistry, connection: Connection,
-                 every: float = SNAPSHOT_SECONDS) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, connection: Connection, every: float = SNAPSHOT_SECONDS
+    ) -> None:
         self.registry = registry
         self.connection = connection
         self.every = every
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="miqps-front-metrics",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="miqps-front-metrics", daemon=True)
 
     def start(self) -> None:
         self._thread.start()

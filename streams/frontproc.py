@@ -32,8 +32,13 @@ log = logging.getLogger(__name__)
 LOG_FORMAT = "[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s"
 
 
-def run_front(settings: Settings, parent_pid: int, loglevel: int, stop_timeout: float,
-              metrics: Connection | None = None) -> None:
+def run_front(
+    settings: Settings,
+    parent_pid: int,
+    loglevel: int,
+    stop_timeout: float,
+    metrics: Connection | None = None,
+) -> None:
     """The child process: map feed + front until SIGTERM or the parent is gone; once
     asked to stop, it exits within ``stop_timeout`` seconds. With ``metrics``, it sends
     its metrics there (:mod:`streams.frontmetrics`)."""
@@ -93,7 +98,8 @@ class FrontProcess:
         self._process = context.Process(
             target=run_front,
             args=(self.settings, os.getpid(), loglevel, self.stop_timeout, child_metrics),
-            name="miqps-canonicalizer", daemon=False,
+            name="miqps-canonicalizer",
+            daemon=False,
         )
         self._process.start()
         if child_metrics is not None:
@@ -122,7 +128,8 @@ class FrontProcess:
             return
         process.join(self.stop_timeout + 1.0)
         if process.is_alive():
-            log.warning("canonicalizer front (process %s) outlived its stop deadline: killed",
-                        process.pid)
+            log.warning(
+                "canonicalizer front (process %s) outlived its stop deadline: killed", process.pid
+            )
             process.kill()
             process.join(5)

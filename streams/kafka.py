@@ -55,8 +55,11 @@ def consumer_config(settings: Settings, group_id: str, **extra: Any) -> dict[str
 
 
 def admin_config(settings: Settings) -> dict[str, Any]:
-    return {"bootstrap.servers": settings.bootstrap_servers, "log_level": 3,
-            "logger": librdkafka_logger()}
+    return {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "log_level": 3,
+        "logger": librdkafka_logger(),
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +79,22 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(topics.dlq, n, large),
         TopicSpec(topics.samples, n, {}),
         TopicSpec(topics.probe_requests, n, large),
-        TopicSpec(topics.maps, n, {**large, "cleanup.policy": "compact",
-                                   "min.cleanable.dirty.ratio": "0.1",
-                                   "segment.ms": str(6 * 3600 * 1000)}),
+        TopicSpec(
+            topics.maps,
+            n,
+            {
+                **large,
+                "cleanup.policy": "compact",
+                "min.cleanable.dirty.ratio": "0.1",
+                "segment.ms": str(6 * 3600 * 1000),
+            },
+        ),
         TopicSpec(topics.map_updates, n, large),
-        TopicSpec(topics.map_history, n, {**large, "cleanup.policy": "delete",
-                                          "retention.ms": history_retention_ms(settings)}),
+        TopicSpec(
+            topics.map_history,
+            n,
+            {**large, "cleanup.policy": "delete", "retention.ms": history_retention_ms(settings)},
+        ),
     ]
 
 
@@ -97,20 +110,30 @@ def ensure_topics(settings: Settings, timeout: float = 30.0) -> dict[str, int]:
     admin = AdminClient(admin_config(settings))
     counts = _create_missing(admin, settings, topic_specs(settings), timeout)
     compacted = {"cleanup.policy": "compact"}
-    changelogs = [TopicSpec(name, counts[source], compacted)
-                  for name, source in changelog_topics(settings).items()]
+    changelogs = [
+        TopicSpec(name, counts[source], compacted)
+        for name, source in changelog_topics(settings).items()
+    ]
     _create_missing(admin, settings, changelogs, timeout)
     return counts
 
 
-def _create_missing(admin: AdminClient, settings: Settings, specs: list[TopicSpec],
-                    timeout: float) -> dict[str, int]:
+def _create_missing(
+    admin: AdminClient, settings: Settings, specs: list[TopicSpec], timeout: float
+) -> dict[str, int]:
     existing = admin.list_topics(timeout=timeout).topics
     missing = [spec for spec in specs if spec.name not in existing]
     if missing:
         futures = admin.create_topics(
-            [NewTopic(spec.name, spec.partitions, settings.replication_factor,
-                      config=dict(spec.config)) for spec in missing],
+            [
+                NewTopic(
+                    spec.name,
+                    spec.partitions,
+                    settings.replication_factor,
+                    config=dict(spec.config),
+                )
+                for spec in missing
+            ],
             operation_timeout=timeout,
         )
         for name, future in futures.items():

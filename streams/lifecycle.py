@@ -40,20 +40,22 @@ STOP_TIMEOUT_EXIT_CODE = 0
 
 T = TypeVar("T")
 
-_OUTAGE_CODES = frozenset({
-    KafkaError._TRANSPORT,
-    KafkaError._ALL_BROKERS_DOWN,
-    KafkaError._TIMED_OUT,
-    KafkaError._MSG_TIMED_OUT,
-    KafkaError._WAIT_COORD,
-    KafkaError.BROKER_NOT_AVAILABLE,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.NOT_COORDINATOR,
-    KafkaError.REQUEST_TIMED_OUT,
-    KafkaError.NETWORK_EXCEPTION,
-})
+_OUTAGE_CODES = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._TIMED_OUT,
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._WAIT_COORD,
+        KafkaError.BROKER_NOT_AVAILABLE,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NETWORK_EXCEPTION,
+    }
+)
 
 
 def is_broker_outage(error: BaseException) -> bool:
@@ -63,8 +65,11 @@ def is_broker_outage(error: BaseException) -> bool:
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, KafkaException) and current.args and \
-                isinstance(current.args[0], KafkaError):
+        if (
+            isinstance(current, KafkaException)
+            and current.args
+            and isinstance(current.args[0], KafkaError)
+        ):
             kafka_error = current.args[0]
             if kafka_error.code() in _OUTAGE_CODES or kafka_error.retriable():
                 return True
@@ -81,8 +86,9 @@ def _is_retriable_aiokafka_error(error: BaseException) -> bool:
     return isinstance(error, aiokafka_errors.KafkaError) and bool(error.retriable)
 
 
-def wait_for_broker(bootstrap_servers: str, attempt: Callable[[], T],
-                    stopping: threading.Event) -> T | None:
+def wait_for_broker(
+    bootstrap_servers: str, attempt: Callable[[], T], stopping: threading.Event
+) -> T | None:
     """``attempt()`` until it succeeds or ``stopping`` is set (then None). Only broker
     outages are retried; any other error is raised."""
     started = time.monotonic()
@@ -90,9 +96,14 @@ def wait_for_broker(bootstrap_servers: str, attempt: Callable[[], T],
     def say_waiting(state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome is not None else None
         delay = state.next_action.sleep if state.next_action is not None else 0.0
-        log.warning("waiting for Kafka at %s (%.0fs so far, attempt %d): %s; next try in "
-                    "%.0fs", bootstrap_servers, time.monotonic() - started,
-                    state.attempt_number, error, delay)
+        log.warning(
+            "waiting for Kafka at %s (%.0fs so far, attempt %d): %s; next try in %.0fs",
+            bootstrap_servers,
+            time.monotonic() - started,
+            state.attempt_number,
+            error,
+            delay,
+        )
 
     def pause(seconds: float) -> None:
         stopping.wait(seconds)
@@ -112,8 +123,7 @@ def wait_for_broker(bootstrap_servers: str, attempt: Callable[[], T],
             return None
         raise
     if retrying.statistics.get("attempt_number", 1) > 1:
-        log.info("Kafka at %s answered after %.0fs", bootstrap_servers,
-                 time.monotonic() - started)
+        log.info("Kafka at %s answered after %.0fs", bootstrap_servers, time.monotonic() - started)
     return result
 
 
@@ -126,8 +136,13 @@ class StopDeadline:
     delivered again.
     """
 
-    def __init__(self, seconds: float, what: str, abandoned: Callable[[], str],
-                 exit_code: int = STOP_TIMEOUT_EXIT_CODE) -> None:
+    def __init__(
+        self,
+        seconds: float,
+        what: str,
+        abandoned: Callable[[], str],
+        exit_code: int = STOP_TIMEOUT_EXIT_CODE,
+    ) -> None:
         self.seconds = seconds
         self.what = what
         self.abandoned = abandoned
@@ -150,8 +165,12 @@ class StopDeadline:
             detail = self.abandoned()
         except Exception as error:  # the exit must happen whatever the description does
             detail = f"(cannot tell what: {type(error).__name__}: {error})"
-        log.warning("%s: not stopped %gs after the stop request; exiting now. %s",
-                    self.what, self.seconds, detail)
+        log.warning(
+            "%s: not stopped %gs after the stop request; exiting now. %s",
+            self.what,
+            self.seconds,
+            detail,
+        )
         if self.restart_after is not None:
             start_again(self.restart_after)
         _flush_logs()
@@ -163,8 +182,11 @@ def start_again(reason: BaseException) -> NoReturn:
     at start-up: a worker that lost its broker while starting (or later, past what its
     clients retry) recovers by itself. Nothing is lost: every input without a committed
     offset is delivered again."""
-    log.warning("Kafka became unreachable (%s: %s); starting the worker again once it "
-                "answers", type(reason).__name__, reason)
+    log.warning(
+        "Kafka became unreachable (%s: %s); starting the worker again once it answers",
+        type(reason).__name__,
+        reason,
+    )
     _flush_logs()
     os.execv(sys.executable, sys.orig_argv)
 

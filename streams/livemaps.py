@@ -62,8 +62,14 @@ class LiveMaps:
     it current, with maps kept as objects so that its ``explain`` stays fast.
     """
 
-    def __init__(self, reverify_after: float, layers: StaticLayers | None = None,
-                 *, use_prior: bool = True, canonicalizer: Canonicalizer | None = None) -> None:
+    def __init__(
+        self,
+        reverify_after: float,
+        layers: StaticLayers | None = None,
+        *,
+        use_prior: bool = True,
+        canonicalizer: Canonicalizer | None = None,
+    ) -> None:
         self._compact = canonicalizer is None
         self.canonicalizer = canonicalizer or Canonicalizer(layers, use_prior=use_prior)
         self.reverify_after = reverify_after
@@ -90,11 +96,17 @@ class LiveMaps:
                 self.canonicalizer.update(domain_map, document)
             else:
                 self.canonicalizer.update(domain_map)
-            self._maps[domain_map.domain] = LiveMap(domain_map.version, {
-                key: PatternRule(decision.decided_at,
-                                 timestamp_seconds(decision.decided_at) + self.reverify_after)
-                for key, decision in domain_map.patterns.items()
-            }, timestamp_seconds(domain_map.updated_at))
+            self._maps[domain_map.domain] = LiveMap(
+                domain_map.version,
+                {
+                    key: PatternRule(
+                        decision.decided_at,
+                        timestamp_seconds(decision.decided_at) + self.reverify_after,
+                    )
+                    for key, decision in domain_map.patterns.items()
+                },
+                timestamp_seconds(domain_map.updated_at),
+            )
             return True
 
     def remove(self, domain: str) -> None:

@@ -83,15 +83,22 @@ class LocalBroker:
         return ",".join(self.node_bootstrap(node) for node in self.nodes)
 
     def _run(self, *command: str) -> None:
-        env = dict(os.environ, KAFKA_LOCAL_PORT=str(self.port),
-                   KAFKA_LOCAL_CONTROLLER_PORT=str(self.controller_port),
-                   KAFKA_LOCAL_HOME=str(self.home), KAFKA_LOCAL_M2=str(maven_cache()),
-                   KAFKA_LOCAL_BROKERS=str(self.brokers))
-        done = subprocess.run([str(SCRIPT), *command], env=env, capture_output=True,
-                              timeout=START_TIMEOUT)
+        env = dict(
+            os.environ,
+            KAFKA_LOCAL_PORT=str(self.port),
+            KAFKA_LOCAL_CONTROLLER_PORT=str(self.controller_port),
+            KAFKA_LOCAL_HOME=str(self.home),
+            KAFKA_LOCAL_M2=str(maven_cache()),
+            KAFKA_LOCAL_BROKERS=str(self.brokers),
+        )
+        done = subprocess.run(
+            [str(SCRIPT), *command], env=env, capture_output=True, timeout=START_TIMEOUT
+        )
         if done.returncode != 0:
-            raise RuntimeError(f"kafka-local {' '.join(command)} failed ({done.returncode}): "
-                               f"{done.stderr.decode(errors='replace')[-2000:]}")
+            raise RuntimeError(
+                f"kafka-local {' '.join(command)} failed ({done.returncode}): "
+                f"{done.stderr.decode(errors='replace')[-2000:]}"
+            )
 
     def start(self) -> LocalBroker:
         """Start every node; if that fails, stop the ones that did start, then raise."""
@@ -127,13 +134,18 @@ class LocalBroker:
             if live >= count:
                 return
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{live} of {count} brokers live at {self.bootstrap} "
-                                   f"after {timeout:g}s")
+                raise RuntimeError(
+                    f"{live} of {count} brokers live at {self.bootstrap} after {timeout:g}s"
+                )
             time.sleep(0.5)
 
     def __enter__(self) -> LocalBroker:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()

@@ -32,8 +32,12 @@ class _Seen:
 class RateLimitFilter(logging.Filter):
     """Passes the first of each repeated warning or error per ``interval`` seconds."""
 
-    def __init__(self, interval: float = DEFAULT_INTERVAL, min_level: int = logging.WARNING,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        interval: float = DEFAULT_INTERVAL,
+        min_level: int = logging.WARNING,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__()
         self.interval = interval
         self.min_level = min_level
@@ -51,8 +55,10 @@ class RateLimitFilter(logging.Filter):
             seen.suppressed += 1
             return False
         if seen is not None and seen.suppressed:
-            record.msg = (f"{message} [{seen.suppressed} more like this in the last "
-                          f"{now - seen.written_at:.0f}s]")
+            record.msg = (
+                f"{message} [{seen.suppressed} more like this in the last "
+                f"{now - seen.written_at:.0f}s]"
+            )
             record.args = ()
         if seen is None and len(self._seen) >= MAX_TRACKED:
             self._seen.clear()
@@ -60,8 +66,9 @@ class RateLimitFilter(logging.Filter):
         return True
 
 
-def rate_limit_handlers(logger: logging.Logger | None = None,
-                        interval: float = DEFAULT_INTERVAL) -> None:
+def rate_limit_handlers(
+    logger: logging.Logger | None = None, interval: float = DEFAULT_INTERVAL
+) -> None:
     """Give every handler of ``logger`` (the root by default) a rate limit, once."""
     for handler in (logger or logging.getLogger()).handlers:
         if not any(isinstance(existing, RateLimitFilter) for existing in handler.filters):

@@ -39,9 +39,13 @@ SendDeadLetter = Callable[[bytes | None, bytes], None]
 
 
 class MapFeed:
-    def __init__(self, settings: Settings, live_maps: LiveMaps,
-                 on_fatal: Callable[[BaseException], None] | None = None,
-                 dead_letter: SendDeadLetter | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        live_maps: LiveMaps,
+        on_fatal: Callable[[BaseException], None] | None = None,
+        dead_letter: SendDeadLetter | None = None,
+    ) -> None:
         """``dead_letter`` is where invalid records go; by default a producer to the DLQ
         topic, made when the feed starts."""
         self.settings = settings
@@ -73,10 +77,13 @@ class MapFeed:
 
     def _follow(self) -> None:
         topic = self.settings.topics.maps
-        consumer = Consumer(consumer_config(
-            self.settings, f"{self.settings.app_id}-maps-{uuid.uuid4().hex}",
-            **{"enable.auto.commit": False, "fetch.wait.max.ms": 100},
-        ))
+        consumer = Consumer(
+            consumer_config(
+                self.settings,
+                f"{self.settings.app_id}-maps-{uuid.uuid4().hex}",
+                **{"enable.auto.commit": False, "fetch.wait.max.ms": 100},
+            )
+        )
         producer: Producer | None = None
         if self.dead_letter is None:
             producer = Producer(producer_config(self.settings))
@@ -118,8 +125,11 @@ class MapFeed:
         return send
 
     def _set_ready(self, started: float) -> None:
-        log.info("map feed: %d domain maps live after %.1fs", len(self.live_maps),
-                 time.monotonic() - started)
+        log.info(
+            "map feed: %d domain maps live after %.1fs",
+            len(self.live_maps),
+            time.monotonic() - started,
+        )
         self.ready.set()
 
     def apply_record(self, key: bytes | None, value: bytes | None, source: Source) -> None:
@@ -138,23 +148,39 @@ class MapFeed:
                 raise InvalidMap("domain key", "a key that is not UTF-8") from None
             domain_map = parse_map(value, key=domain)
         except InvalidMap as error:
-            self._reject(error.at(f"{source.topic}[{source.partition}]@{source.offset}"),
-                         key, value, source)
+            self._reject(
+                error.at(f"{source.topic}[{source.partition}]@{source.offset}"), key, value, source
+            )
             return
         if self.live_maps.apply(domain_map, value) and self.ready.is_set():
-            log.info("map live: %s v%d (%d patterns)", domain_map.domain,
-                     domain_map.version, len(domain_map.patterns))
+            log.info(
+                "map live: %s v%d (%d patterns)",
+                domain_map.domain,
+                domain_map.version,
+                len(domain_map.patterns),
+            )
 
-    def _reject(self, error: InvalidMap, key: bytes | None, value: bytes,
-                source: Source) -> None:
+    def _reject(self, error: InvalidMap, key: bytes | None, value: bytes, source: Source) -> None:
         log.warning("map feed: dead-lettered; the last valid map stays live: %s", error)
         if self.dead_letter is not None:
-            self.dead_letter(key, DeadLetter.of(
-                str(error), value, key, source, DEAD_LETTER_STAGE,
-                self.settings.topic_max_message_bytes // 2).to_bytes())
+            self.dead_letter(
+                key,
+                DeadLetter.of(
+                    str(error),
+                    value,
+                    key,
+                    source,
+                    DEAD_LETTER_STAGE,
+                    self.settings.topic_max_message_bytes // 2,
+                ).to_bytes(),
+            )
 
 
 def _source(message: Message) -> Source:
     timestamp_type, timestamp = message.timestamp()
-    return Source(message.topic() or "", message.partition() or 0, message.offset() or 0,
-                  timestamp if timestamp_type else None)
+    return Source(
+        message.topic() or "",
+        message.partition() or 0,
+        message.offset() or 0,
+        timestamp if timestamp_type else None,
+    )

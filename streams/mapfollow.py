@@ -16,13 +16,15 @@ def _no_dead_letters(key: bytes | None, record: bytes) -> None:
     """A reader of the maps is no producer: the feed logs an invalid record and skips it."""
 
 
-def follow_maps(canonicalizer: Canonicalizer, bootstrap: str, topic: str,
-                timeout: float) -> Callable[[], None]:
+def follow_maps(
+    canonicalizer: Canonicalizer, bootstrap: str, topic: str, timeout: float
+) -> Callable[[], None]:
     """Read ``topic`` from the beginning into ``canonicalizer``, return once caught up, and
     keep following it in a thread; the function returned stops it. Raises
     :class:`TimeoutError` if the topic cannot be read up to its end within ``timeout``."""
-    settings = Settings(bootstrap_servers=bootstrap, app_id="miqps-api",
-                        topics=replace(Topics(), maps=topic))
+    settings = Settings(
+        bootstrap_servers=bootstrap, app_id="miqps-api", topics=replace(Topics(), maps=topic)
+    )
     failures: list[BaseException] = []
     live_maps = LiveMaps(reverify_after=0.0, canonicalizer=canonicalizer)
     feed = MapFeed(settings, live_maps, failures.append, dead_letter=_no_dead_letters)
@@ -33,6 +35,8 @@ def follow_maps(canonicalizer: Canonicalizer, bootstrap: str, topic: str,
         if failures or waited >= timeout:
             feed.stop()
             cause = f": {failures[0]}" if failures else ""
-            raise TimeoutError(f"could not read the maps topic {topic!r} from {bootstrap} "
-                               f"within {timeout:g}s{cause}")
+            raise TimeoutError(
+                f"could not read the maps topic {topic!r} from {bootstrap} "
+                f"within {timeout:g}s{cause}"
+            )
     return feed.stop

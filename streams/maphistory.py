@@ -63,12 +63,14 @@ class ProducerSink:
         self.reports.raise_errors()
 
 
-async def publish_map(sink: Sink, topics: Topics, domain_map: DomainMap,
-                      produced_by: ProducedBy, note: str = "") -> None:
+async def publish_map(
+    sink: Sink, topics: Topics, domain_map: DomainMap, produced_by: ProducedBy, note: str = ""
+) -> None:
     """Publish ``domain_map``: its history record, then the map for the workers."""
     key = domain_map.domain.encode()
-    await sink.send(topics.map_history, key,
-                    MapVersion.of(domain_map, produced_by, note).to_bytes())
+    await sink.send(
+        topics.map_history, key, MapVersion.of(domain_map, produced_by, note).to_bytes()
+    )
     await sink.send(topics.maps, key, domain_map.dumps().encode())
 
 
@@ -80,19 +82,22 @@ def probe_producer(audits: Iterable[MapUpdateRecord]) -> tuple[ProducedBy, str]:
     return ("reverify" if reasons == ["reverify"] else "stream-probe"), ", ".join(reasons)
 
 
-def operator_audits(before: DomainMap | None, after: DomainMap, verdict: GateVerdict,
-                    request_reason: str) -> list[MapUpdateRecord]:
+def operator_audits(
+    before: DomainMap | None, after: DomainMap, verdict: GateVerdict, request_reason: str
+) -> list[MapUpdateRecord]:
     """The ``miqps.map-updates`` records of an operator's update: one per pattern whose
     kept or dropped names it changed (added, changed or removed)."""
     records: list[MapUpdateRecord] = []
     for change in diff_maps(before, after):
         if change.after is None:
-            removed = MapUpdateRecord.undecided(after.domain, change.pattern, request_reason, 0,
-                                                verdict.reason, before, 0)
+            removed = MapUpdateRecord.undecided(
+                after.domain, change.pattern, request_reason, 0, verdict.reason, before, 0
+            )
             records.append(replace(removed, accepted=True, version_after=after.version))
         else:
-            records.append(MapUpdateRecord.decided(change.pattern, request_reason, before,
-                                                   after, verdict, 0))
+            records.append(
+                MapUpdateRecord.decided(change.pattern, request_reason, before, after, verdict, 0)
+            )
     return records
 
 
@@ -169,20 +174,30 @@ def history_rows(history: History) -> list[dict[str, Any]]:
     for record in history.versions:
         domain_map = record.domain_map()
         before = previous.domain_map() if previous is not None else None
-        known = record.version == 1 or (previous is not None
-                                        and previous.version == record.version - 1)
-        rows.append({
-            "version": record.version,
-            "produced_by": record.produced_by,
-            "note": record.note,
-            "at": record.at,
-            "frozen": domain_map.frozen,
-            "patterns": len(domain_map.patterns),
-            "changes": [{"pattern": item.pattern, "change": str(item.change),
-                         "now_kept": sorted(item.newly_kept()),
-                         "now_dropped": sorted(item.newly_dropped()),
-                         "text": item.describe()}
-                        for item in diff_maps(before, domain_map)] if known else None,
-        })
+        known = record.version == 1 or (
+            previous is not None and previous.version == record.version - 1
+        )
+        rows.append(
+            {
+                "version": record.version,
+                "produced_by": record.produced_by,
+                "note": record.note,
+                "at": record.at,
+                "frozen": domain_map.frozen,
+                "patterns": len(domain_map.patterns),
+                "changes": [
+                    {
+                        "pattern": item.pattern,
+                        "change": str(item.change),
+                        "now_kept": sorted(item.newly_kept()),
+                        "now_dropped": sorted(item.newly_dropped()),
+                        "text": item.describe(),
+                    }
+                    for item in diff_maps(before, domain_map)
+                ]
+                if known
+                else None,
+            }
+        )
         previous = record
     return rows

@@ -83,6 +83,7 @@ def _reader(annotation: Any) -> Reader:
             if type(value) not in exact:
                 raise _Mismatch
             return value if annotation is not float else float(value)
+
         return scalar
     if origin in (Union, UnionType):
         options = [_reader(option) for option in get_args(annotation)]
@@ -99,8 +100,13 @@ def _reader(annotation: Any) -> Reader:
     raise TypeError(f"no JSON reader for {annotation!r}")
 
 
-_SCALARS: dict[Any, tuple[type, ...]] = {NoneType: (NoneType,), bool: (bool,), int: (int,),
-                                         float: (int, float), str: (str,)}
+_SCALARS: dict[Any, tuple[type, ...]] = {
+    NoneType: (NoneType,),
+    bool: (bool,),
+    int: (int,),
+    float: (int, float),
+    str: (str,),
+}
 
 
 def _same(value: Any) -> Any:
@@ -139,8 +145,7 @@ def _record(cls: type, value: Any) -> Any:
 
 
 def _words(name: str) -> str:
-    return "".join(f" {letter.lower()}" if letter.isupper() else letter
-                   for letter in name).strip()
+    return "".join(f" {letter.lower()}" if letter.isupper() else letter for letter in name).strip()
 
 
 _READERS: dict[type, dict[str, tuple[Reader, Any]]] = {}
@@ -150,8 +155,9 @@ def _readers(cls: type) -> dict[str, tuple[Reader, Any]]:
     readers = _READERS.get(cls)
     if readers is None:
         hints = get_type_hints(cls)
-        readers = _READERS[cls] = {item.name: (_reader(hints[item.name]), hints[item.name])
-                                   for item in fields(cls)}
+        readers = _READERS[cls] = {
+            item.name: (_reader(hints[item.name]), hints[item.name]) for item in fields(cls)
+        }
     return readers
 
 
@@ -171,8 +177,7 @@ def _from_fields(cls: type[Record], document: Any, what: str) -> Record:
         try:
             values[name] = reader(document[name])
         except _Mismatch:
-            raise BadInput(f"{what} whose {name} is not of type {_type_name(annotation)}") \
-                from None
+            raise BadInput(f"{what} whose {name} is not of type {_type_name(annotation)}") from None
     return cls(**values)
 
 
@@ -235,10 +240,10 @@ def _from_envelope(body: bytes) -> tuple[str, dict[str, Any] | None]:
             raise BadInput("not valid UTF-8 in JSON") from None
         raise BadInput(f"not valid JSON: {message.split(':')[0]}") from None
     if not isinstance(document, dict):
-        raise BadInput(f"JSON {type(document).__name__} instead of an object with a \"url\"")
+        raise BadInput(f'JSON {type(document).__name__} instead of an object with a "url"')
     url = document.get("url")
     if not isinstance(url, str):
-        raise BadInput("JSON object without a \"url\" string")
+        raise BadInput('JSON object without a "url" string')
     meta = {key: item for key, item in document.items() if key != "url"}
     return url.strip(), meta or None
 
@@ -266,19 +271,46 @@ class CanonicalOutput:
     meta: dict[str, Any] | None
 
     def to_bytes(self) -> bytes:
-        return self.encode(self.url, self.canonical_url, self.domain, self.pattern, self.kept,
-                           self.dropped, self.status, self.map_version, self.meta)
+        return self.encode(
+            self.url,
+            self.canonical_url,
+            self.domain,
+            self.pattern,
+            self.kept,
+            self.dropped,
+            self.status,
+            self.map_version,
+            self.meta,
+        )
 
     @staticmethod
-    def encode(url: str, canonical_url: str, domain: str, pattern: str,
-               kept: tuple[str, ...], dropped: tuple[str, ...],
-               status: str, map_version: int, meta: dict[str, Any] | None) -> bytes:
+    def encode(
+        url: str,
+        canonical_url: str,
+        domain: str,
+        pattern: str,
+        kept: tuple[str, ...],
+        dropped: tuple[str, ...],
+        status: str,
+        map_version: int,
+        meta: dict[str, Any] | None,
+    ) -> bytes:
         """The bytes of the record of these fields, without building it: once per input,
         this costs a third of building a frozen record and writing it
         (``python -m bench.messages_encode``)."""
-        return orjson.dumps({"url": url, "canonical_url": canonical_url, "domain": domain,
-                             "pattern": pattern, "kept": kept, "dropped": dropped,
-                             "status": status, "map_version": map_version, "meta": meta})
+        return orjson.dumps(
+            {
+                "url": url,
+                "canonical_url": canonical_url,
+                "domain": domain,
+                "pattern": pattern,
+                "kept": kept,
+                "dropped": dropped,
+                "status": status,
+                "map_version": map_version,
+                "meta": meta,
+            }
+        )
 
     @classmethod
     def from_bytes(cls, value: bytes | None) -> CanonicalOutput:
@@ -321,8 +353,9 @@ class DueSample:
 
 
 Sample = UrlSample | CountSample | DueSample
-SAMPLE_TYPES: dict[str, type[Sample]] = {kind.kind: kind for kind in (UrlSample, CountSample,
-                                                                     DueSample)}
+SAMPLE_TYPES: dict[str, type[Sample]] = {
+    kind.kind: kind for kind in (UrlSample, CountSample, DueSample)
+}
 
 
 def sample_to_bytes(sample: Sample) -> bytes:
@@ -385,8 +418,13 @@ def read_observation(item: Any) -> Observation:
         raise BadInput("pattern sample without a known kind")
     domain, pattern = item.get("domain"), item.get("pattern", "")
     shape = item.get("shape") or (shape_of(pattern) if type(pattern) is str else None)
-    if not (type(domain) is str and domain and type(pattern) is str
-            and type(shape) is str and shape.startswith("/")):
+    if not (
+        type(domain) is str
+        and domain
+        and type(pattern) is str
+        and type(shape) is str
+        and shape.startswith("/")
+    ):
         raise BadInput("pattern sample without a domain and a pattern or shape")
     if item["kind"] == DueSample.kind:
         return Observation(domain, shape, "", None, 0, "")
@@ -452,8 +490,9 @@ class ProbeRequest:
     @classmethod
     def from_bytes(cls, value: bytes | None) -> ProbeRequest:
         request = _from_fields(cls, load_json(value, "a probe request"), "a probe request")
-        if not (request.domain and request.shape.startswith("/") and request.patterns
-                and request.urls):
+        if not (
+            request.domain and request.shape.startswith("/") and request.patterns and request.urls
+        ):
             raise BadInput("a probe request without a domain, a shape, patterns or URLs")
         return request
 
@@ -495,35 +534,72 @@ class MapUpdateRecord:
         return _from_fields(cls, load_json(value, "a map update"), "a map update")
 
     @classmethod
-    def decided(cls, pattern: str, request_reason: str, before: DomainMap | None,
-                after: DomainMap, verdict: GateVerdict, fetches: int) -> MapUpdateRecord:
+    def decided(
+        cls,
+        pattern: str,
+        request_reason: str,
+        before: DomainMap | None,
+        after: DomainMap,
+        verdict: GateVerdict,
+        fetches: int,
+    ) -> MapUpdateRecord:
         """The record of a pattern an update decided, accepted or rejected by the gate."""
         new = after.patterns[pattern]
         version_before, kept_before, dropped_before = _before(before, pattern)
         return cls(
-            after.domain, pattern, verdict.accepted, verdict.reason, request_reason,
-            version_before=version_before, kept_before=kept_before,
+            after.domain,
+            pattern,
+            verdict.accepted,
+            verdict.reason,
+            request_reason,
+            version_before=version_before,
+            kept_before=kept_before,
             dropped_before=dropped_before,
             version_after=after.version if verdict.accepted else None,
             kept_after=tuple(sorted(new.kept)),
             dropped_after=tuple(sorted(new.dropped)),
-            flipped_to_dropped=tuple(sorted(name for key, name in verdict.flipped
-                                            if key == pattern)),
+            flipped_to_dropped=tuple(
+                sorted(name for key, name in verdict.flipped if key == pattern)
+            ),
             evidence={name: new.params[name].to_json() for name in sorted(new.params)},
             verification=new.verification.to_json(),
-            urls_seen=new.urls_seen, fetches=fetches, at=utc_now())
+            urls_seen=new.urls_seen,
+            fetches=fetches,
+            at=utc_now(),
+        )
 
     @classmethod
-    def undecided(cls, domain: str, pattern: str, request_reason: str, urls_seen: int,
-                  reason: str, before: DomainMap | None, fetches: int) -> MapUpdateRecord:
+    def undecided(
+        cls,
+        domain: str,
+        pattern: str,
+        request_reason: str,
+        urls_seen: int,
+        reason: str,
+        before: DomainMap | None,
+        fetches: int,
+    ) -> MapUpdateRecord:
         """The record of a pattern an update leaves without a decision, and why."""
         version_before, kept_before, dropped_before = _before(before, pattern)
         return cls(
-            domain, pattern, False, reason, request_reason,
-            version_before=version_before, kept_before=kept_before,
-            dropped_before=dropped_before, version_after=None, kept_after=None,
-            dropped_after=None, flipped_to_dropped=(), evidence={}, verification=None,
-            urls_seen=urls_seen, fetches=fetches, at=utc_now())
+            domain,
+            pattern,
+            False,
+            reason,
+            request_reason,
+            version_before=version_before,
+            kept_before=kept_before,
+            dropped_before=dropped_before,
+            version_after=None,
+            kept_after=None,
+            dropped_after=None,
+            flipped_to_dropped=(),
+            evidence={},
+            verification=None,
+            urls_seen=urls_seen,
+            fetches=fetches,
+            at=utc_now(),
+        )
 
 
 NO_SAMPLES = "no sample URL of this pattern could be probed"
@@ -532,8 +608,9 @@ ONE_PAGE = "every URL fetched showed the same page (a bot wall?); nothing learne
 FROZEN = "the map is frozen by an operator; nothing learned until it is unfrozen"
 
 
-def audit_records(update: MapUpdate,
-                  requests: Mapping[str, RequestedPattern]) -> list[MapUpdateRecord]:
+def audit_records(
+    update: MapUpdate, requests: Mapping[str, RequestedPattern]
+) -> list[MapUpdateRecord]:
     """One record per pattern of ``update``: decided (accepted or rejected by the gate),
     unreachable, walled, or without samples. A pooled or stale-default decision answers no
     request: its ``request_reason`` is why the core took it."""
@@ -541,21 +618,40 @@ def audit_records(update: MapUpdate,
     if update.candidate is not None and update.verdict is not None:
         for pattern, entry in update.decided.items():
             request = requests.get(pattern)
-            reason = (request.reason if entry.why is Why.REQUESTED and request is not None
-                      else str(entry.why))
-            records.append(MapUpdateRecord.decided(pattern, reason, update.before,
-                                                   update.candidate, update.verdict,
-                                                   update.fetches))
-    for reason, patterns in ((UNREACHABLE, update.unreachable), (ONE_PAGE, update.walled),
-                             (NO_SAMPLES, update.without_samples), (FROZEN, update.frozen)):
-        records.extend(MapUpdateRecord.undecided(
-            update.domain, pattern, requests[pattern].reason, requests[pattern].urls_seen,
-            reason, update.before, update.fetches) for pattern in patterns)
+            reason = (
+                request.reason
+                if entry.why is Why.REQUESTED and request is not None
+                else str(entry.why)
+            )
+            records.append(
+                MapUpdateRecord.decided(
+                    pattern, reason, update.before, update.candidate, update.verdict, update.fetches
+                )
+            )
+    for reason, patterns in (
+        (UNREACHABLE, update.unreachable),
+        (ONE_PAGE, update.walled),
+        (NO_SAMPLES, update.without_samples),
+        (FROZEN, update.frozen),
+    ):
+        records.extend(
+            MapUpdateRecord.undecided(
+                update.domain,
+                pattern,
+                requests[pattern].reason,
+                requests[pattern].urls_seen,
+                reason,
+                update.before,
+                update.fetches,
+            )
+            for pattern in patterns
+        )
     return records
 
 
-def _before(before: DomainMap | None,
-            pattern: str) -> tuple[int, tuple[str, ...] | None, tuple[str, ...] | None]:
+def _before(
+    before: DomainMap | None, pattern: str
+) -> tuple[int, tuple[str, ...] | None, tuple[str, ...] | None]:
     """An audit record's version_before, kept_before and dropped_before."""
     old = before.patterns.get(pattern) if before is not None else None
     if old is None:
@@ -600,8 +696,16 @@ class DeadLetter:
     dead_at: float
 
     @classmethod
-    def of(cls, reason: str, value: bytes | None, key: bytes | None, source: Source,
-           stage: Stage, max_original_bytes: int, now: float | None = None) -> DeadLetter:
+    def of(
+        cls,
+        reason: str,
+        value: bytes | None,
+        key: bytes | None,
+        source: Source,
+        stage: Stage,
+        max_original_bytes: int,
+        now: float | None = None,
+    ) -> DeadLetter:
         """The record of a message, keeping at most ``max_original_bytes`` of its value."""
         original = value if value is not None else b""
         truncated = len(original) > max_original_bytes
@@ -642,8 +746,14 @@ class DeadLetter:
         return record
 
 
-def encode_dead_letter(reason: str, value: bytes | None, key: bytes | None, source: Source,
-                       stage: str, max_original_bytes: int) -> bytes:
+def encode_dead_letter(
+    reason: str,
+    value: bytes | None,
+    key: bytes | None,
+    source: Source,
+    stage: str,
+    max_original_bytes: int,
+) -> bytes:
     """:meth:`DeadLetter.of` as bytes, for callers whose stage is any string."""
     if stage not in STAGES:
         raise ValueError(f"dead-letter stage must be one of {', '.join(STAGES)}: {stage!r}")
@@ -672,8 +782,14 @@ class MapVersion:
 
     @classmethod
     def of(cls, domain_map: DomainMap, produced_by: ProducedBy, note: str = "") -> MapVersion:
-        return cls(domain_map.domain, domain_map.version, produced_by, note, utc_now(),
-                   domain_map.to_json())
+        return cls(
+            domain_map.domain,
+            domain_map.version,
+            produced_by,
+            note,
+            utc_now(),
+            domain_map.to_json(),
+        )
 
     def domain_map(self) -> DomainMap:
         return DomainMap.from_json(self.map)

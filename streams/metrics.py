@@ -70,7 +70,8 @@ class MapUpdateCounts:
     or a failed run)."""
 
     by_verdict: dict[str, int] = field(
-        default_factory=lambda: dict.fromkeys(("accepted", "rejected", "undecided"), 0))
+        default_factory=lambda: dict.fromkeys(("accepted", "rejected", "undecided"), 0)
+    )
 
     def count(self, audits: Iterable[MapUpdateRecord]) -> None:
         for audit in audits:
@@ -115,16 +116,19 @@ class LiveMapsCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         maps = self.live_maps.live()
-        yield GaugeMetricFamily("miqps_domains_live", "Domains with a live map",
-                                value=len(maps))
-        yield GaugeMetricFamily("miqps_patterns_live", "Patterns decided in the live maps",
-                                value=sum(len(live.rules) for live in maps))
+        yield GaugeMetricFamily("miqps_domains_live", "Domains with a live map", value=len(maps))
+        yield GaugeMetricFamily(
+            "miqps_patterns_live",
+            "Patterns decided in the live maps",
+            value=sum(len(live.rules) for live in maps),
+        )
         updated = [live.updated_at for live in maps if live.updated_at > 0]
         if updated:
             yield GaugeMetricFamily(
                 "miqps_oldest_map_age_seconds",
                 "Seconds since the least recently updated live map was updated",
-                value=max(0.0, self.clock() - min(updated)))
+                value=max(0.0, self.clock() - min(updated)),
+            )
 
 
 def state_bytes(state_dir: Path) -> dict[str, int]:
@@ -152,9 +156,9 @@ class StateCollector(Collector):
         self.state_dir = state_dir
 
     def collect(self) -> Iterator[Metric]:
-        family = GaugeMetricFamily("miqps_state_bytes",
-                                   "Bytes of RocksDB state on disk, by table",
-                                   labels=["table"])
+        family = GaugeMetricFamily(
+            "miqps_state_bytes", "Bytes of RocksDB state on disk, by table", labels=["table"]
+        )
         for table, size in sorted(state_bytes(self.state_dir).items()):
             family.add_metric([table], size)
         yield family
@@ -181,8 +185,11 @@ class AgentCollector(Collector):
             families = future.result(LOOP_READ_SECONDS)
         except FutureTimeout:
             future.cancel()
-            log.warning("metrics: the event loop did not answer within %gs; agent metrics "
-                        "left out of this scrape", LOOP_READ_SECONDS)
+            log.warning(
+                "metrics: the event loop did not answer within %gs; agent metrics "
+                "left out of this scrape",
+                LOOP_READ_SECONDS,
+            )
             return
         yield from families
 
@@ -190,10 +197,15 @@ class AgentCollector(Collector):
         families: list[Metric] = [self._lag()]
         if self.probing is not None:
             families.extend(self._probing(self.probing))
-        families.append(labelled_counter(
-            "miqps_map_updates", "Map update records (one per pattern) the probing agent "
-            "published, by verdict of the anomaly gate", "verdict",
-            self.map_updates.by_verdict))
+        families.append(
+            labelled_counter(
+                "miqps_map_updates",
+                "Map update records (one per pattern) the probing agent "
+                "published, by verdict of the anomaly gate",
+                "verdict",
+                self.map_updates.by_verdict,
+            )
+        )
         return families
 
     def _lag(self) -> GaugeMetricFamily:
@@ -220,29 +232,47 @@ class AgentCollector(Collector):
 
     def _probing(self, probing: ProbeAgentState) -> Iterator[Metric]:
         pending, domains = probing.scheduler.load()
-        yield GaugeMetricFamily("miqps_probe_requests_pending",
-                                "Probe requests waiting for their domain's next run",
-                                value=pending)
         yield GaugeMetricFamily(
-            "miqps_probe_requests_in_flight", "Probe requests taken in, not waiting and not "
+            "miqps_probe_requests_pending",
+            "Probe requests waiting for their domain's next run",
+            value=pending,
+        )
+        yield GaugeMetricFamily(
+            "miqps_probe_requests_in_flight",
+            "Probe requests taken in, not waiting and not "
             "acknowledged yet (being learned, or behind an earlier one)",
-            value=max(0, probing.unacknowledged() - pending))
-        yield GaugeMetricFamily("miqps_probe_domains_in_flight",
-                                "Domains with a learning run due or under way", value=domains)
+            value=max(0, probing.unacknowledged() - pending),
+        )
+        yield GaugeMetricFamily(
+            "miqps_probe_domains_in_flight",
+            "Domains with a learning run due or under way",
+            value=domains,
+        )
         stats = probing.fetch_stats
         yield labelled_counter(
-            "miqps_fetches", "Probe fetches by outcome: ok, inconclusive (a page no prober "
+            "miqps_fetches",
+            "Probe fetches by outcome: ok, inconclusive (a page no prober "
             "could judge), refused (address guard), failed, retried (an attempt tried again)",
-            "outcome", {"ok": stats.fetched - stats.unjudgeable,
-                        "inconclusive": stats.unjudgeable, "refused": stats.refused,
-                        "failed": stats.failed, "retried": stats.retries})
-        yield CounterMetricFamily("miqps_fetch_requests", "HTTP requests sent by probes",
-                                  value=stats.requests)
+            "outcome",
+            {
+                "ok": stats.fetched - stats.unjudgeable,
+                "inconclusive": stats.unjudgeable,
+                "refused": stats.refused,
+                "failed": stats.failed,
+                "retried": stats.retries,
+            },
+        )
+        yield CounterMetricFamily(
+            "miqps_fetch_requests", "HTTP requests sent by probes", value=stats.requests
+        )
         yield labelled_counter(
-            "miqps_politeness_wait_seconds", "Seconds probe fetches waited for a host's "
+            "miqps_politeness_wait_seconds",
+            "Seconds probe fetches waited for a host's "
             f"concurrency slot and rate limit, by host (at most {MAX_HOST_LABELS} hosts, "
-            f"the rest as {OTHER_HOSTS})", "host",
-            dict(sorted(self.hosts.fold(stats.politeness_wait_seconds).items())))
+            f"the rest as {OTHER_HOSTS})",
+            "host",
+            dict(sorted(self.hosts.fold(stats.politeness_wait_seconds).items())),
+        )
 
 
 class FrontSnapshots(Collector):
@@ -252,8 +282,9 @@ class FrontSnapshots(Collector):
         self.connection = connection
         self._latest: list[Metric] = []
         self._received_at: float | None = None
-        self._thread = threading.Thread(target=self._receive, name="miqps-front-metrics",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._receive, name="miqps-front-metrics", daemon=True
+        )
 
     def start(self) -> None:
         self._thread.start()
@@ -271,8 +302,10 @@ class FrontSnapshots(Collector):
         received = self._received_at
         fresh = received is not None and time.monotonic() - received < FRONT_SILENT_SECONDS
         yield GaugeMetricFamily(
-            "miqps_front_up", f"1 if the front process sent its metrics in the last "
-            f"{FRONT_SILENT_SECONDS:g}s", value=1 if fresh else 0)
+            "miqps_front_up",
+            f"1 if the front process sent its metrics in the last {FRONT_SILENT_SECONDS:g}s",
+            value=1 if fresh else 0,
+        )
         yield from self._latest
 
 
@@ -289,8 +322,9 @@ class MergedCollector(Collector):
             for family in source.collect():
                 into = merged.get(family.name)
                 if into is None:
-                    into = merged[family.name] = Metric(family.name, family.documentation,
-                                                        family.type, family.unit)
+                    into = merged[family.name] = Metric(
+                        family.name, family.documentation, family.type, family.unit
+                    )
                 into.samples.extend(family.samples)
         yield from merged.values()
 
@@ -302,10 +336,14 @@ class WorkerMetrics:
     def __init__(self, settings: Settings, live_maps: LiveMaps) -> None:
         self.settings = settings
         topics = settings.topics
-        self.agents = AgentCollector({topics.samples: "pattern-stats",
-                                      topics.probe_requests: "probe"})
-        self._sources: list[Collector] = [LiveMapsCollector(live_maps),
-                                          StateCollector(settings.state_dir), self.agents]
+        self.agents = AgentCollector(
+            {topics.samples: "pattern-stats", topics.probe_requests: "probe"}
+        )
+        self._sources: list[Collector] = [
+            LiveMapsCollector(live_maps),
+            StateCollector(settings.state_dir),
+            self.agents,
+        ]
         self._server: WSGIServer | None = None
 
     @property
@@ -335,8 +373,10 @@ class WorkerMetrics:
         try:
             self._server, _ = start_http_server(port, LISTEN_ADDRESS, registry)
         except OSError as error:
-            raise RuntimeError(f"MIQPS_METRICS_PORT={port}: cannot serve metrics on "
-                               f"{LISTEN_ADDRESS}:{port}: {error}") from error
+            raise RuntimeError(
+                f"MIQPS_METRICS_PORT={port}: cannot serve metrics on "
+                f"{LISTEN_ADDRESS}:{port}: {error}"
+            ) from error
         log.info("metrics at http://%s:%d/metrics", LISTEN_ADDRESS, port)
 
     def stop(self) -> None:

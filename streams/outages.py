@@ -20,14 +20,17 @@ SUPPRESSED_NOTE = re.compile(r" \[\d+ more like this in the last \d+s\]")
 
 def numbered_inputs(count: int, start: int = 0) -> list[bytes]:
     """``urls.raw`` records whose ``seq`` comes back in the output's ``meta``."""
-    return [orjson.dumps({"url": f"https://d{n % 7}.example/p?id={n}&utm_source=s{n % 3}",
-                          "seq": n}) for n in range(start, start + count)]
+    return [
+        orjson.dumps({"url": f"https://d{n % 7}.example/p?id={n}&utm_source=s{n % 3}", "seq": n})
+        for n in range(start, start + count)
+    ]
 
 
 def output_seqs(reader: TopicReader) -> set[int]:
     reader.poll(0.3)
-    return {orjson.loads(value)["meta"]["seq"] for _, value, _ in reader.records
-            if value is not None}
+    return {
+        orjson.loads(value)["meta"]["seq"] for _, value, _ in reader.records if value is not None
+    }
 
 
 def sigterm_and_time(worker: WorkerProcess, limit: float) -> tuple[int | None, float]:
@@ -63,8 +66,11 @@ def log_problems(log_text: str) -> Counter[str]:
 def reported_uncommitted(log_text: str) -> int | None:
     """How many consumed inputs the canonicalizer said, when it stopped, it had not
     committed (None if it said nothing)."""
-    said = re.findall(r"(\d+) consumed inputs have no committed offset|"
-                      r"(Every consumed input has its offset committed)", log_text)
+    said = re.findall(
+        r"(\d+) consumed inputs have no committed offset|"
+        r"(Every consumed input has its offset committed)",
+        log_text,
+    )
     if not said:
         return None
     count, none_left = said[-1]

@@ -41,14 +41,14 @@ class ShapeDeadline:
 
 
 class PatternStatsProcessor:
-    def __init__(self, policy: LearningPolicy, allowlist: frozenset[str],
-                 needs_learning: NeedsLearning) -> None:
+    def __init__(
+        self, policy: LearningPolicy, allowlist: frozenset[str], needs_learning: NeedsLearning
+    ) -> None:
         self.policy = policy
         self.allowlist = allowlist
         self.needs_learning = needs_learning
 
-    def apply(self, stored: bytes | None, observations: Sequence[Observation],
-              now: float) -> Step:
+    def apply(self, stored: bytes | None, observations: Sequence[Observation], now: float) -> Step:
         """Apply the observations of one (domain, shape), read from a pack of samples.
 
         An observation without a pattern is a ``due`` tick: it asks for every pattern whose
@@ -60,8 +60,15 @@ class PatternStatsProcessor:
         triggers: list[str | None] = []
         for observation in observations:
             if observation.pattern:
-                stats.observe(observation.pattern, observation.url, observation.count,
-                              observation.basis, now, self.policy, self.allowlist)
+                stats.observe(
+                    observation.pattern,
+                    observation.url,
+                    observation.count,
+                    observation.basis,
+                    now,
+                    self.policy,
+                    self.allowlist,
+                )
             triggers.append(observation.pattern or None)
 
         needs = self._needs(domain)

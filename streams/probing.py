@@ -24,6 +24,7 @@ from streams.messages import MapUpdateRecord, ProbeRequest, RequestedPattern, au
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(slots=True)
 class DomainWork:
     domain: str
@@ -50,8 +51,10 @@ def group_by_domain(requests: Iterable[ProbeRequest]) -> dict[str, list[DomainWo
             item.patterns.setdefault(pattern, info)
         for url in request.urls:
             item.urls[url] = None
-    return {domain: sorted(shapes.values(), key=lambda item: len(item.urls))
-            for domain, shapes in work.items()}
+    return {
+        domain: sorted(shapes.values(), key=lambda item: len(item.urls))
+        for domain, shapes in work.items()
+    }
 
 
 class Probing:
@@ -104,24 +107,39 @@ class Probing:
         return outcomes
 
     async def _learn(self, work: DomainWork) -> ProbeOutcome:
-        requested = {pattern: Request(info.basis, info.urls_seen)
-                     for pattern, info in work.patterns.items()}
+        requested = {
+            pattern: Request(info.basis, info.urls_seen) for pattern, info in work.patterns.items()
+        }
         update = await update_map(
-            Learner(PageProber(self.fetcher), self.config, self.live_maps.layers), work.domain,
-            self.current(work.domain), _parse_all(work.urls, work.domain), requested,
-            max_flip_share=self.max_flip_share)
+            Learner(PageProber(self.fetcher), self.config, self.live_maps.layers),
+            work.domain,
+            self.current(work.domain),
+            _parse_all(work.urls, work.domain),
+            requested,
+            max_flip_share=self.max_flip_share,
+        )
         if update.published is not None:
             self._published[work.domain] = update.published
         if len(update.skipped) < len(requested):
-            log.info("probe %s: %d patterns decided (%d from the map's evidence), %d walled, "
-                     "%d unreachable, %d without samples, %d fetches%s", work.domain,
-                     len(update.decided),
-                     sum(entry.from_map_evidence for entry in update.decided.values()),
-                     len(update.walled), len(update.unreachable), len(update.without_samples),
-                     update.fetches,
-                     " (update rejected by the anomaly gate)" if update.rejected else "")
-        return ProbeOutcome(work.domain, update.published, audit_records(update, work.patterns),
-                            update.fetches, update.skipped)
+            log.info(
+                "probe %s: %d patterns decided (%d from the map's evidence), %d walled, "
+                "%d unreachable, %d without samples, %d fetches%s",
+                work.domain,
+                len(update.decided),
+                sum(entry.from_map_evidence for entry in update.decided.values()),
+                len(update.walled),
+                len(update.unreachable),
+                len(update.without_samples),
+                update.fetches,
+                " (update rejected by the anomaly gate)" if update.rejected else "",
+            )
+        return ProbeOutcome(
+            work.domain,
+            update.published,
+            audit_records(update, work.patterns),
+            update.fetches,
+            update.skipped,
+        )
 
 
 def _parse_all(urls: Iterable[str], domain: str) -> list[NormalizedURL]:

@@ -26,9 +26,13 @@ FRONT_STOP_MARGIN = 3.0
 
 
 class Runtime:
-    def __init__(self, settings: Settings, roles: frozenset[str],
-                 partitions: dict[str, int], stop_timeout: float = DEFAULT_STOP_TIMEOUT,
-                 ) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        roles: frozenset[str],
+        partitions: dict[str, int],
+        stop_timeout: float = DEFAULT_STOP_TIMEOUT,
+    ) -> None:
         unknown = roles - set(ROLES)
         if unknown or not roles:
             raise ValueError(f"roles must be among {', '.join(ROLES)}; got {sorted(roles)}")
@@ -46,8 +50,9 @@ class Runtime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_fatal: Callable[[BaseException], None] | None = None
 
-    def bind(self, loop: asyncio.AbstractEventLoop,
-             on_fatal: Callable[[BaseException], None]) -> None:
+    def bind(
+        self, loop: asyncio.AbstractEventLoop, on_fatal: Callable[[BaseException], None]
+    ) -> None:
         self._loop = loop
         self._on_fatal = on_fatal
 
@@ -84,8 +89,9 @@ class ThreadsService(mode.Service):
             self.runtime.front.start()
             self.add_future(self._watch_front(self.runtime.front))
         front = self.runtime.front
-        self.runtime.metrics.start(asyncio.get_running_loop(),
-                                   front.metrics if front is not None else None)
+        self.runtime.metrics.start(
+            asyncio.get_running_loop(), front.metrics if front is not None else None
+        )
 
     async def _watch_front(self, front: FrontProcess) -> None:
         while not self.should_stop:

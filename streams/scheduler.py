@@ -20,8 +20,9 @@ Guard = Callable[[Callable[[], Awaitable[None]], str], Awaitable[None]]
 
 
 class Prober(Protocol):
-    async def handle(self, requests: Iterable[ProbeRequest],
-                     publish: Publish | None = None) -> list[ProbeOutcome]: ...
+    async def handle(
+        self, requests: Iterable[ProbeRequest], publish: Publish | None = None
+    ) -> list[ProbeOutcome]: ...
 
 
 class DomainScheduler:
@@ -62,8 +63,7 @@ class DomainScheduler:
                     batch = self._queued.pop(domain)
 
                     async def learn(batch: list[tuple[ProbeRequest, Ticket]] = batch) -> None:
-                        await self.probing.handle([request for request, _ in batch],
-                                                  self.publish)
+                        await self.probing.handle([request for request, _ in batch], self.publish)
 
                     await self.guard(learn, f"probe {domain}")
                     for _, ticket in batch:

@@ -75,9 +75,13 @@ class MapsRequestFingerprinter:
     """Fingerprints a request of a mapped domain by method, canonical URL and body;
     any other request by the fallback fingerprinter."""
 
-    def __init__(self, canonicalizer: Canonicalizer, fallback: RequestFingerprinterProtocol,
-                 stats: StatsCollector | None = None,
-                 unlearned: UnlearnedFeed | None = None) -> None:
+    def __init__(
+        self,
+        canonicalizer: Canonicalizer,
+        fallback: RequestFingerprinterProtocol,
+        stats: StatsCollector | None = None,
+        unlearned: UnlearnedFeed | None = None,
+    ) -> None:
         self.canonicalizer = canonicalizer
         self.fallback = fallback
         self.stats = stats
@@ -93,21 +97,31 @@ class MapsRequestFingerprinter:
         maps = settings.get("MIQPS_MAPS")
         if bootstrap:
             canonicalizer = Canonicalizer.from_kafka(
-                bootstrap, topic=settings.get("MIQPS_MAPS_TOPIC", "miqps.maps"),
-                use_prior=use_prior)
+                bootstrap, topic=settings.get("MIQPS_MAPS_TOPIC", "miqps.maps"), use_prior=use_prior
+            )
         elif maps:
             canonicalizer = Canonicalizer.from_file(maps, use_prior=use_prior)
         else:
-            raise ValueError("streams.scrapy: set MIQPS_MAPS (a maps file) or "
-                             "MIQPS_KAFKA_BOOTSTRAP (to follow the maps topic)")
+            raise ValueError(
+                "streams.scrapy: set MIQPS_MAPS (a maps file) or "
+                "MIQPS_KAFKA_BOOTSTRAP (to follow the maps topic)"
+            )
         fallback_class = load_object(
-            settings.get("MIQPS_FALLBACK_REQUEST_FINGERPRINTER_CLASS") or DEFAULT_FALLBACK)
+            settings.get("MIQPS_FALLBACK_REQUEST_FINGERPRINTER_CLASS") or DEFAULT_FALLBACK
+        )
         feed_to = settings.get("MIQPS_FEED_UNLEARNED")
-        unlearned = UnlearnedFeed.connect(
-            feed_to, settings.get("MIQPS_RAW_TOPIC", "urls.raw"),
-            settings.getint("MIQPS_FEED_PER_PATTERN", 50)) if feed_to else None
-        fingerprinter = cls(canonicalizer, build_from_crawler(fallback_class, crawler),
-                            crawler.stats, unlearned)
+        unlearned = (
+            UnlearnedFeed.connect(
+                feed_to,
+                settings.get("MIQPS_RAW_TOPIC", "urls.raw"),
+                settings.getint("MIQPS_FEED_PER_PATTERN", 50),
+            )
+            if feed_to
+            else None
+        )
+        fingerprinter = cls(
+            canonicalizer, build_from_crawler(fallback_class, crawler), crawler.stats, unlearned
+        )
         crawler.signals.connect(fingerprinter.request_dropped, signals.request_dropped)
         crawler.signals.connect(fingerprinter.close, signals.engine_stopped)
         return fingerprinter
@@ -214,9 +228,9 @@ class UnlearnedFeed:
             from confluent_kafka import Producer
         except ImportError as error:
             raise RuntimeError(
-                f"MIQPS_FEED_UNLEARNED needs the 'streams' extra ({error})") from error
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 100,
-                             "log_level": 3})
+                f"MIQPS_FEED_UNLEARNED needs the 'streams' extra ({error})"
+            ) from error
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 100, "log_level": 3})
         return cls(producer, topic, per_pattern)
 
     def send(self, domain: str, pattern: str, url: str) -> str | None:
@@ -238,8 +252,11 @@ class UnlearnedFeed:
             self.congested = False
             return "fed"
         # Learning can wait, crawling cannot: the feed is advisory.
-        logger.log(logging.DEBUG if self.congested else logging.WARNING,
-                   "miqps: the unlearned-URL feed's queue is full; dropped %s", url)
+        logger.log(
+            logging.DEBUG if self.congested else logging.WARNING,
+            "miqps: the unlearned-URL feed's queue is full; dropped %s",
+            url,
+        )
         self.congested = True
         return "dropped"
 
@@ -284,11 +301,11 @@ class CanonicalRequestsMiddleware(BaseSpiderMiddleware):
         if not isinstance(fingerprinter, MapsRequestFingerprinter):
             raise ValueError(
                 "streams.scrapy: MIQPS_REWRITE_REQUESTS needs REQUEST_FINGERPRINTER_CLASS = "
-                f"MapsRequestFingerprinter (enable the add-on), not {type(fingerprinter)}")
+                f"MapsRequestFingerprinter (enable the add-on), not {type(fingerprinter)}"
+            )
         return cls(crawler, fingerprinter)
 
-    def get_processed_request(self, request: Request,
-                              response: Response | None) -> Request | None:
+    def get_processed_request(self, request: Request, response: Response | None) -> Request | None:
         canonical = self.fingerprinter.canonical_url(request)
         if canonical is None or canonical == request.url:
             return request
@@ -306,12 +323,14 @@ class Addon:
 
     def update_settings(self, settings: BaseSettings) -> None:
         settings.setdefault_in_component_priority_dict(
-            "SPIDER_MIDDLEWARES", CanonicalRequestsMiddleware, REWRITE_MIDDLEWARE_ORDER)
+            "SPIDER_MIDDLEWARES", CanonicalRequestsMiddleware, REWRITE_MIDDLEWARE_ORDER
+        )
         current = settings.get("REQUEST_FINGERPRINTER_CLASS")
         if current is not None and load_object(current) is not MapsRequestFingerprinter:
             settings.set("MIQPS_FALLBACK_REQUEST_FINGERPRINTER_CLASS", current, "addon")
         # A fingerprinter set in the project's settings becomes the fallback too, so the
         # add-on must win over that priority.
-        priority = max(SETTINGS_PRIORITIES["addon"],
-                       settings.getpriority("REQUEST_FINGERPRINTER_CLASS") or 0)
+        priority = max(
+            SETTINGS_PRIORITIES["addon"], settings.getpriority("REQUEST_FINGERPRINTER_CLASS") or 0
+        )
         settings.set("REQUEST_FINGERPRINTER_CLASS", MapsRequestFingerprinter, priority)

@@ -59,8 +59,14 @@ class Env:
     maximum: float | None = None
 
 
-def setting(name: str, help: str, default: Any, *, minimum: float | None = None,
-            maximum: float | None = None) -> Any:
+def setting(
+    name: str,
+    help: str,
+    default: Any,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+) -> Any:
     """A field read from the variable ``name``."""
     return field(default=default, metadata={ENV_KEY: Env(name, help, minimum, maximum)})
 
@@ -157,29 +163,42 @@ def _parse(text: str, annotation: Any) -> Any:
 @dataclass(frozen=True, slots=True)
 class Topics:
     raw: str = setting("MIQPS_TOPIC_RAW", "input URLs", "urls.raw")
-    canonical: str = setting("MIQPS_TOPIC_CANONICAL", "one canonical URL per valid input",
-                             "urls.canonical")
+    canonical: str = setting(
+        "MIQPS_TOPIC_CANONICAL", "one canonical URL per valid input", "urls.canonical"
+    )
     dlq: str = setting("MIQPS_TOPIC_DLQ", "bad input, with the reason", "urls.dlq")
-    probe_requests: str = setting("MIQPS_TOPIC_PROBE_REQUESTS", "patterns to learn (internal)",
-                                  "miqps.probe-requests")
+    probe_requests: str = setting(
+        "MIQPS_TOPIC_PROBE_REQUESTS", "patterns to learn (internal)", "miqps.probe-requests"
+    )
     maps: str = setting("MIQPS_TOPIC_MAPS", "the maps (compacted)", "miqps.maps")
-    map_updates: str = setting("MIQPS_TOPIC_MAP_UPDATES", "audit of every map update",
-                               "miqps.map-updates")
-    map_history: str = setting("MIQPS_TOPIC_MAP_HISTORY",
-                               "every published version of every map, whole", "miqps.map-history")
-    samples: str = setting("MIQPS_TOPIC_SAMPLES", "pattern samples (internal)",
-                           "miqps.pattern-samples")
+    map_updates: str = setting(
+        "MIQPS_TOPIC_MAP_UPDATES", "audit of every map update", "miqps.map-updates"
+    )
+    map_history: str = setting(
+        "MIQPS_TOPIC_MAP_HISTORY",
+        "every published version of every map, whole",
+        "miqps.map-history",
+    )
+    samples: str = setting(
+        "MIQPS_TOPIC_SAMPLES", "pattern samples (internal)", "miqps.pattern-samples"
+    )
 
-    PREFIX: ClassVar[Env] = Env("MIQPS_TOPIC_PREFIX",
-                                "prefix of every default topic name (e.g. `staging.`)")
+    PREFIX: ClassVar[Env] = Env(
+        "MIQPS_TOPIC_PREFIX", "prefix of every default topic name (e.g. `staging.`)"
+    )
     # Attribute -> variable, for callers that name the variables themselves.
     ENV: ClassVar[dict[str, str]]
 
     @classmethod
     def with_prefix(cls, prefix: str) -> Topics:
         """The default names behind ``prefix``."""
-        return cls(**{item.name: prefix + item.default for item in fields(cls)
-                      if isinstance(item.default, str)})
+        return cls(
+            **{
+                item.name: prefix + item.default
+                for item in fields(cls)
+                if isinstance(item.default, str)
+            }
+        )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Topics:
@@ -199,125 +218,209 @@ class LearningPolicy:
     """When the canonicalizer asks for a pattern to be probed."""
 
     min_distinct_values: int = setting(
-        "MIQPS_MIN_DISTINCT_VALUES", "distinct values of each parameter a pattern waits for",
-        6, minimum=1)
+        "MIQPS_MIN_DISTINCT_VALUES",
+        "distinct values of each parameter a pattern waits for",
+        6,
+        minimum=1,
+    )
     saturation_urls: int = setting(
-        "MIQPS_SATURATION_URLS", "URLs after which a parameter has shown all its values",
-        24, minimum=1)
+        "MIQPS_SATURATION_URLS",
+        "URLs after which a parameter has shown all its values",
+        24,
+        minimum=1,
+    )
     rare_after: float = setting(
-        "MIQPS_RARE_AFTER", "seconds before a rare pattern is probed with what it has",
-        300.0, minimum=0)
+        "MIQPS_RARE_AFTER",
+        "seconds before a rare pattern is probed with what it has",
+        300.0,
+        minimum=0,
+    )
     reverify_after: float = setting(
-        "MIQPS_REVERIFY_AFTER", "age (s) at which a decision is re-verified",
-        7 * 24 * 3600.0, minimum=0)
+        "MIQPS_REVERIFY_AFTER",
+        "age (s) at which a decision is re-verified",
+        7 * 24 * 3600.0,
+        minimum=0,
+    )
     retry_after: float = setting(
         "MIQPS_PROBE_RETRY_AFTER",
-        "seconds after which an unanswered probe request is sent again", 120.0, minimum=1)
+        "seconds after which an unanswered probe request is sent again",
+        120.0,
+        minimum=1,
+    )
     max_pool_urls: int = setting(
-        "MIQPS_MAX_POOL_URLS", "sample URLs kept per path shape", 64, minimum=1)
+        "MIQPS_MAX_POOL_URLS", "sample URLs kept per path shape", 64, minimum=1
+    )
     urls_per_pattern: int = setting(
-        "MIQPS_URLS_PER_PATTERN", "sample URLs kept per pattern", 3, minimum=1)
+        "MIQPS_URLS_PER_PATTERN", "sample URLs kept per pattern", 3, minimum=1
+    )
     max_patterns_per_shape: int = setting(
-        "MIQPS_MAX_PATTERNS_PER_SHAPE", "patterns tracked per path shape", 256, minimum=1)
+        "MIQPS_MAX_PATTERNS_PER_SHAPE", "patterns tracked per path shape", 256, minimum=1
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    bootstrap_servers: str = setting("KAFKA_BOOTSTRAP_SERVERS", "Kafka brokers, HOST:PORT[,...]",
-                                     DEFAULT_BOOTSTRAP)
+    bootstrap_servers: str = setting(
+        "KAFKA_BOOTSTRAP_SERVERS", "Kafka brokers, HOST:PORT[,...]", DEFAULT_BOOTSTRAP
+    )
     agents: tuple[Role, ...] = setting(
-        "MIQPS_AGENTS", "roles of this worker: `canonicalize`, `probe` or both",
-        ("canonicalize", "probe"))
+        "MIQPS_AGENTS",
+        "roles of this worker: `canonicalize`, `probe` or both",
+        ("canonicalize", "probe"),
+    )
     app_id: str = setting(
         "MIQPS_APP_ID",
-        "Faust app id = consumer group; the front uses `<app id>-canonicalizer`", "miqps")
-    state_dir: Path = field(default=Path(".miqps-state"), metadata={
-        ENV_KEY: Env("MIQPS_STATE_DIR", "RocksDB state; one per worker process")})
+        "Faust app id = consumer group; the front uses `<app id>-canonicalizer`",
+        "miqps",
+    )
+    state_dir: Path = field(
+        default=Path(".miqps-state"),
+        metadata={ENV_KEY: Env("MIQPS_STATE_DIR", "RocksDB state; one per worker process")},
+    )
     topics: Topics = field(default_factory=Topics)
-    partitions: int = setting("MIQPS_PARTITIONS", "partitions of the topics a worker creates",
-                              4, minimum=1)
+    partitions: int = setting(
+        "MIQPS_PARTITIONS", "partitions of the topics a worker creates", 4, minimum=1
+    )
     replication_factor: int = setting(
-        "MIQPS_REPLICATION_FACTOR", "replication factor of the topics a worker creates", 1,
-        minimum=1)
+        "MIQPS_REPLICATION_FACTOR",
+        "replication factor of the topics a worker creates",
+        1,
+        minimum=1,
+    )
     policy: LearningPolicy = field(default_factory=LearningPolicy)
-    fetch: FetchConfig = field(default_factory=FetchConfig, metadata=section(
-        proxy=Env("MIQPS_PROXY", "HTTP proxy for every probe fetch, as for `miqps learn`"),
-        allow_private=Env("MIQPS_ALLOW_PRIVATE",
-                          "allow loopback and private targets, as for `miqps learn`"),
-        timeout=Env("MIQPS_PROBE_TIMEOUT", "seconds per fetch", minimum=0.001),
-        max_bytes=Env("MIQPS_PROBE_MAX_BYTES", "largest page read", minimum=1),
-        max_redirects=Env("MIQPS_PROBE_MAX_REDIRECTS", "redirects followed", minimum=0),
-        per_host_concurrency=Env("MIQPS_PROBE_CONCURRENCY", "fetches at once per host",
-                                 minimum=1),
-        per_host_rate=Env("MIQPS_PROBE_RATE", "fetches per second per host", minimum=0.001),
-        max_attempts=Env("MIQPS_PROBE_MAX_ATTEMPTS", "attempts per fetch", minimum=1),
-        backoff_base=Env("MIQPS_PROBE_BACKOFF", "first retry delay (s), doubled each time",
-                         minimum=0),
-        max_retry_after=Env("MIQPS_PROBE_MAX_RETRY_AFTER",
-                            "longest Retry-After (s) honoured", minimum=0),
-        user_agent=Env("MIQPS_PROBE_USER_AGENT", "User-Agent of probe fetches"),
-    ))
-    learn: LearnConfig = field(default_factory=LearnConfig, metadata=section(
-        samples=Env("MIQPS_LEARN_SAMPLES", "S: distinct values tried per parameter",
-                    minimum=1),
-        threshold=Env("MIQPS_LEARN_THRESHOLD",
-                      "T: share of conclusive samples that must change to keep", minimum=0,
-                      maximum=1),
-        min_conclusive=Env("MIQPS_LEARN_MIN_CONCLUSIVE",
-                           "N: conclusive samples below which a parameter is kept", minimum=1),
-        verify_samples=Env("MIQPS_LEARN_VERIFY_SAMPLES",
-                           "URLs the final canonical form is verified on", minimum=1),
-        default_confirmations=Env("MIQPS_LEARN_DEFAULT_CONFIRMATIONS",
-                                  "pages that must confirm a default value", minimum=1),
-        default_candidates=Env("MIQPS_LEARN_DEFAULT_CANDIDATES",
-                               "default-value candidates tried per parameter", minimum=0),
-        default_min_share=Env("MIQPS_LEARN_DEFAULT_MIN_SHARE",
-                              "least share of URLs a default-value candidate needs",
-                              minimum=0, maximum=1),
-        parallel_samples=Env("MIQPS_LEARN_PARALLEL_SAMPLES",
-                             "samples of a parameter fetched at once", minimum=1),
-        seed=Env("MIQPS_LEARN_SEED", "seed of the sample choice"),
-    ))
+    fetch: FetchConfig = field(
+        default_factory=FetchConfig,
+        metadata=section(
+            proxy=Env("MIQPS_PROXY", "HTTP proxy for every probe fetch, as for `miqps learn`"),
+            allow_private=Env(
+                "MIQPS_ALLOW_PRIVATE", "allow loopback and private targets, as for `miqps learn`"
+            ),
+            timeout=Env("MIQPS_PROBE_TIMEOUT", "seconds per fetch", minimum=0.001),
+            max_bytes=Env("MIQPS_PROBE_MAX_BYTES", "largest page read", minimum=1),
+            max_redirects=Env("MIQPS_PROBE_MAX_REDIRECTS", "redirects followed", minimum=0),
+            per_host_concurrency=Env(
+                "MIQPS_PROBE_CONCURRENCY", "fetches at once per host", minimum=1
+            ),
+            per_host_rate=Env("MIQPS_PROBE_RATE", "fetches per second per host", minimum=0.001),
+            max_attempts=Env("MIQPS_PROBE_MAX_ATTEMPTS", "attempts per fetch", minimum=1),
+            backoff_base=Env(
+                "MIQPS_PROBE_BACKOFF", "first retry delay (s), doubled each time", minimum=0
+            ),
+            max_retry_after=Env(
+                "MIQPS_PROBE_MAX_RETRY_AFTER", "longest Retry-After (s) honoured", minimum=0
+            ),
+            user_agent=Env("MIQPS_PROBE_USER_AGENT", "User-Agent of probe fetches"),
+        ),
+    )
+    learn: LearnConfig = field(
+        default_factory=LearnConfig,
+        metadata=section(
+            samples=Env("MIQPS_LEARN_SAMPLES", "S: distinct values tried per parameter", minimum=1),
+            threshold=Env(
+                "MIQPS_LEARN_THRESHOLD",
+                "T: share of conclusive samples that must change to keep",
+                minimum=0,
+                maximum=1,
+            ),
+            min_conclusive=Env(
+                "MIQPS_LEARN_MIN_CONCLUSIVE",
+                "N: conclusive samples below which a parameter is kept",
+                minimum=1,
+            ),
+            verify_samples=Env(
+                "MIQPS_LEARN_VERIFY_SAMPLES",
+                "URLs the final canonical form is verified on",
+                minimum=1,
+            ),
+            default_confirmations=Env(
+                "MIQPS_LEARN_DEFAULT_CONFIRMATIONS",
+                "pages that must confirm a default value",
+                minimum=1,
+            ),
+            default_candidates=Env(
+                "MIQPS_LEARN_DEFAULT_CANDIDATES",
+                "default-value candidates tried per parameter",
+                minimum=0,
+            ),
+            default_min_share=Env(
+                "MIQPS_LEARN_DEFAULT_MIN_SHARE",
+                "least share of URLs a default-value candidate needs",
+                minimum=0,
+                maximum=1,
+            ),
+            parallel_samples=Env(
+                "MIQPS_LEARN_PARALLEL_SAMPLES", "samples of a parameter fetched at once", minimum=1
+            ),
+            seed=Env("MIQPS_LEARN_SEED", "seed of the sample choice"),
+        ),
+    )
     map_history_retention_days: float = setting(
         "MIQPS_MAP_HISTORY_RETENTION_DAYS",
         "days the map history keeps a version (0: forever); set when the topic is created",
-        90.0, minimum=0)
+        90.0,
+        minimum=0,
+    )
     max_flip_share: float = setting(
         "MIQPS_MAX_FLIP_SHARE",
-        "anomaly gate: largest share of kept parameters one update may drop", 0.5,
-        minimum=0, maximum=1)
+        "anomaly gate: largest share of kept parameters one update may drop",
+        0.5,
+        minimum=0,
+        maximum=1,
+    )
     batch_size: int = setting("MIQPS_BATCH_SIZE", "inputs per front batch", 5000, minimum=1)
-    batch_wait: float = setting("MIQPS_BATCH_WAIT", "seconds a front batch waits to fill",
-                                0.05, minimum=0)
-    max_message_bytes: int = setting("MIQPS_MAX_MESSAGE_BYTES",
-                                     "larger inputs are dead-lettered", 1024 * 1024, minimum=1)
+    batch_wait: float = setting(
+        "MIQPS_BATCH_WAIT", "seconds a front batch waits to fill", 0.05, minimum=0
+    )
+    max_message_bytes: int = setting(
+        "MIQPS_MAX_MESSAGE_BYTES", "larger inputs are dead-lettered", 1024 * 1024, minimum=1
+    )
     topic_max_message_bytes: int = setting(
         "MIQPS_TOPIC_MAX_MESSAGE_BYTES",
         "`max.message.bytes` of the input, DLQ and map topics; a dead letter keeps half",
-        16 * 1024 * 1024, minimum=1024)
+        16 * 1024 * 1024,
+        minimum=1024,
+    )
     local_sampler_entries: int = setting(
-        "MIQPS_LOCAL_SAMPLER_ENTRIES", "patterns the front remembers forwarding samples of",
-        20_000, minimum=1)
+        "MIQPS_LOCAL_SAMPLER_ENTRIES",
+        "patterns the front remembers forwarding samples of",
+        20_000,
+        minimum=1,
+    )
     rocksdb_block_cache_bytes: int = setting(
-        "MIQPS_ROCKSDB_BLOCK_CACHE_BYTES", "RocksDB block cache per table partition",
-        8 * 1024 * 1024, minimum=0)
+        "MIQPS_ROCKSDB_BLOCK_CACHE_BYTES",
+        "RocksDB block cache per table partition",
+        8 * 1024 * 1024,
+        minimum=0,
+    )
     rocksdb_write_buffer_bytes: int = setting(
-        "MIQPS_ROCKSDB_WRITE_BUFFER_BYTES", "RocksDB write buffer per table partition",
-        4 * 1024 * 1024, minimum=64 * 1024)
+        "MIQPS_ROCKSDB_WRITE_BUFFER_BYTES",
+        "RocksDB write buffer per table partition",
+        4 * 1024 * 1024,
+        minimum=64 * 1024,
+    )
     # The bounds leave the front process and the worker their margins.
     stop_timeout: float = setting(
         "MIQPS_STOP_TIMEOUT",
         "seconds a worker may take to stop after SIGTERM, even with the broker gone; inputs "
         "not committed by then are delivered again",
-        30.0, minimum=5, maximum=3600)
+        30.0,
+        minimum=5,
+        maximum=3600,
+    )
     on_bug: Literal["stop", "retry"] = setting(
         "MIQPS_ON_BUG",
         "on an unexpected exception (a bug), a worker logs it and `stop`s, or backs off "
-        "and `retry`s; the batch is not committed either way", "stop")
+        "and `retry`s; the batch is not committed either way",
+        "stop",
+    )
     metrics_port: int | None = setting(
         "MIQPS_METRICS_PORT",
         "serve Prometheus metrics at `/metrics` on this port, on every interface; unset: "
-        "no metrics server", None, minimum=1, maximum=65535)
+        "no metrics server",
+        None,
+        minimum=1,
+        maximum=65535,
+    )
 
     # Flat names of fetch settings that callers used before the core's FetchConfig held them.
     ALIASES: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -358,8 +461,11 @@ class Settings:
     def to_env(self) -> dict[str, str]:
         """Every variable with its value here (unset ones, such as no proxy, left out), as
         :meth:`from_env` reads them back."""
-        return {variable.name: variable.format(value) for variable, value in _values(self)
-                if value is not None}
+        return {
+            variable.name: variable.format(value)
+            for variable, value in _values(self)
+            if value is not None
+        }
 
     def with_values(self, values: Mapping[tuple[str, ...], Any]) -> Settings:
         """These settings with the value at each path (``("fetch", "proxy")``) replaced."""
@@ -367,8 +473,13 @@ class Settings:
 
     def with_overrides(self, **changes: Any) -> Settings:
         """These settings with each field (or alias) given a value other than None."""
-        return self.with_values({self.ALIASES.get(name, (name,)): value
-                                 for name, value in changes.items() if value is not None})
+        return self.with_values(
+            {
+                self.ALIASES.get(name, (name,)): value
+                for name, value in changes.items()
+                if value is not None
+            }
+        )
 
 
 def variables(model: Any = None) -> list[Variable]:
@@ -384,8 +495,9 @@ def variable_at(*path: str) -> Variable:
     raise KeyError(f"no setting at {'.'.join(path)}")
 
 
-def _values(instance: Any, prefix: tuple[str, ...] = (),
-            declared: Mapping[str, Env] | None = None) -> Iterator[tuple[Variable, Any]]:
+def _values(
+    instance: Any, prefix: tuple[str, ...] = (), declared: Mapping[str, Env] | None = None
+) -> Iterator[tuple[Variable, Any]]:
     hints = get_type_hints(type(instance))
     defaults = type(instance)()
     for item in fields(instance):
@@ -436,14 +548,20 @@ def _replace_paths(instance: Model, values: Mapping[tuple[str, ...], Any]) -> Mo
 
 def documentation_table() -> str:
     """The settings table of docs/STREAMS.md."""
-    rows = ["| variable | default | meaning |", "|---|---|---|",
-            f"| `{Topics.PREFIX.name}` | none | {Topics.PREFIX.help} |"]
+    rows = [
+        "| variable | default | meaning |",
+        "|---|---|---|",
+        f"| `{Topics.PREFIX.name}` | none | {Topics.PREFIX.help} |",
+    ]
     for variable in variables():
         default = variable.format(variable.default) if variable.default is not None else None
         shown = f"`{default}`" if default not in (None, "") else "unset"
         env = variable.env
-        bounds = f" ({env.minimum:g}–{env.maximum:g})" if env.minimum is not None and \
-            env.maximum is not None else ""
+        bounds = (
+            f" ({env.minimum:g}–{env.maximum:g})"
+            if env.minimum is not None and env.maximum is not None
+            else ""
+        )
         rows.append(f"| `{variable.name}` | {shown} | {env.help}{bounds} |")
     return "\n".join(rows)
 

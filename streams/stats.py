@@ -56,8 +56,7 @@ class PatternState:
 
     def retry_delay(self, policy: LearningPolicy) -> float:
         """How long after its last request the pattern is asked for again."""
-        return float(policy.retry_after * 2 ** min(max(self.requests - 1, 0),
-                                                   MAX_RETRY_DOUBLINGS))
+        return float(policy.retry_after * 2 ** min(max(self.requests - 1, 0), MAX_RETRY_DOUBLINGS))
 
     def waiting(self, now: float, policy: LearningPolicy) -> bool:
         return self.requested_at == 0.0 or now - self.requested_at >= self.retry_delay(policy)
@@ -72,14 +71,18 @@ class ShapeStats:
     pool: list[tuple[str, str]] = field(default_factory=list)
 
     def dumps(self) -> bytes:
-        return orjson.dumps({
-            "d": self.domain,
-            "s": self.shape,
-            "p": {key: [st.first_seen, st.urls, st.requested_at, st.basis, st.requests]
-                  for key, st in self.patterns.items()},
-            "v": self.values,
-            "u": self.pool,
-        })
+        return orjson.dumps(
+            {
+                "d": self.domain,
+                "s": self.shape,
+                "p": {
+                    key: [st.first_seen, st.urls, st.requested_at, st.basis, st.requests]
+                    for key, st in self.patterns.items()
+                },
+                "v": self.values,
+                "u": self.pool,
+            }
+        )
 
     @classmethod
     def loads(cls, data: bytes) -> ShapeStats:
@@ -93,8 +96,12 @@ class ShapeStats:
             pool=[(pattern, url) for pattern, url in doc["u"]],
         )
 
-    def next_deadline(self, policy: LearningPolicy, allowlist: frozenset[str],
-                      needs_learning: Callable[[str, str], bool]) -> float | None:
+    def next_deadline(
+        self,
+        policy: LearningPolicy,
+        allowlist: frozenset[str],
+        needs_learning: Callable[[str, str], bool],
+    ) -> float | None:
         """When a pattern that still needs learning comes due without another sighting: a
         never-requested one at its time limit, a requested one once its retry delay is over
         (its request may have been lost). None when no pattern waits for a time."""
@@ -117,8 +124,16 @@ class ShapeStats:
             deadlines.append(retry_at)
         return min(deadlines) if deadlines else None
 
-    def observe(self, pattern: str, url: NormalizedURL | None, count: int, basis: str,
-                now: float, policy: LearningPolicy, allowlist: frozenset[str]) -> bool:
+    def observe(
+        self,
+        pattern: str,
+        url: NormalizedURL | None,
+        count: int,
+        basis: str,
+        now: float,
+        policy: LearningPolicy,
+        allowlist: frozenset[str],
+    ) -> bool:
         """Count ``count`` URLs of ``pattern`` and consider ``url`` for the sample pool.
 
         Returns True when this starts a new round for the pattern (first sighting, or a
@@ -136,8 +151,9 @@ class ShapeStats:
             self._consider(pattern, url, policy, allowlist)
         return started
 
-    def _consider(self, pattern: str, url: NormalizedURL, policy: LearningPolicy,
-                  allowlist: frozenset[str]) -> None:
+    def _consider(
+        self, pattern: str, url: NormalizedURL, policy: LearningPolicy, allowlist: frozenset[str]
+    ) -> None:
         text = url.url
         if any(sample == text for _, sample in self.pool):
             return
@@ -177,8 +193,13 @@ class ShapeStats:
     def samples_of(self, pattern: str) -> int:
         return sum(1 for key, _ in self.pool if key == pattern)
 
-    def ready(self, pattern: str, policy: LearningPolicy, allowlist: frozenset[str],
-              occurrences: dict[str, int] | None = None) -> bool:
+    def ready(
+        self,
+        pattern: str,
+        policy: LearningPolicy,
+        allowlist: frozenset[str],
+        occurrences: dict[str, int] | None = None,
+    ) -> bool:
         """Enough distinct values of every parameter, or seen so often there are no more."""
         if not self.samples_of(pattern):
             return False
@@ -202,9 +223,14 @@ class ShapeStats:
                 counts[name] = counts.get(name, 0) + state.urls
         return counts
 
-    def _reason(self, pattern: str, now: float, policy: LearningPolicy,
-                allowlist: frozenset[str], occurrences: dict[str, int] | None,
-                ) -> RequestReason | None:
+    def _reason(
+        self,
+        pattern: str,
+        now: float,
+        policy: LearningPolicy,
+        allowlist: frozenset[str],
+        occurrences: dict[str, int] | None,
+    ) -> RequestReason | None:
         state = self.patterns[pattern]
         reason: RequestReason
         if self.ready(pattern, policy, allowlist, occurrences):
@@ -232,6 +258,7 @@ class ShapeStats:
         With a ``trigger`` pattern, nothing is due unless the trigger is: the other
         patterns of the shape only join a request that the trigger starts.
         """
+
         def eligible(pattern: str) -> bool:
             state = self.patterns[pattern]
             return state.waiting(now, policy) and needs_learning(pattern, state.basis)
@@ -258,9 +285,9 @@ class ShapeStats:
         patterns: dict[str, RequestedPattern] = {}
         for pattern, reason in sorted(due.items()):
             state = self.patterns[pattern]
-            patterns[pattern] = RequestedPattern(reason, state.basis, state.urls,
-                                                 state.first_seen)
+            patterns[pattern] = RequestedPattern(reason, state.basis, state.urls, state.first_seen)
             state.requested_at = now
             state.requests += 1
-        return ProbeRequest(self.domain, self.shape, patterns,
-                            tuple(url for _, url in self.pool), now)
+        return ProbeRequest(
+            self.domain, self.shape, patterns, tuple(url for _, url in self.pool), now
+        )

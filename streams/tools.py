@@ -47,8 +47,13 @@ def worker_env(settings: Settings, extra: Mapping[str, str] | None = None) -> di
 class WorkerProcess:
     """One ``miqps worker`` subprocess with its log in a file."""
 
-    def __init__(self, settings: Settings, agents: str, log_path: Path,
-                 extra_env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        agents: str,
+        log_path: Path,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> None:
         self.settings = settings
         self.agents = agents
         self.log_path = log_path
@@ -111,19 +116,34 @@ class WorkerProcess:
     def __enter__(self) -> WorkerProcess:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
 
-def produce(settings: Settings, topic: str, values: Iterable[bytes | None],
-            keys: Iterable[bytes | None] | None = None) -> int:
+def produce(
+    settings: Settings,
+    topic: str,
+    values: Iterable[bytes | None],
+    keys: Iterable[bytes | None] | None = None,
+) -> int:
     """Send every value (with its key) to ``topic`` and wait until all are delivered;
     raises if any is not."""
     reports = DeliveryReports()
-    producer = Producer(producer_config(settings, **{"enable.idempotence": False,
-                                                     "delivery.report.only.error": True,
-                                                     "on_delivery": reports}))
+    producer = Producer(
+        producer_config(
+            settings,
+            **{
+                "enable.idempotence": False,
+                "delivery.report.only.error": True,
+                "on_delivery": reports,
+            },
+        )
+    )
     count = 0
     key_iter = iter(keys) if keys is not None else None
     for value in values:
@@ -144,10 +164,13 @@ class TopicReader:
 
     def __init__(self, settings: Settings, topic: str) -> None:
         self.topic = topic
-        self.consumer = Consumer(consumer_config(
-            settings, f"miqps-reader-{uuid.uuid4().hex}",
-            **{"enable.auto.commit": False, "fetch.wait.max.ms": 100},
-        ))
+        self.consumer = Consumer(
+            consumer_config(
+                settings,
+                f"miqps-reader-{uuid.uuid4().hex}",
+                **{"enable.auto.commit": False, "fetch.wait.max.ms": 100},
+            )
+        )
         metadata = self.consumer.list_topics(topic, timeout=30).topics[topic]
         self.consumer.assign([TopicPartition(topic, p, 0) for p in metadata.partitions])
         self.records: list[tuple[bytes | None, bytes | None, int]] = []
@@ -161,8 +184,7 @@ class TopicReader:
             messages = self.consumer.consume(10_000, max(0.0, min(remaining, 0.2)))
             for message in messages:
                 if message.error() is None:
-                    self.records.append((message.key(), message.value(),
-                                         message.partition() or 0))
+                    self.records.append((message.key(), message.value(), message.partition() or 0))
                     new += 1
             if remaining <= 0 and not messages:
                 return new
@@ -181,8 +203,12 @@ class TopicReader:
     def __enter__(self) -> TopicReader:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
 
@@ -190,15 +216,20 @@ def unique_prefix(label: str) -> str:
     return f"{label}-{uuid.uuid4().hex[:8]}."
 
 
-def isolated_settings(base: Settings, label: str, state_dir: Path, **changes: object,
-                      ) -> Settings:
+def isolated_settings(
+    base: Settings,
+    label: str,
+    state_dir: Path,
+    **changes: object,
+) -> Settings:
     """Settings with their own topic names, app id and state directory."""
     from streams.settings import Topics
 
     prefix = unique_prefix(label)
     topics = Topics.from_env({"MIQPS_TOPIC_PREFIX": prefix})
-    return base.with_overrides(topics=topics, app_id=prefix.rstrip("."), state_dir=state_dir,
-                               **changes)
+    return base.with_overrides(
+        topics=topics, app_id=prefix.rstrip("."), state_dir=state_dir, **changes
+    )
 
 
 def delete_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
@@ -209,8 +240,11 @@ def delete_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
     admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "log_level": 0})
     names = set(settings.topics.all().values())
     prefixes = (f"{settings.app_id}-", f"{settings.app_id}.")
-    doomed = sorted(name for name in admin.list_topics(timeout=timeout).topics
-                    if name in names or name.startswith(prefixes))
+    doomed = sorted(
+        name
+        for name in admin.list_topics(timeout=timeout).topics
+        if name in names or name.startswith(prefixes)
+    )
     if doomed:
         for future in admin.delete_topics(doomed, operation_timeout=timeout).values():
             with contextlib.suppress(KafkaException):

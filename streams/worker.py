@@ -17,15 +17,17 @@ CRASH_EXIT_CODE = 1
 
 
 class StreamWorker(faust.Worker):
-    def __init__(self, app: faust.App, *services: Any, runtime: Runtime,
-                 **kwargs: Any) -> None:
+    def __init__(self, app: faust.App, *services: Any, runtime: Runtime, **kwargs: Any) -> None:
         super().__init__(app, *services, **kwargs)
         self.runtime = runtime
         self.stop_requested = False
         self.deadline = StopDeadline(
-            max(1.0, runtime.stop_timeout - EXIT_MARGIN), "worker",
-            lambda: "Offsets not committed yet are delivered again (at least once) when "
-                    "the consumer group resumes.",
+            max(1.0, runtime.stop_timeout - EXIT_MARGIN),
+            "worker",
+            lambda: (
+                "Offsets not committed yet are delivered again (at least once) when "
+                "the consumer group resumes."
+            ),
         )
         self._failing: list[asyncio.Future[None]] = []
 

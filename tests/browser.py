@@ -34,20 +34,24 @@ def chromium_path() -> str:
     """The chromium to drive, or a failed test that says how to install it."""
     found = CHROMIUM if Path(CHROMIUM).is_file() else shutil.which("chromium")
     if found is None:
-        pytest.fail(f"no chromium at {CHROMIUM} nor on the PATH: the browser tests need "
-                    "Debian's 'chromium' package (scripts/setup installs it as root, or "
-                    "'apt-get install chromium'; set MIQPS_CHROMIUM to use another)",
-                    pytrace=False)
+        pytest.fail(
+            f"no chromium at {CHROMIUM} nor on the PATH: the browser tests need "
+            "Debian's 'chromium' package (scripts/setup installs it as root, or "
+            "'apt-get install chromium'; set MIQPS_CHROMIUM to use another)",
+            pytrace=False,
+        )
     return found
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if PLAYWRIGHT_MISSING:
-        pytest.fail(f"Playwright for Python is missing ({PLAYWRIGHT_MISSING}): install the "
-                    "dev extra (scripts/setup); never 'playwright install', chromium comes "
-                    "from apt",
-                    pytrace=False)
+        pytest.fail(
+            f"Playwright for Python is missing ({PLAYWRIGHT_MISSING}): install the "
+            "dev extra (scripts/setup); never 'playwright install', chromium comes "
+            "from apt",
+            pytrace=False,
+        )
     executable = chromium_path()
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=executable)

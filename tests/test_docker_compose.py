@@ -49,8 +49,9 @@ def worker_args(command: list[str]) -> list[str]:
 
 def test_kafka_runs_in_kraft_mode_without_zookeeper(compose: dict[str, Any]) -> None:
     found = services(compose)
-    assert not any("zookeeper" in name or "zookeeper" in str(s.get("image", ""))
-                   for name, s in found.items())
+    assert not any(
+        "zookeeper" in name or "zookeeper" in str(s.get("image", "")) for name, s in found.items()
+    )
     kafka = found["kafka"]
     assert str(kafka["image"]).startswith("apache/kafka:")
     env = environment(kafka)
@@ -69,10 +70,10 @@ def test_topics_are_created_once_kafka_is_healthy(compose: dict[str, Any]) -> No
     assert environment(topics)["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
 
 
-@pytest.mark.parametrize(("name", "role"), [("canonicalizer", "canonicalize"),
-                                            ("prober", "probe")])
-def test_workers_run_one_role_each_after_the_topics(compose: dict[str, Any], name: str,
-                                                    role: str) -> None:
+@pytest.mark.parametrize(("name", "role"), [("canonicalizer", "canonicalize"), ("prober", "probe")])
+def test_workers_run_one_role_each_after_the_topics(
+    compose: dict[str, Any], name: str, role: str
+) -> None:
     service = services(compose)[name]
     args = worker_parser().parse_args(worker_args(service["command"]))
     assert not args.create_topics_only
@@ -122,14 +123,18 @@ def mounts(service: dict[str, Any]) -> dict[str, Path]:
 
 def worker_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The services that run a worker (not the one that only creates the topics)."""
-    return {name: service for name, service in services(compose).items()
-            if service.get("command") and service["command"][:2] == ["miqps", "worker"]
-            and not worker_parser().parse_args(worker_args(service["command"]))
-            .create_topics_only}
+    return {
+        name: service
+        for name, service in services(compose).items()
+        if service.get("command")
+        and service["command"][:2] == ["miqps", "worker"]
+        and not worker_parser().parse_args(worker_args(service["command"])).create_topics_only
+    }
 
 
 def test_prometheus_scrapes_every_worker_service_on_its_metrics_port(
-        compose: dict[str, Any]) -> None:
+    compose: dict[str, Any],
+) -> None:
     prometheus = services(compose)["prometheus"]
     assert str(prometheus["image"]).startswith("prom/prometheus:")
     assert "command" not in prometheus, "the image's own command reads the default path"
@@ -145,25 +150,27 @@ def test_prometheus_scrapes_every_worker_service_on_its_metrics_port(
     assert set(workers) == {"canonicalizer", "prober"}
     assert set(targets) == set(workers), "one scrape job per worker service, no stale one"
     for name, service in workers.items():
-        port = Settings.from_env({"MIQPS_METRICS_PORT": environment(service).get(
-            "MIQPS_METRICS_PORT", "")}).metrics_port
+        port = Settings.from_env(
+            {"MIQPS_METRICS_PORT": environment(service).get("MIQPS_METRICS_PORT", "")}
+        ).metrics_port
         assert port is not None and targets[name] == port, name
 
 
-def test_grafana_is_provisioned_with_prometheus_and_the_dashboard(
-        compose: dict[str, Any]) -> None:
+def test_grafana_is_provisioned_with_prometheus_and_the_dashboard(compose: dict[str, Any]) -> None:
     found = services(compose)
     grafana = found["grafana"]
     assert str(grafana["image"]).startswith("grafana/grafana:")
     bound = mounts(grafana)
     provisioning = bound["/etc/grafana/provisioning"]
-    [source] = yaml.safe_load(
-        (provisioning / "datasources" / "prometheus.yml").read_text("utf-8"))["datasources"]
+    [source] = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text("utf-8"))[
+        "datasources"
+    ]
     prometheus_port = str(found["prometheus"]["ports"][0]).split(":")[-1]
     assert source["type"] == "prometheus"
     assert source["url"] == f"http://prometheus:{prometheus_port}"
-    [provider] = yaml.safe_load(
-        (provisioning / "dashboards" / "miqps.yml").read_text("utf-8"))["providers"]
+    [provider] = yaml.safe_load((provisioning / "dashboards" / "miqps.yml").read_text("utf-8"))[
+        "providers"
+    ]
     dashboards = bound[provider["options"]["path"]]
     [dashboard_file] = dashboards.glob("*.json")
     dashboard = json.loads(dashboard_file.read_text("utf-8"))

@@ -95,11 +95,21 @@ def test_auto_created_topic_has_one_partition(admin: AdminClient) -> None:
 
 
 def _run_script(broker: LocalBroker, *command: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, KAFKA_LOCAL_PORT=str(broker.port),
-               KAFKA_LOCAL_CONTROLLER_PORT=str(broker.controller_port),
-               KAFKA_LOCAL_HOME=str(broker.home), KAFKA_LOCAL_M2=str(maven_cache()))
-    return subprocess.run([str(SCRIPT), "--brokers", str(broker.brokers), *command],
-                          capture_output=True, text=True, timeout=180, check=False, env=env)
+    env = dict(
+        os.environ,
+        KAFKA_LOCAL_PORT=str(broker.port),
+        KAFKA_LOCAL_CONTROLLER_PORT=str(broker.controller_port),
+        KAFKA_LOCAL_HOME=str(broker.home),
+        KAFKA_LOCAL_M2=str(maven_cache()),
+    )
+    return subprocess.run(
+        [str(SCRIPT), "--brokers", str(broker.brokers), *command],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        env=env,
+    )
 
 
 def _partition_replicas(bootstrap: str, topic: str) -> list[tuple[list[int], list[int]]]:
@@ -116,8 +126,14 @@ def _produce_all_acks(bootstrap: str, topic: str, count: int) -> int:
         nonlocal delivered
         delivered += error is None
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                         "message.timeout.ms": 30_000, "log_level": 0})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "message.timeout.ms": 30_000,
+            "log_level": 0,
+        }
+    )
     for number in range(count):
         producer.produce(topic, str(number).encode(), on_delivery=on_delivery)
     producer.flush(40)
@@ -131,7 +147,10 @@ def test_cluster_topics_are_replicated_on_three_brokers_with_two_in_sync(
     status = _run_script(cluster, "status")
     assert status.returncode == 0, status.stdout + status.stderr
     assert [line.split(":")[0] for line in status.stdout.splitlines()] == [
-        "node 1", "node 2", "node 3"]
+        "node 1",
+        "node 2",
+        "node 3",
+    ]
     topic = f"test.cluster.auto.{uuid.uuid4().hex[:12]}"
     assert _produce_all_acks(cluster.bootstrap, topic, 10) == 10
     assert _partition_replicas(cluster.bootstrap, topic) == [([1, 2, 3], [1, 2, 3])]

@@ -10,5 +10,9 @@ from streams.messages import Source
 
 def source_of(message: Message) -> Source:
     """Where a Faust message came from, for its dead letter (Faust's timestamp is in s)."""
-    return Source(message.topic, message.partition, message.offset,
-                  int(message.timestamp * 1000) if message.timestamp else None)
+    return Source(
+        message.topic,
+        message.partition,
+        message.offset,
+        int(message.timestamp * 1000) if message.timestamp else None,
+    )

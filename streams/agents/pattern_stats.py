@@ -51,8 +51,12 @@ MAX_PENDING_CHANGELOG = 100
 RESTORE_YIELD_EVERY = 256
 
 
-async def restore_deadlines(records: Iterable[tuple[bytes, bytes]], tracker: DeadlineTracker,
-                            processor: PatternStatsProcessor, now: float) -> int:
+async def restore_deadlines(
+    records: Iterable[tuple[bytes, bytes]],
+    tracker: DeadlineTracker,
+    processor: PatternStatsProcessor,
+    now: float,
+) -> int:
     """Set the timer again for every stored shape with a pattern still waiting for a time;
     returns how many. Yields to the event loop every few records, so that a large table
     does not hold up heartbeats. A record that cannot be read is skipped: the table holds
@@ -97,20 +101,23 @@ def register(app: faust.App, runtime: Runtime) -> None:
             return True
         return bool(basis) and rule.decided_at == basis
 
-    processor = PatternStatsProcessor(settings.policy, live_maps.layers.allowlist,
-                                      needs_learning)
+    processor = PatternStatsProcessor(settings.policy, live_maps.layers.allowlist, needs_learning)
 
     @table.on_recover
     async def restore_timer() -> None:
         restored = await restore_deadlines(table.items(), tracker, processor, time.time())
         log.info("pattern-stats: time limits set again for %d shapes after recovery", restored)
 
-    async def dead_letter(event: EventT[bytes], reason: str,
-                          original: bytes | None = None) -> None:
+    async def dead_letter(event: EventT[bytes], reason: str, original: bytes | None = None) -> None:
         message = event.message
-        record = DeadLetter.of(reason, original if original is not None else message.value,
-                               message.key, source_of(message), "pattern-stats",
-                               settings.topic_max_message_bytes // 2)
+        record = DeadLetter.of(
+            reason,
+            original if original is not None else message.value,
+            message.key,
+            source_of(message),
+            "pattern-stats",
+            settings.topic_max_message_bytes // 2,
+        )
         await dlq_topic.send(key=message.key or b"", value=record.to_bytes())
 
     async def handle(event: EventT[bytes]) -> None:
@@ -149,15 +156,20 @@ def register(app: faust.App, runtime: Runtime) -> None:
         if step.request is not None:
             await probe_topic.send(key=domain.encode(), value=step.request.to_bytes())
             patterns = step.request.patterns
-            log.info("probe requested: %s %s (%s)", domain, ", ".join(sorted(patterns)),
-                     ", ".join(sorted({info.reason for info in patterns.values()})))
+            log.info(
+                "probe requested: %s %s (%s)",
+                domain,
+                ", ".join(sorted(patterns)),
+                ", ".join(sorted({info.reason for info in patterns.values()})),
+            )
         if step.record is not None:
             table[key] = step.record
         if step.deadline is not None:
             tracker.add(step.deadline, domain, shape)
 
-    sweep_every = max(0.5, min(10.0, min(settings.policy.rare_after,
-                                         settings.policy.retry_after) / 4))
+    sweep_every = max(
+        0.5, min(10.0, min(settings.policy.rare_after, settings.policy.retry_after) / 4)
+    )
 
     async def send_due_ticks() -> None:
         while True:
@@ -173,8 +185,10 @@ def register(app: faust.App, runtime: Runtime) -> None:
         sweeper = asyncio.ensure_future(send_due_ticks())
         try:
             async for event in stream.events():
-                await bugs.run(partial(handle, event),
-                               f"pattern-stats at {event.message.tp}:{event.message.offset}")
+                await bugs.run(
+                    partial(handle, event),
+                    f"pattern-stats at {event.message.tp}:{event.message.offset}",
+                )
                 await stream.ack(event)
         finally:
             sweeper.cancel()

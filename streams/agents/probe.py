@@ -47,9 +47,9 @@ def register(app: faust.App, runtime: Runtime) -> None:
         value_type=bytes,
         options=rocksdb_options(settings),
         help="Per domain: probe requests received and when the last one came. Besides "
-             "monitoring, it gives every role's app a changelogged table: Faust uses its "
-             "own assignor only for such apps (round-robin otherwise), and workers whose "
-             "assignors differ cannot share a consumer group.",
+        "monitoring, it gives every role's app a changelogged table: Faust uses its "
+        "own assignor only for such apps (round-robin otherwise), and workers whose "
+        "assignors differ cannot share a consumer group.",
     )
     sink = FaustSink(app)
     updates_topic = raw_topic(app, settings.topics.map_updates)
@@ -57,28 +57,37 @@ def register(app: faust.App, runtime: Runtime) -> None:
 
     async def dead_letter(event: EventT[bytes], reason: str) -> None:
         message = event.message
-        record = DeadLetter.of(reason, message.value, message.key, source_of(message), "probe",
-                               settings.topic_max_message_bytes // 2)
+        record = DeadLetter.of(
+            reason,
+            message.value,
+            message.key,
+            source_of(message),
+            "probe",
+            settings.topic_max_message_bytes // 2,
+        )
         await dlq_topic.send(key=message.key or b"", value=record.to_bytes())
 
     async def publish(outcome: ProbeOutcome) -> None:
         key = outcome.domain.encode()
         if outcome.published is not None:
-            await publish_map(sink, settings.topics, outcome.published,
-                              *probe_producer(outcome.audits))
+            await publish_map(
+                sink, settings.topics, outcome.published, *probe_producer(outcome.audits)
+            )
         for audit in outcome.audits:
             await updates_topic.send(key=key, value=audit.to_bytes())
         runtime.metrics.map_updates.count(outcome.audits)
         if outcome.skipped:
-            log.info("probe %s: already decided, skipped: %s", outcome.domain,
-                     ", ".join(outcome.skipped))
+            log.info(
+                "probe %s: already decided, skipped: %s", outcome.domain, ", ".join(outcome.skipped)
+            )
 
     def count_demand(request: ProbeRequest) -> None:
         key = request.domain.encode()
         stored = demand.get(key)
         requests = orjson.loads(stored)["requests"] if stored else 0
-        demand[key] = orjson.dumps({"requests": requests + 1, "last_at": time.time(),
-                                    "patterns": len(request.patterns)})
+        demand[key] = orjson.dumps(
+            {"requests": requests + 1, "last_at": time.time(), "patterns": len(request.patterns)}
+        )
 
     bugs = runtime.bug_policy()
 
@@ -88,8 +97,12 @@ def register(app: faust.App, runtime: Runtime) -> None:
         stream = cast(faust.Stream[bytes], cast(faust.Stream[bytes], agent_stream).noack())
         acks = OrderedAcks(stream.ack)
         async with Fetcher(settings.fetch) as fetcher:
-            probing = Probing(runtime.live_maps, fetcher, config=settings.learn,
-                              max_flip_share=settings.max_flip_share)
+            probing = Probing(
+                runtime.live_maps,
+                fetcher,
+                config=settings.learn,
+                max_flip_share=settings.max_flip_share,
+            )
             scheduler = DomainScheduler(probing, publish, acks, bugs.run)
             runtime.metrics.follow_probing(ProbeAgentState(scheduler, acks.__len__, fetcher.stats))
 
@@ -108,8 +121,10 @@ def register(app: faust.App, runtime: Runtime) -> None:
                     if scheduler.failure is not None:
                         raise scheduler.failure
                     ticket = acks.track(event)
-                    await bugs.run(partial(take, event, ticket),
-                                   f"probe request at {event.message.tp}:{event.message.offset}")
+                    await bugs.run(
+                        partial(take, event, ticket),
+                        f"probe request at {event.message.tp}:{event.message.offset}",
+                    )
                     while len(acks) >= MAX_EVENTS_IN_FLIGHT and scheduler.failure is None:
                         await asyncio.sleep(0.05)
             finally:

@@ -66,14 +66,14 @@ def tuning_run() -> Iterator[LearnedRun]:
     sites = build_sites("tuning", 6, seed=3)
     corpus = generate_corpus(sites, 1200, seed=3)
     with SimWeb(sites, seed=3, rate_limit_per_second=80, hang_seconds=5.0) as web:
-        fetch_config = FetchConfig(proxy=web.proxy_url, per_host_rate=50, timeout=1.0,
-                                   backoff_base=0.05)
+        fetch_config = FetchConfig(
+            proxy=web.proxy_url, per_host_rate=50, timeout=1.0, backoff_base=0.05
+        )
         maps, reports, stats, failures = learn_on(web, corpus, LearnConfig(), fetch_config)
         server_requests = web.requests_total()
     canonicalizer = Canonicalizer()
     canonicalizer.load({d: merge_update(None, m) for d, m in maps.items()})
-    yield LearnedRun(sites, corpus, maps, reports, stats, failures, server_requests,
-                     canonicalizer)
+    yield LearnedRun(sites, corpus, maps, reports, stats, failures, server_requests, canonicalizer)
 
 
 @pytest.fixture
@@ -86,7 +86,6 @@ def site_and_proxy() -> Iterator[tuple[DriftingSite, str]]:
 @pytest.fixture
 async def fetcher(site_and_proxy: tuple[DriftingSite, str]) -> AsyncIterator[Fetcher]:
     """A fetcher through that proxy, fast and without retries."""
-    config = FetchConfig(proxy=site_and_proxy[1], per_host_rate=500.0, timeout=5.0,
-                         max_attempts=1)
+    config = FetchConfig(proxy=site_and_proxy[1], per_host_rate=500.0, timeout=5.0, max_attempts=1)
     async with Fetcher(config) as fetcher:
         yield fetcher

@@ -35,19 +35,23 @@ class DriftingSite:
         if self.down:
             return 503, b"<html><body>maintenance</body></html>"
         if self.wall:
-            return 200, ("<html><head><title>Members only</title></head>"
-                         "<body><main><h1>Sign in to continue</h1></main>"
-                         f"<footer>Request {self.requests}</footer></body></html>").encode()
+            return 200, (
+                "<html><head><title>Members only</title></head>"
+                "<body><main><h1>Sign in to continue</h1></main>"
+                f"<footer>Request {self.requests}</footer></body></html>"
+            ).encode()
         query = parse_qs(parts.query)
         item = "0" if self.ids_ignored else query.get("id", ["0"])[0]
         ref = query.get("ref", ["none"])[0]
         lang = query.get("lang", [self.default_lang])[0]
         start = query.get("start", ["0"])[0]
         extra = f"<p class='edition'>Edition {ref}</p>" if self.ref_matters else ""
-        html = (f"<html><head><title>Item {item}</title></head><body><main>"
-                f"<h1>Item {item}</h1><p class='text'>Description of item {item}.</p>{extra}"
-                f"<p class='lang'>Language: {lang}</p><p class='from'>From post {start}</p>"
-                f"</main><footer>Drift Test Shop</footer></body></html>")
+        html = (
+            f"<html><head><title>Item {item}</title></head><body><main>"
+            f"<h1>Item {item}</h1><p class='text'>Description of item {item}.</p>{extra}"
+            f"<p class='lang'>Language: {lang}</p><p class='from'>From post {start}</p>"
+            f"</main><footer>Drift Test Shop</footer></body></html>"
+        )
         return 200, html.encode()
 
 
@@ -72,8 +76,9 @@ def serve_drifting() -> Iterator[tuple[DriftingSite, str]]:
     site = DriftingSite()
     handler = type("Handler", (_ProxyHandler,), {"site": site})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield site, f"http://127.0.0.1:{server.server_address[1]}"

@@ -25,11 +25,25 @@ def product_map(version: int = 1, drop: str = "ref") -> DomainMap:
     """``/p/*?id&ref&sid``: id picks the product; ``drop`` (and sid) were learned neutral."""
     names = {"id", "ref", "sid"}
     dropped = {drop, "sid"}
-    params = {name: ParamEvidence("drop" if name in dropped else "keep", Layer.LEARNED, 3,
-                                  0 if name in dropped else 3, 3 if name in dropped else 0, 0)
-              for name in names}
-    decision = PatternDecision(frozenset(names - dropped), frozenset(dropped), params,
-                               Verification(3, 0, 0), "2026-01-01T00:00:00Z", 10)
+    params = {
+        name: ParamEvidence(
+            "drop" if name in dropped else "keep",
+            Layer.LEARNED,
+            3,
+            0 if name in dropped else 3,
+            3 if name in dropped else 0,
+            0,
+        )
+        for name in names
+    }
+    decision = PatternDecision(
+        frozenset(names - dropped),
+        frozenset(dropped),
+        params,
+        Verification(3, 0, 0),
+        "2026-01-01T00:00:00Z",
+        10,
+    )
     return DomainMap(HOST, version, "2026-01-01T00:00:00Z", {"/p/*?id&ref&sid": decision})
 
 
@@ -41,8 +55,14 @@ def maps_file(tmp_path: Path) -> Path:
 
 
 def test_the_public_surface_is_marked() -> None:
-    assert miqps.__all__ == ["Canonicalizer", "Decision", "DomainMap", "InvalidMap",
-                             "InvalidURL", "Status"]
+    assert miqps.__all__ == [
+        "Canonicalizer",
+        "Decision",
+        "DomainMap",
+        "InvalidMap",
+        "InvalidURL",
+        "Status",
+    ]
     for name in ("from_file", "from_kafka", "canonicalize", "explain", "canonicalize_many"):
         assert getattr(Canonicalizer, name).__doc__, name
 
@@ -59,7 +79,8 @@ def test_from_file_canonicalizes_and_explains(maps_file: Path) -> None:
     assert decision.map_version == 1 and decision.status is miqps.Status.LEARNED
     # A domain without a map keeps everything but the cold-start prior's names.
     assert canonicalizer.canonicalize("https://other.test/p/9?ref=1&utm_source=x") == (
-        "https://other.test/p/9?ref=1")
+        "https://other.test/p/9?ref=1"
+    )
 
 
 def test_bad_input_raises_a_clear_error(maps_file: Path, tmp_path: Path) -> None:
@@ -94,15 +115,23 @@ def test_canonicalize_many_is_lazy_ordered_and_reports_invalid_urls(maps_file: P
 
 
 def test_importing_miqps_imports_no_kafka() -> None:
-    code = ("import sys, miqps; from miqps import Canonicalizer; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('confluent_kafka', 'aiokafka', 'faust', 'mode', 'streams')))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    code = (
+        "import sys, miqps; from miqps import Canonicalizer; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('confluent_kafka', 'aiokafka', 'faust', 'mode', 'streams')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     assert result.stdout.strip() == "[]"
 
 
 # --- from_kafka, with the real broker ---------------------------------------------------
+
 
 @pytest.fixture
 def maps_topic() -> Iterator[tuple[str, Callable[[DomainMap | None], None]]]:
@@ -148,7 +177,8 @@ def _eventually(check: Callable[[], bool], seconds: float = 30.0) -> bool:
 @pytest.mark.kafka
 @pytest.mark.timeout(120)
 def test_from_kafka_follows_the_maps_topic_live(
-        maps_topic: tuple[str, Callable[[DomainMap | None], None]]) -> None:
+    maps_topic: tuple[str, Callable[[DomainMap | None], None]],
+) -> None:
     where, publish = maps_topic
     bootstrap, topic = where.split("|")
     publish(product_map(1, drop="ref"))
@@ -157,8 +187,9 @@ def test_from_kafka_follows_the_maps_topic_live(
     try:
         assert canonicalizer.canonicalize(url) == f"https://{HOST}/p/9?id=7"
         publish(product_map(2, drop="id"))  # a newer version: id neutral, ref kept
-        assert _eventually(lambda: canonicalizer.canonicalize(url) ==
-                           f"https://{HOST}/p/9?ref=mail")
+        assert _eventually(
+            lambda: canonicalizer.canonicalize(url) == f"https://{HOST}/p/9?ref=mail"
+        )
         publish(None)  # tombstone: the domain has no map any more
         assert _eventually(lambda: canonicalizer.canonicalize(url) == url)
     finally:

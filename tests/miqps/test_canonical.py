@@ -30,11 +30,16 @@ def learned_map() -> DomainMap:
         "variant": ParamEvidence("drop", Layer.LEARNED, 6, 0, 6, 0),
     }
     decision = PatternDecision(
-        frozenset({"id", "utm_source"}), frozenset({"sid", "variant"}), params,
-        Verification(2, 0, 0, []), "2026-12-02T00:00:00Z", 5,
+        frozenset({"id", "utm_source"}),
+        frozenset({"sid", "variant"}),
+        params,
+        Verification(2, 0, 0, []),
+        "2026-12-02T00:00:00Z",
+        5,
     )
-    return DomainMap("shop.example", 2, "2026-12-02T00:00:00Z",
-                     {"/p?id&sid&utm_source&variant": decision})
+    return DomainMap(
+        "shop.example", 2, "2026-12-02T00:00:00Z", {"/p?id&sid&utm_source&variant": decision}
+    )
 
 
 def test_learned_pattern_keeps_only_kept_parameters_in_sorted_order() -> None:
@@ -43,9 +48,9 @@ def test_learned_pattern_keeps_only_kept_parameters_in_sorted_order() -> None:
     url = parse("http://shop.example/p?sid=9&utm_source=a&id=4")
     assert canon.canonical_url(url) == "http://shop.example/p?id=4&sid=9&utm_source=a"
     url = parse("http://shop.example/p?sid=9&utm_source=a&id=4&variant=2")
-    assert canon.canonical_url(url) == (
-        "http://shop.example/p?id=4&utm_source=a&variant=2"
-    ), "the allowlist keeps variant even though the map dropped it"
+    assert canon.canonical_url(url) == ("http://shop.example/p?id=4&utm_source=a&variant=2"), (
+        "the allowlist keeps variant even though the map dropped it"
+    )
 
 
 def test_unlearned_pattern_keeps_everything_but_the_cold_start_prior() -> None:
@@ -79,7 +84,10 @@ def test_decide_reports_layers_and_map_version() -> None:
     assert decision.status == "learned"
     assert decision.map_version == 2
     assert decision.layers == {
-        "id": "learned", "sid": "learned", "utm_source": "learned", "variant": "allowlist",
+        "id": "learned",
+        "sid": "learned",
+        "utm_source": "learned",
+        "variant": "allowlist",
     }
     assert decision.dropped == ("sid",)
 
@@ -90,12 +98,16 @@ def test_a_map_kept_as_its_document_decides_and_explains_alike() -> None:
     as_objects.update(domain_map)
     as_document.update(domain_map, domain_map.dumps().encode())
     assert as_document.map_for("shop.example") == domain_map
-    for text in ("http://shop.example/p?sid=9&utm_source=a&id=4&variant=1",
-                 "http://shop.example/p?sid=9&gclid=3", "http://other.example/p?id=1"):
+    for text in (
+        "http://shop.example/p?sid=9&utm_source=a&id=4&variant=1",
+        "http://shop.example/p?sid=9&gclid=3",
+        "http://other.example/p?id=1",
+    ):
         url = parse(text)
         assert as_document.decide(url) == as_objects.decide(url)
         assert as_document.decide(url, with_layers=False) == as_objects.decide(url)._replace(
-            layers={})
+            layers={}
+        )
 
 
 def test_the_prior_drops_what_a_learned_pattern_has_no_evidence_for() -> None:
@@ -106,27 +118,40 @@ def test_the_prior_drops_what_a_learned_pattern_has_no_evidence_for() -> None:
         "gclid": ParamEvidence("keep", Layer.INSUFFICIENT, 3, 0, 0, 3),
     }
     decision = PatternDecision(
-        frozenset(params), frozenset(), params, Verification(0, 0, 3, []),
-        "2026-12-02T00:00:00Z", 4,
+        frozenset(params),
+        frozenset(),
+        params,
+        Verification(0, 0, 3, []),
+        "2026-12-02T00:00:00Z",
+        4,
     )
-    hanging = DomainMap("shop.example", 1, "2026-12-02T00:00:00Z",
-                        {"/dl?gclid&id&sid&utm_source": decision})
+    hanging = DomainMap(
+        "shop.example", 1, "2026-12-02T00:00:00Z", {"/dl?gclid&id&sid&utm_source": decision}
+    )
     url = parse("http://shop.example/dl?id=4&sid=9&utm_source=a&gclid=x")
     canon = Canonicalizer()
     canon.update(hanging)
     found = canon.decide(url)
     assert found.canonical_url == "http://shop.example/dl?id=4&sid=9"
-    assert found.layers == {"gclid": "prior", "id": "learned", "sid": "insufficient-evidence",
-                            "utm_source": "prior"}
+    assert found.layers == {
+        "gclid": "prior",
+        "id": "learned",
+        "sid": "insufficient-evidence",
+        "utm_source": "prior",
+    }
     assert canon.canonical_texts([url.url]) == [found.canonical_url]
     canon.use_prior = False
     assert canon.canonical_texts([url.url]) == [url.url]
     assert canon.decide(url).layers["utm_source"] == "insufficient-evidence"
     canon.use_prior = True
-    canon.update(DomainMap(
-        "shop.example", 2, "2026-12-02T00:00:00Z",
-        {**hanging.patterns, **learned_map().patterns},
-    ))
+    canon.update(
+        DomainMap(
+            "shop.example",
+            2,
+            "2026-12-02T00:00:00Z",
+            {**hanging.patterns, **learned_map().patterns},
+        )
+    )
     assert canon.canonical_url(url) == "http://shop.example/dl?id=4&sid=9&utm_source=a", (
         "the domain learned that utm_source changes pages"
     )
@@ -134,8 +159,24 @@ def test_the_prior_drops_what_a_learned_pattern_has_no_evidence_for() -> None:
 
 # --- The fast paths against the plain definition ----------------------------------------
 
-NAMES = ["a", "a.b", "a-b", "a2", "ab", "id", "page", "page2", "sid", "variant", "utm_source",
-         "utm_source.x", "gclid", "B", "", "x%3Dy"]
+NAMES = [
+    "a",
+    "a.b",
+    "a-b",
+    "a2",
+    "ab",
+    "id",
+    "page",
+    "page2",
+    "sid",
+    "variant",
+    "utm_source",
+    "utm_source.x",
+    "gclid",
+    "B",
+    "",
+    "x%3Dy",
+]
 
 
 def _reference(canon: Canonicalizer, maps: dict[str, DomainMap], url: NormalizedURL) -> str:
@@ -156,14 +197,20 @@ def _reference(canon: Canonicalizer, maps: dict[str, DomainMap], url: Normalized
         if decision is not None:
             keep = decision.kept | (layers.allowlist & (decision.kept | decision.dropped))
             if canon.use_prior:
-                keep = frozenset({
-                    n for n in keep
-                    if decision.params[n].layer != Layer.INSUFFICIENT or not layers.prior_drops(n)
-                    or n in learned or n in layers.allowlist
-                })
+                keep = frozenset(
+                    {
+                        n
+                        for n in keep
+                        if decision.params[n].layer != Layer.INSUFFICIENT
+                        or not layers.prior_drops(n)
+                        or n in learned
+                        or n in layers.allowlist
+                    }
+                )
         elif canon.use_prior:
             keep = frozenset(
-                n for n in names
+                n
+                for n in names
                 if not layers.prior_drops(n) or n in learned or n in layers.allowlist
             )
         else:
@@ -181,15 +228,33 @@ def _corpus(seed: int, size: int) -> list[str]:
         for name in rng.choices(NAMES, k=rng.randint(1, 5)):
             value = rng.choice(["1", "2", "", "=z"])
             pairs.append(name if rng.random() < 0.15 else f"{name}={value}")
-        host = rng.choice(["m.example", "M.Example", "u.example", "m.example:8080",
-                           "user@m.example", "[::1]", "b\u00fccher.example"])
+        host = rng.choice(
+            [
+                "m.example",
+                "M.Example",
+                "u.example",
+                "m.example:8080",
+                "user@m.example",
+                "[::1]",
+                "b\u00fccher.example",
+            ]
+        )
         path = rng.choice(["p/1", "s", "x/y/z", "%7euser/", "item-4", ""])
         query = "&".join(pairs) + rng.choice(["", "", "&", "&&x"])
         fragment = rng.choice(["", "", "#!r%7e", "#x?y"])
         texts.append(f"{rng.choice(['http', 'https', 'HTTP'])}://{host}/{path}?{query}{fragment}")
-    texts += ["", "ftp://m.example/?a=1", "http://m.example/\x00?a=1", "not a url",
-              "http://m.example/?" + "a" * 9000, "http://m.example/\udcff?a=1", "http://m.example",
-              "http://m.example/p?=1", "http://m.example/p?=1&=2", "http://m.example/p?&&"]
+    texts += [
+        "",
+        "ftp://m.example/?a=1",
+        "http://m.example/\x00?a=1",
+        "not a url",
+        "http://m.example/?" + "a" * 9000,
+        "http://m.example/\udcff?a=1",
+        "http://m.example",
+        "http://m.example/p?=1",
+        "http://m.example/p?=1&=2",
+        "http://m.example/p?&&",
+    ]
     return texts
 
 
@@ -206,13 +271,22 @@ def _learned_maps(texts: list[str], seed: int) -> dict[str, DomainMap]:
         names = sorted(url.names)
         kept = frozenset(name for name in names if rng.random() < 0.5)
         params = {
-            name: ParamEvidence("keep" if name in kept else "drop",
-                                Layer.LEARNED if rng.random() < 0.8 else Layer.INSUFFICIENT,
-                                3, 3, 0, 0)
+            name: ParamEvidence(
+                "keep" if name in kept else "drop",
+                Layer.LEARNED if rng.random() < 0.8 else Layer.INSUFFICIENT,
+                3,
+                3,
+                0,
+                0,
+            )
             for name in names
         }
-        patterns.setdefault(url.pattern, PatternDecision(
-            kept, frozenset(names) - kept, params, Verification(), "2026-12-02T00:00:00Z", 1))
+        patterns.setdefault(
+            url.pattern,
+            PatternDecision(
+                kept, frozenset(names) - kept, params, Verification(), "2026-12-02T00:00:00Z", 1
+            ),
+        )
     return {"m.example": DomainMap("m.example", 3, "2026-12-02T00:00:00Z", patterns)}
 
 
@@ -254,7 +328,8 @@ def test_canonical_text_raises_like_parse() -> None:
 def test_string_order_that_is_not_name_order_still_sorts_by_name() -> None:
     texts = ["http://a.example/?a.b=2&a=1", "http://a.example/?a=2&a=1&a"]
     assert Canonicalizer().canonical_texts(texts) == [
-        "http://a.example/?a=1&a.b=2", "http://a.example/?a=2&a=1&a",
+        "http://a.example/?a=1&a.b=2",
+        "http://a.example/?a=2&a=1&a",
     ]
 
 
@@ -297,7 +372,10 @@ def test_switching_the_prior_or_the_map_forgets_remembered_plans() -> None:
 def _run_cli(stdin: bytes, *args: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [sys.executable, "-m", "miqps.cli", "canonicalize", *args],
-        input=stdin, capture_output=True, check=True, timeout=120,
+        input=stdin,
+        capture_output=True,
+        check=True,
+        timeout=120,
     )
 
 
@@ -338,9 +416,18 @@ def test_cli_prints_one_line_per_input_line_across_blocks(tmp_path: Path, junk: 
 
 def test_cli_takes_urls_as_arguments() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "miqps.cli", "canonicalize", "--no-prior",
-         "HTTP://A.example/p?utm_source=1&id=2", "ftp://x/"],
-        capture_output=True, check=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "miqps.cli",
+            "canonicalize",
+            "--no-prior",
+            "HTTP://A.example/p?utm_source=1&id=2",
+            "ftp://x/",
+        ],
+        capture_output=True,
+        check=True,
+        timeout=60,
     )
     assert result.stdout.decode() == "http://a.example/p?id=2&utm_source=1\n\n"
     assert result.stderr.decode() == "line 2: invalid URL: scheme 'ftp' is not http or https\n"
@@ -357,15 +444,34 @@ def test_confirmed_default_values_are_elided_and_other_values_kept() -> None:
         "id": Evidence("keep", L.LEARNED, 1, 1, 0, 0),
         "lang": Evidence("keep", L.LEARNED, 3, 2, 1, 0, ["lang=en"]),
     }
-    decision = Pattern(frozenset({"id", "lang"}), frozenset(), params, Check(1, 0, 0, []),
-                       "2026-12-02T00:00:00Z", 5)
-    listing = Pattern(frozenset({"page"}), frozenset({"ref"}),
-                      {"page": Evidence("keep", L.LEARNED, 2, 2, 0, 0, ["page=1"]),
-                       "ref": Evidence("drop", L.LEARNED, 6, 0, 6, 0)},
-                      Check(1, 0, 0, []), "2026-12-02T00:00:00Z", 5)
+    decision = Pattern(
+        frozenset({"id", "lang"}),
+        frozenset(),
+        params,
+        Check(1, 0, 0, []),
+        "2026-12-02T00:00:00Z",
+        5,
+    )
+    listing = Pattern(
+        frozenset({"page"}),
+        frozenset({"ref"}),
+        {
+            "page": Evidence("keep", L.LEARNED, 2, 2, 0, 0, ["page=1"]),
+            "ref": Evidence("drop", L.LEARNED, 6, 0, 6, 0),
+        },
+        Check(1, 0, 0, []),
+        "2026-12-02T00:00:00Z",
+        5,
+    )
     canon = Canonicalizer()
-    canon.update(Map("a.example", 1, "2026-12-02T00:00:00Z",
-                     {"/p?id&lang": decision, "/list?page&ref": listing}))
+    canon.update(
+        Map(
+            "a.example",
+            1,
+            "2026-12-02T00:00:00Z",
+            {"/p?id&lang": decision, "/list?page&ref": listing},
+        )
+    )
     for text, expected in [
         ("http://a.example/p?lang=en&id=4", "http://a.example/p?id=4"),
         ("http://a.example/p?lang=de&id=4", "http://a.example/p?id=4&lang=de"),
@@ -382,30 +488,51 @@ def test_confirmed_default_values_are_elided_and_other_values_kept() -> None:
 # --- Idempotence and one answer ----------------------------------------------------------
 
 
-def _pattern(kept: set[str], dropped: set[str], defaults: dict[str, list[str]] | None = None
-             ) -> PatternDecision:
+def _pattern(
+    kept: set[str], dropped: set[str], defaults: dict[str, list[str]] | None = None
+) -> PatternDecision:
     params = {
-        name: ParamEvidence("keep" if name in kept else "drop", Layer.LEARNED, 3,
-                            3 if name in kept else 0, 0 if name in kept else 3, 0,
-                            (defaults or {}).get(name, []))
+        name: ParamEvidence(
+            "keep" if name in kept else "drop",
+            Layer.LEARNED,
+            3,
+            3 if name in kept else 0,
+            0 if name in kept else 3,
+            0,
+            (defaults or {}).get(name, []),
+        )
         for name in kept | dropped
     }
-    return PatternDecision(frozenset(kept), frozenset(dropped), params, Verification(),
-                           "2026-12-02T00:00:00Z", 5)
+    return PatternDecision(
+        frozenset(kept), frozenset(dropped), params, Verification(), "2026-12-02T00:00:00Z", 5
+    )
 
 
 def _all_answers(canon: Canonicalizer, text: str) -> set[str]:
     url = parse(text)
-    return {canon.canonical_texts([text])[0], canon.canonical_text(text),
-            canon.canonical_url(url), canon.decide(url).canonical_url}
+    return {
+        canon.canonical_texts([text])[0],
+        canon.canonical_text(text),
+        canon.canonical_url(url),
+        canon.decide(url).canonical_url,
+    }
 
 
 def test_dropping_into_another_learned_pattern_drops_what_that_pattern_drops() -> None:
     canon = Canonicalizer(use_prior=False)
-    canon.update(DomainMap("forum.example", 1, "2026-12-02T00:00:00Z", {
-        "/board?b&order&start&utm_source": _pattern({"b", "order", "start"}, {"utm_source"}),
-        "/board?b&order&start": _pattern({"b", "start"}, {"order"}),
-    }))
+    canon.update(
+        DomainMap(
+            "forum.example",
+            1,
+            "2026-12-02T00:00:00Z",
+            {
+                "/board?b&order&start&utm_source": _pattern(
+                    {"b", "order", "start"}, {"utm_source"}
+                ),
+                "/board?b&order&start": _pattern({"b", "start"}, {"order"}),
+            },
+        )
+    )
     text = "http://forum.example/board?b=general&utm_source=x&start=45&order=latest"
     canonical = "http://forum.example/board?b=general&start=45"
     assert _all_answers(canon, text) == {canonical}
@@ -418,10 +545,17 @@ def test_dropping_into_another_learned_pattern_drops_what_that_pattern_drops() -
 
 def test_leaving_out_a_default_value_also_moves_the_url_to_another_pattern() -> None:
     canon = Canonicalizer(use_prior=False)
-    canon.update(DomainMap("shop.example", 1, "2026-12-02T00:00:00Z", {
-        "/list?page&q&ref": _pattern({"page", "q", "ref"}, set(), {"page": ["page=1"]}),
-        "/list?q&ref": _pattern({"q"}, {"ref"}),
-    }))
+    canon.update(
+        DomainMap(
+            "shop.example",
+            1,
+            "2026-12-02T00:00:00Z",
+            {
+                "/list?page&q&ref": _pattern({"page", "q", "ref"}, set(), {"page": ["page=1"]}),
+                "/list?q&ref": _pattern({"q"}, {"ref"}),
+            },
+        )
+    )
     text = "http://shop.example/list?ref=x&page=1&q=shoes"
     assert _all_answers(canon, text) == {"http://shop.example/list?q=shoes"}
     assert _all_answers(canon, "http://shop.example/list?ref=x&page=2&q=shoes") == {
@@ -431,45 +565,73 @@ def test_leaving_out_a_default_value_also_moves_the_url_to_another_pattern() -> 
 
 def test_plain_and_json_agree_when_a_name_repeats() -> None:
     canon = Canonicalizer()
-    canon.update(DomainMap("news.example", 1, "2026-12-02T00:00:00Z", {
-        "/a?hl&id&utm_source": _pattern({"hl", "id"}, {"utm_source"}, {"hl": ["hl=en"]}),
-    }))
+    canon.update(
+        DomainMap(
+            "news.example",
+            1,
+            "2026-12-02T00:00:00Z",
+            {
+                "/a?hl&id&utm_source": _pattern({"hl", "id"}, {"utm_source"}, {"hl": ["hl=en"]}),
+            },
+        )
+    )
     text = "http://news.example/a?utm_source=a&utm_source=b&hl=en&id=7"
     assert _all_answers(canon, text) == {"http://news.example/a?id=7"}
 
 
 def test_matrix_parameters_are_learned_parameters_of_the_pattern() -> None:
     canon = Canonicalizer()
-    canon.update(DomainMap("java.example", 1, "2026-12-02T00:00:00Z", {
-        "/p/*?;jsessionid&id": _pattern({"id"}, {";jsessionid"}),
-        "/docs/*?;v": _pattern({";v"}, set()),
-    }))
+    canon.update(
+        DomainMap(
+            "java.example",
+            1,
+            "2026-12-02T00:00:00Z",
+            {
+                "/p/*?;jsessionid&id": _pattern({"id"}, {";jsessionid"}),
+                "/docs/*?;v": _pattern({";v"}, set()),
+            },
+        )
+    )
     text = "http://java.example/p/12;jsessionid=AB12?id=3"
     assert _all_answers(canon, text) == {"http://java.example/p/12?id=3"}
     decision = canon.decide(parse(text))
     assert (decision.pattern, decision.kept, decision.dropped) == (
-        "/p/*?;jsessionid&id", ("id",), (";jsessionid",)
+        "/p/*?;jsessionid&id",
+        ("id",),
+        (";jsessionid",),
     )
     assert decision.layers == {";jsessionid": "learned", "id": "learned"}
     assert _all_answers(canon, "http://java.example/docs/guide;v=2") == {
         "http://java.example/docs/guide;v=2"
     }
     unlearned = "http://other.example/p/12;jsessionid=AB12;utm_source=x?utm_source=y"
-    assert _all_answers(canon, unlearned) == {
-        "http://other.example/p/12;utm_source=x"
-    }, "without evidence a matrix parameter is kept, but for the prior's exact names"
+    assert _all_answers(canon, unlearned) == {"http://other.example/p/12;utm_source=x"}, (
+        "without evidence a matrix parameter is kept, but for the prior's exact names"
+    )
 
 
-_PROPERTY_NAMES = ["id", "page", "ref", "utm_source", "gclid", "hl", "a.b", "a", ";jsessionid",
-                   ";v", ";sid"]
+_PROPERTY_NAMES = [
+    "id",
+    "page",
+    "ref",
+    "utm_source",
+    "gclid",
+    "hl",
+    "a.b",
+    "a",
+    ";jsessionid",
+    ";v",
+    ";sid",
+]
 _VALUES = ["1", "2", "en", "", "%%36%31", "%7e"]
 
 
 @st.composite
 def _urls(draw: st.DrawFn) -> str:
     host = draw(st.sampled_from(["m.example", "M.example", "n.example", "m.example:81"]))
-    segments = draw(st.lists(st.sampled_from(["p", "12", "docs", "..", "a;b", "%%32%45", ""]),
-                             max_size=3))
+    segments = draw(
+        st.lists(st.sampled_from(["p", "12", "docs", "..", "a;b", "%%32%45", ""]), max_size=3)
+    )
     query: list[str] = []
     for name in draw(st.lists(st.sampled_from(_PROPERTY_NAMES), max_size=6)):
         pair = f"{name.lstrip(';')}={draw(st.sampled_from(_VALUES))}"
@@ -495,13 +657,11 @@ def _random_maps(texts: list[str], rng: random.Random) -> list[DomainMap]:
             defaults = {name: [url.value_of(name)] for name in kept if rng.random() < 0.4}
             key = pattern_key(path_shape(url.path), subset)
             patterns.setdefault(url.host, {})[key] = _pattern(kept, set(subset) - kept, defaults)
-    return [DomainMap(host, 1, "2026-12-02T00:00:00Z", by_key)
-            for host, by_key in patterns.items()]
+    return [DomainMap(host, 1, "2026-12-02T00:00:00Z", by_key) for host, by_key in patterns.items()]
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(_urls(), min_size=1, max_size=12), st.randoms(use_true_random=False),
-       st.booleans())
+@given(st.lists(_urls(), min_size=1, max_size=12), st.randoms(use_true_random=False), st.booleans())
 def test_every_answer_is_one_idempotent_canonical_url_of_the_same_resource(
     texts: list[str], rng: random.Random, use_prior: bool
 ) -> None:
@@ -518,10 +678,19 @@ def test_every_answer_is_one_idempotent_canonical_url_of_the_same_resource(
 
 def test_a_pattern_with_default_values_that_drops_moves_the_url_on_without_eliding() -> None:
     canon = Canonicalizer(use_prior=False)
-    canon.update(DomainMap("shop.example", 1, "2026-12-02T00:00:00Z", {
-        "/list?page&q&ref": _pattern({"page", "q"}, {"ref"}, {"page": ["page=1"]}),
-        "/list?page&q": _pattern({"q"}, {"page"}),
-    }))
-    for text in ("http://shop.example/list?ref=x&page=2&q=shoes",
-                 "http://shop.example/list?ref=x&page=1&q=shoes"):
+    canon.update(
+        DomainMap(
+            "shop.example",
+            1,
+            "2026-12-02T00:00:00Z",
+            {
+                "/list?page&q&ref": _pattern({"page", "q"}, {"ref"}, {"page": ["page=1"]}),
+                "/list?page&q": _pattern({"q"}, {"page"}),
+            },
+        )
+    )
+    for text in (
+        "http://shop.example/list?ref=x&page=2&q=shoes",
+        "http://shop.example/list?ref=x&page=1&q=shoes",
+    ):
         assert _all_answers(canon, text) == {"http://shop.example/list?q=shoes"}, text

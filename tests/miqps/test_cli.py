@@ -22,8 +22,9 @@ SCHEMA = json.loads(
 
 
 def run(*args: str, stdin: str = "", timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([MIQPS, *args], input=stdin, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [MIQPS, *args], input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +35,19 @@ def learned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, li
     lines = [urls[0], "", "not a url", "ftp://files.example/x", *urls[1:], "   "]
     (folder / "urls.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     with SimWeb(sites, seed=11, rate_limit_per_second=0) as web:
-        result = run("learn", "--urls", str(folder / "urls.txt"), "--out",
-                     str(folder / "maps.jsonl"), "--proxy", web.proxy_url, "--timeout", "1",
-                     "--rate", "60")
+        result = run(
+            "learn",
+            "--urls",
+            str(folder / "urls.txt"),
+            "--out",
+            str(folder / "maps.jsonl"),
+            "--proxy",
+            web.proxy_url,
+            "--timeout",
+            "1",
+            "--rate",
+            "60",
+        )
     assert result.returncode == 0, result.stderr
     yield folder / "maps.jsonl", urls, result.stdout + result.stderr
 
@@ -165,17 +176,33 @@ def test_canonicalize_plain_and_json_agree_and_show_matrix_parameters(tmp_path: 
     AT = "2026-12-03T00:00:00Z"
 
     def evidence(keep: bool, defaults: list[str] | None = None) -> ParamEvidence:
-        return ParamEvidence("keep" if keep else "drop", Layer.LEARNED, 3, 3 * keep,
-                             3 * (not keep), 0, defaults or [])
+        return ParamEvidence(
+            "keep" if keep else "drop",
+            Layer.LEARNED,
+            3,
+            3 * keep,
+            3 * (not keep),
+            0,
+            defaults or [],
+        )
 
     patterns = {
         "/p/*?;jsessionid&id": PatternDecision(
-            frozenset({"id"}), frozenset({";jsessionid"}),
-            {"id": evidence(True), ";jsessionid": evidence(False)}, Verification(), AT, 3),
+            frozenset({"id"}),
+            frozenset({";jsessionid"}),
+            {"id": evidence(True), ";jsessionid": evidence(False)},
+            Verification(),
+            AT,
+            3,
+        ),
         "/a?hl&id&utm_source": PatternDecision(
-            frozenset({"hl", "id"}), frozenset({"utm_source"}),
-            {"hl": evidence(True, ["hl=en"]), "id": evidence(True),
-             "utm_source": evidence(False)}, Verification(), AT, 3),
+            frozenset({"hl", "id"}),
+            frozenset({"utm_source"}),
+            {"hl": evidence(True, ["hl=en"]), "id": evidence(True), "utm_source": evidence(False)},
+            Verification(),
+            AT,
+            3,
+        ),
     }
     write(tmp_path / "maps.jsonl", [DomainMap("java.example", 1, AT, patterns)])
     lines = [
@@ -198,6 +225,8 @@ def test_canonicalize_plain_and_json_agree_and_show_matrix_parameters(tmp_path: 
     ]
     assert [d.get("canonical_url", "") for d in decisions] == plain.stdout.splitlines()
     assert (decisions[0]["pattern"], decisions[0]["kept"], decisions[0]["dropped"]) == (
-        "/p/*?;jsessionid&id", ["id"], [";jsessionid"]
+        "/p/*?;jsessionid&id",
+        ["id"],
+        [";jsessionid"],
     )
     assert decisions[2]["kept"] == [";v"] and decisions[2]["status"] == "provisional"

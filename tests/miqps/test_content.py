@@ -13,8 +13,15 @@ from miqps.content import (
 )
 
 
-def page(title: str, price: str, *, stamp: str = "10:00:00.1", recs: str = "A B",
-         echo: str = "utm_source=x", csrf: str = "t0k3n") -> bytes:
+def page(
+    title: str,
+    price: str,
+    *,
+    stamp: str = "10:00:00.1",
+    recs: str = "A B",
+    echo: str = "utm_source=x",
+    csrf: str = "t0k3n",
+) -> bytes:
     return f"""<html><head><title>{title}</title>
     <link rel="canonical" href="http://shop.example/">
     <script src="/app.js?{echo}"></script></head>
@@ -90,13 +97,17 @@ def test_a_rotating_block_that_repeated_by_chance_is_not_taken_for_content() -> 
     model = VolatilityModel(stable_after=2)
     for stamp in ("1", "2", "3"):
         # the recommendations happened to repeat on every refetch so far
-        model.learn(template, snapshot_html(200, "u", page("Shoe", "$10", stamp=stamp)),
-                    snapshot_html(200, "u", page("Shoe", "$10", stamp=stamp + "0")))
+        model.learn(
+            template,
+            snapshot_html(200, "u", page("Shoe", "$10", stamp=stamp)),
+            snapshot_html(200, "u", page("Shoe", "$10", stamp=stamp + "0")),
+        )
     assert K("body>aside.recs>ul>li") not in model.paths(template)
     assert not model.known_stable(template, {K("body>aside.recs>ul>li")})
     assert model.known_stable(template, {K("body>main#product>h1"), K("body>main#product>p.price")})
-    assert not model.known_stable(template, {K("body>main#product>h1"),
-                                             K("body>footer>span.generated")})
+    assert not model.known_stable(
+        template, {K("body>main#product>h1"), K("body>footer>span.generated")}
+    )
 
 
 def product(
@@ -132,7 +143,8 @@ def product(
     scripts = (
         f'<script type="application/ld+json">{ld}</script>'
         f'<script id="__NEXT_DATA__" type="application/json">{next_data}</script>'
-        if data else ""
+        if data
+        else ""
     )
     return f"""<html><head><title>Shoe</title>
     <meta property="og:image" content="https://cdn.example{image}?v=3&{echo}">
@@ -179,7 +191,8 @@ def test_a_query_mirror_is_left_out_only_when_it_mirrors_the_request() -> None:
     other = "size=M&utm_source=y"
     unrelated = snap(product(echo=echo), f"http://shop.example/p/1?{other}")
     assert K("data>#__NEXT_DATA__>.query.size") in differing_paths(
-        snap(product(echo=other), f"http://shop.example/p/1?{other}"), unrelated)
+        snap(product(echo=other), f"http://shop.example/p/1?{other}"), unrelated
+    )
 
 
 def test_noise_inside_a_data_blob_is_learned_per_leaf() -> None:
@@ -202,8 +215,7 @@ CHALLENGE = b"""<html><head><title>Just a moment...</title></head><body>
 
 def test_interstitials_are_unjudgeable_whatever_their_status() -> None:
     for status in (200, 403, 503):
-        assert (snapshot_html(status, "u", CHALLENGE).unjudgeable or "").startswith(
-            "interstitial")
+        assert (snapshot_html(status, "u", CHALLENGE).unjudgeable or "").startswith("interstitial")
     assert snap(product()).unjudgeable is None
 
 
@@ -212,7 +224,8 @@ def test_a_client_side_shell_is_unjudgeable_but_a_data_only_page_is_not() -> Non
     </nav></header><div id="root"></div><noscript>You need to enable JavaScript.</noscript>
     <script src="/static/app.js"></script></body></html>"""
     assert snapshot_html(200, "u", shell).unjudgeable == (
-        "client-side shell: no data and almost no text")
+        "client-side shell: no data and almost no text"
+    )
     data_only = snap(product()).unjudgeable
     assert data_only is None
 
@@ -232,21 +245,29 @@ def test_pages_beyond_the_parsing_caps_are_unjudgeable_and_cost_linear_memory() 
 
 def test_a_data_blob_repeating_the_query_string_is_not_content() -> None:
     def blob(search: str) -> bytes:
-        return (f'<html><body><main><h1>Shoe</h1><p>{"Fine shoe. " * 20}</p></main>'
-                f'<script id="state" type="application/json">{{"search": "{search}"}}'
-                "</script></body></html>").encode()
+        return (
+            f"<html><body><main><h1>Shoe</h1><p>{'Fine shoe. ' * 20}</p></main>"
+            f'<script id="state" type="application/json">{{"search": "{search}"}}'
+            "</script></body></html>"
+        ).encode()
 
     plain = snapshot_html(200, "u", blob(""), request_url="http://s.example/p/1")
-    echoed = snapshot_html(200, "u", blob("utm_source=x&gclid=1"),
-                           request_url="http://s.example/p/1?utm_source=x&gclid=1")
+    echoed = snapshot_html(
+        200,
+        "u",
+        blob("utm_source=x&gclid=1"),
+        request_url="http://s.example/p/1?utm_source=x&gclid=1",
+    )
     assert differing_paths(plain, echoed) == set()
     other = snapshot_html(200, "u", blob("q=boots"), request_url="http://s.example/p/1")
     assert differing_paths(plain, other)
 
 
 def test_an_interstitial_is_known_by_its_title_too() -> None:
-    page = b"<html><head><title>Attention Required! | Cloudflare</title></head><body>" \
-           b"<h1>Sorry, you have been blocked</h1></body></html>"
+    page = (
+        b"<html><head><title>Attention Required! | Cloudflare</title></head><body>"
+        b"<h1>Sorry, you have been blocked</h1></body></html>"
+    )
     assert (snapshot_html(403, "u", page).unjudgeable or "").startswith("interstitial")
 
 
@@ -254,13 +275,16 @@ def test_a_query_object_is_an_echo_also_when_the_request_has_no_query() -> None:
     """Next.js puts route parameters in ``query`` beside the request's own."""
 
     def page(query: str) -> bytes:
-        return (f'<html><body><main><h1>Shelf</h1><p>{"Steel shelf. " * 20}</p></main>'
-                '<script id="__NEXT_DATA__" type="application/json">'
-                f'{{"props": {{"sku": "E-1"}}, "query": {{"sku": "E-1"{query}}}}}'
-                "</script></body></html>").encode()
+        return (
+            f"<html><body><main><h1>Shelf</h1><p>{'Steel shelf. ' * 20}</p></main>"
+            '<script id="__NEXT_DATA__" type="application/json">'
+            f'{{"props": {{"sku": "E-1"}}, "query": {{"sku": "E-1"{query}}}}}'
+            "</script></body></html>"
+        ).encode()
 
-    tracked = snapshot_html(200, "u", page(', "sid": "9f0c"'),
-                            request_url="http://s.example/products/E-1?sid=9f0c")
+    tracked = snapshot_html(
+        200, "u", page(', "sid": "9f0c"'), request_url="http://s.example/products/E-1?sid=9f0c"
+    )
     bare = snapshot_html(200, "u", page(""), request_url="http://s.example/products/E-1")
     assert differing_paths(tracked, bare) == set()
 
@@ -270,19 +294,27 @@ def test_a_nuxt_payload_is_read_by_reference_so_an_echoed_query_moves_nothing() 
     after it; the item must still be found at the same place, and the echo left out."""
 
     def nuxt(payload: str) -> bytes:
-        return (f'<html><body><main><h1>Thing</h1><p>{"Fine thing. " * 20}</p></main>'
-                f'<script id="__NUXT_DATA__" type="application/json">{payload}'
-                "</script></body></html>").encode()
+        return (
+            f"<html><body><main><h1>Thing</h1><p>{'Fine thing. ' * 20}</p></main>"
+            f'<script id="__NUXT_DATA__" type="application/json">{payload}'
+            "</script></body></html>"
+        ).encode()
 
     head = '[["ShallowReactive",1],{"data":2,"query":3,"path":4},'
-    bare = snapshot_html(200, "u", nuxt(head + '{"size":5},{},"/dp/1","M"]'),
-                         request_url="http://s.example/dp/1")
+    bare = snapshot_html(
+        200, "u", nuxt(head + '{"size":5},{},"/dp/1","M"]'), request_url="http://s.example/dp/1"
+    )
     tracked = snapshot_html(
-        200, "u",
-        nuxt(head + '{"size":7},{"utm_source":5,"ref":6},"/dp/1?utm_source=mail&ref=app",'
-             '"mail","app","M"]'),
-        request_url="http://s.example/dp/1?utm_source=mail&ref=app")
+        200,
+        "u",
+        nuxt(
+            head + '{"size":7},{"utm_source":5,"ref":6},"/dp/1?utm_source=mail&ref=app",'
+            '"mail","app","M"]'
+        ),
+        request_url="http://s.example/dp/1?utm_source=mail&ref=app",
+    )
     assert differing_paths(bare, tracked) == set()
-    larger = snapshot_html(200, "u", nuxt(head + '{"size":5},{},"/dp/1","L"]'),
-                           request_url="http://s.example/dp/1")
+    larger = snapshot_html(
+        200, "u", nuxt(head + '{"size":5},{},"/dp/1","L"]'), request_url="http://s.example/dp/1"
+    )
     assert differing_paths(bare, larger) == {K("data>#__NUXT_DATA__>.data.size")}

@@ -29,30 +29,46 @@ STAMP = "2026-01-01T00:00:00Z"
 
 def _decision(kept: dict[str, list[str]], dropped: dict[str, Layer]) -> PatternDecision:
     """A pattern keeping ``kept`` (name -> default values) and dropping ``dropped``."""
-    params = {name: ParamEvidence("keep", Layer.LEARNED, 3, 3, 0, 0, defaults)
-              for name, defaults in kept.items()}
-    params.update({name: ParamEvidence("drop", layer, 3, 0, 3, 0)
-                   for name, layer in dropped.items()})
-    return PatternDecision(frozenset(kept), frozenset(dropped), params, Verification(3, 0, 0),
-                           "2026-01-01T00:00:00Z", 10)
+    params = {
+        name: ParamEvidence("keep", Layer.LEARNED, 3, 3, 0, 0, defaults)
+        for name, defaults in kept.items()
+    }
+    params.update(
+        {name: ParamEvidence("drop", layer, 3, 0, 3, 0) for name, layer in dropped.items()}
+    )
+    return PatternDecision(
+        frozenset(kept),
+        frozenset(dropped),
+        params,
+        Verification(3, 0, 0),
+        "2026-01-01T00:00:00Z",
+        10,
+    )
 
 
 def shop_map() -> DomainMap:
     learned = Layer.LEARNED
-    return DomainMap(HOST, 4, STAMP, {
-        # utm_source is neutral everywhere it was learned; ref under /item and /p only.
-        "/p/*?id&ref&utm_source": _decision({"id": []}, {"ref": learned,
-                                                         "utm_source": Layer.DOMAIN}),
-        "/p/*?id&ref": _decision({"id": []}, {"ref": Layer.VERIFICATION}),
-        "/item/*?ref&sku": _decision({"sku": []}, {"ref": learned}),
-        # ref picks the listing under /pages: "/p" as a prefix must not drop it there.
-        "/pages?ref": _decision({"ref": []}, {}),
-        "/search?page&q&ref&utm_source": _decision({"q": [], "ref": [], "page": ["page=1"]},
-                                                   {"utm_source": learned}),
-        # Dropped by the cold-start prior or an allowlisted name: not learned as neutral.
-        "/?gclid": _decision({}, {"gclid": Layer.PRIOR}),
-        "/cart?variant&x": _decision({"x": []}, {"variant": learned}),
-    })
+    return DomainMap(
+        HOST,
+        4,
+        STAMP,
+        {
+            # utm_source is neutral everywhere it was learned; ref under /item and /p only.
+            "/p/*?id&ref&utm_source": _decision(
+                {"id": []}, {"ref": learned, "utm_source": Layer.DOMAIN}
+            ),
+            "/p/*?id&ref": _decision({"id": []}, {"ref": Layer.VERIFICATION}),
+            "/item/*?ref&sku": _decision({"sku": []}, {"ref": learned}),
+            # ref picks the listing under /pages: "/p" as a prefix must not drop it there.
+            "/pages?ref": _decision({"ref": []}, {}),
+            "/search?page&q&ref&utm_source": _decision(
+                {"q": [], "ref": [], "page": ["page=1"]}, {"utm_source": learned}
+            ),
+            # Dropped by the cold-start prior or an allowlisted name: not learned as neutral.
+            "/?gclid": _decision({}, {"gclid": Layer.PRIOR}),
+            "/cart?variant&x": _decision({"x": []}, {"variant": learned}),
+        },
+    )
 
 
 def test_scopes_hold_only_what_every_learned_pattern_dropped_as_neutral() -> None:
@@ -67,8 +83,12 @@ def test_scopes_hold_only_what_every_learned_pattern_dropped_as_neutral() -> Non
     assert not everything & {"gclid", "variant", "id", "sku", "q", "x"}
 
 
-def _run_export(tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str,
-                maps: list[DomainMap] | None = None) -> str:
+def _run_export(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    fmt: str,
+    maps: list[DomainMap] | None = None,
+) -> str:
     path = tmp_path / "maps.jsonl"
     write_maps(path, maps or [shop_map()])
     assert main(["export", "--maps", str(path), "--format", fmt]) == 0
@@ -78,11 +98,13 @@ def _run_export(tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str,
 # Yandex Webmaster help, "The Clean-param directive": ``Clean-param: p0[&p1&..&pn] [path]``,
 # at most 500 characters, the path a prefix of the characters A-Za-z0-9.-/*_.
 CLEAN_PARAM = re.compile(
-    r"Clean-param: [A-Za-z0-9._-]+(?:&[A-Za-z0-9._-]+)*(?: /[A-Za-z0-9.\-/*_]*)?")
+    r"Clean-param: [A-Za-z0-9._-]+(?:&[A-Za-z0-9._-]+)*(?: /[A-Za-z0-9.\-/*_]*)?"
+)
 
 
 def test_clean_param_follows_the_grammar_and_scopes_by_safe_prefixes(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     text = _run_export(tmp_path, capsys, "clean-param")
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
     assert lines[0] == "User-agent: Yandex"
@@ -91,12 +113,14 @@ def test_clean_param_follows_the_grammar_and_scopes_by_safe_prefixes(
     assert lines[1:] == ["Clean-param: utm_source", "Clean-param: ref /item"]
 
 
-def test_clean_param_splits_long_lists(tmp_path: Path,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_clean_param_splits_long_lists(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     names = {f"tracking_parameter_{i:03}": Layer.LEARNED for i in range(60)}
     wide = DomainMap("wide.test", 1, STAMP, {"/x?" + "&".join(sorted(names)): _decision({}, names)})
-    lines = [line for line in _run_export(tmp_path, capsys, "clean-param", [wide]).splitlines()
-             if line.startswith("Clean-param")]
+    lines = [
+        line
+        for line in _run_export(tmp_path, capsys, "clean-param", [wide]).splitlines()
+        if line.startswith("Clean-param")
+    ]
     assert len(lines) > 1
     assert all(CLEAN_PARAM.fullmatch(line) and len(line) <= 500 for line in lines)
     assert sorted(n for line in lines for n in line.split()[1].split("&")) == sorted(names)
@@ -112,8 +136,9 @@ DUD_SCHEMA: dict[str, Any] = {
         "additionalProperties": False,
         "properties": {
             "order": {"type": "integer"},
-            "processor": {"enum": ["queryRemoval", "queryRemovalExcept", "normalizer",
-                                   "subpathRemoval"]},
+            "processor": {
+                "enum": ["queryRemoval", "queryRemovalExcept", "normalizer", "subpathRemoval"]
+            },
             "args": {"type": "array", "items": {"type": "string"}},
             "urlPattern": {
                 "type": "object",
@@ -136,9 +161,11 @@ def test_dud_rules_match_the_schema(tmp_path: Path, capsys: pytest.CaptureFixtur
     removal = {tuple(rule["urlPattern"]["include"]): rule["args"] for rule in rules}
     # url-matcher: "host/" is that host alone (a bare "host" would take in its subdomains);
     # "host/p|" the path /p exactly, "host/p/" below it (a bare "host/p" covers /pages).
-    assert removal == {(f"{HOST}/",): ["utm_source"],
-                       (f"{HOST}/item|", f"{HOST}/item/"): ["ref", "utm_source"],
-                       (f"{HOST}/p|", f"{HOST}/p/"): ["ref", "utm_source"]}
+    assert removal == {
+        (f"{HOST}/",): ["utm_source"],
+        (f"{HOST}/item|", f"{HOST}/item/"): ["ref", "utm_source"],
+        (f"{HOST}/p|", f"{HOST}/p/"): ["ref", "utm_source"],
+    }
 
 
 # Cloudflare Rulesets API, rule ``rulesets_SetCacheSettingsRule`` (the parts this export uses).
@@ -149,46 +176,68 @@ CLOUDFLARE_SCHEMA: dict[str, Any] = {
         "name": {"type": "string"},
         "kind": {"const": "zone"},
         "phase": {"const": "http_request_cache_settings"},
-        "rules": {"type": "array", "items": {
-            "type": "object",
-            "required": ["expression", "action", "action_parameters"],
-            "properties": {
-                "description": {"type": "string"},
-                "enabled": {"type": "boolean"},
-                "expression": {"type": "string", "minLength": 1},
-                "action": {"const": "set_cache_settings"},
-                "action_parameters": {
-                    "type": "object",
-                    "properties": {
-                        "cache": {"type": "boolean"},
-                        "cache_key": {"type": "object", "additionalProperties": False,
-                                      "properties": {"custom_key": {
-                                          "type": "object", "additionalProperties": False,
-                                          "properties": {"query_string": {
-                                              "$ref": "#/$defs/query_string"}}}}},
+        "rules": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["expression", "action", "action_parameters"],
+                "properties": {
+                    "description": {"type": "string"},
+                    "enabled": {"type": "boolean"},
+                    "expression": {"type": "string", "minLength": 1},
+                    "action": {"const": "set_cache_settings"},
+                    "action_parameters": {
+                        "type": "object",
+                        "properties": {
+                            "cache": {"type": "boolean"},
+                            "cache_key": {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "properties": {
+                                    "custom_key": {
+                                        "type": "object",
+                                        "additionalProperties": False,
+                                        "properties": {
+                                            "query_string": {"$ref": "#/$defs/query_string"}
+                                        },
+                                    }
+                                },
+                            },
+                        },
                     },
                 },
             },
-        }},
+        },
     },
-    "$defs": {"query_string": {
-        "type": "object", "additionalProperties": False,
-        "properties": {"exclude": {"$ref": "#/$defs/names"},
-                       "include": {"$ref": "#/$defs/names"}},
-    }, "names": {
-        "type": "object", "additionalProperties": False,
-        "properties": {"list": {"type": "array", "items": {"type": "string"},
-                                "uniqueItems": True},
-                       "all": {"type": "boolean"}},
-    }},
+    "$defs": {
+        "query_string": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "exclude": {"$ref": "#/$defs/names"},
+                "include": {"$ref": "#/$defs/names"},
+            },
+        },
+        "names": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "list": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+                "all": {"type": "boolean"},
+            },
+        },
+    },
 }
 # The Rules language: fields, "string literals", and/or, eq, starts_with(field, literal).
-CLOUDFLARE_TERM = (r'(?:http\.host|http\.request\.uri\.path) eq "(?:[^"\\]|\\.)*"'
-                   r'|starts_with\(http\.request\.uri\.path, "(?:[^"\\]|\\.)*"\)')
+CLOUDFLARE_TERM = (
+    r'(?:http\.host|http\.request\.uri\.path) eq "(?:[^"\\]|\\.)*"'
+    r'|starts_with\(http\.request\.uri\.path, "(?:[^"\\]|\\.)*"\)'
+)
 
 
 def test_cloudflare_rules_match_the_schema_and_a_path_rule_repeats_the_host(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     document = json.loads(_run_export(tmp_path, capsys, "cloudflare"))
     Draft202012Validator(CLOUDFLARE_SCHEMA).validate(document)
     excluded = {}
@@ -196,11 +245,14 @@ def test_cloudflare_rules_match_the_schema_and_a_path_rule_repeats_the_host(
         expression = rule["expression"]
         bare = re.sub(CLOUDFLARE_TERM, "T", expression)
         assert re.fullmatch(r"\(T(?: and \(T(?: or T)*\))?\)", bare), expression
-        excluded[expression] = rule["action_parameters"]["cache_key"]["custom_key"][
-            "query_string"]["exclude"]["list"]
+        excluded[expression] = rule["action_parameters"]["cache_key"]["custom_key"]["query_string"][
+            "exclude"
+        ]["list"]
     assert excluded['(http.host eq "shop.test")'] == ["utm_source"]
-    path_rule = ('(http.host eq "shop.test" and (http.request.uri.path eq "/p" or '
-                 'starts_with(http.request.uri.path, "/p/")))')
+    path_rule = (
+        '(http.host eq "shop.test" and (http.request.uri.path eq "/p" or '
+        'starts_with(http.request.uri.path, "/p/")))'
+    )
     assert excluded[path_rule] == ["ref", "utm_source"]
 
 
@@ -210,19 +262,31 @@ CLEARURLS_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["providers"],
     "additionalProperties": False,
-    "properties": {"providers": {"type": "object", "additionalProperties": {
-        "type": "object",
-        "required": ["urlPattern"],
-        "additionalProperties": False,
-        "properties": {
-            "urlPattern": {"type": "string", "format": "regex"},
-            "completeProvider": {"type": "boolean"},
-            "forceRedirection": {"type": "boolean"},
-            **{key: {"type": "array", "items": {"type": "string", "format": "regex"}}
-               for key in ("rules", "rawRules", "referralMarketing", "exceptions",
-                           "redirections")},
-        },
-    }}},
+    "properties": {
+        "providers": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "required": ["urlPattern"],
+                "additionalProperties": False,
+                "properties": {
+                    "urlPattern": {"type": "string", "format": "regex"},
+                    "completeProvider": {"type": "boolean"},
+                    "forceRedirection": {"type": "boolean"},
+                    **{
+                        key: {"type": "array", "items": {"type": "string", "format": "regex"}}
+                        for key in (
+                            "rules",
+                            "rawRules",
+                            "referralMarketing",
+                            "exceptions",
+                            "redirections",
+                        )
+                    },
+                },
+            },
+        }
+    },
 }
 
 
@@ -232,41 +296,55 @@ def _clearurls_clean(providers: dict[str, Any], url: str) -> str:
     for provider in providers.values():
         if re.search(provider["urlPattern"], url, re.IGNORECASE):
             for rule in provider["rules"]:
-                url = re.sub(r"([\/|\?|#]|(&|&amp;))+(" + rule + "=[^&]*)", "", url,
-                             flags=re.IGNORECASE)
+                url = re.sub(
+                    r"([\/|\?|#]|(&|&amp;))+(" + rule + "=[^&]*)", "", url, flags=re.IGNORECASE
+                )
     return url
 
 
 def test_clearurls_match_the_schema_and_strip_only_neutral_names(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     document = json.loads(_run_export(tmp_path, capsys, "clearurls"))
-    Draft202012Validator(CLEARURLS_SCHEMA,
-                         format_checker=Draft202012Validator.FORMAT_CHECKER).validate(document)
+    Draft202012Validator(
+        CLEARURLS_SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER
+    ).validate(document)
     providers = document["providers"]
     assert _clearurls_clean(providers, "https://shop.test/p/1?id=1&ref=a&utm_source=x") == (
-        "https://shop.test/p/1?id=1")
+        "https://shop.test/p/1?id=1"
+    )
     assert _clearurls_clean(providers, "https://shop.test/pages?ref=a&utm_source=x") == (
-        "https://shop.test/pages?ref=a")
+        "https://shop.test/pages?ref=a"
+    )
     assert _clearurls_clean(providers, "https://shop.test/search?q=1&page=1") == (
-        "https://shop.test/search?q=1&page=1")
+        "https://shop.test/search?q=1&page=1"
+    )
 
 
 def test_clearurls_keep_a_name_another_spelling_of_which_is_kept(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    cased = DomainMap("cased.test", 1, STAMP, {
-        "/a?Ref&ref": _decision({"Ref": []}, {"ref": Layer.LEARNED}),
-        "/a?sid": _decision({}, {"sid": Layer.LEARNED}),
-    })
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cased = DomainMap(
+        "cased.test",
+        1,
+        STAMP,
+        {
+            "/a?Ref&ref": _decision({"Ref": []}, {"ref": Layer.LEARNED}),
+            "/a?sid": _decision({}, {"sid": Layer.LEARNED}),
+        },
+    )
     providers = json.loads(_run_export(tmp_path, capsys, "clearurls", [cased]))["providers"]
     assert [p["rules"] for p in providers.values()] == [["sid"]]
 
 
 def test_export_refuses_unknown_domains_and_invalid_maps(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "maps.jsonl"
     write_maps(path, [shop_map()])
-    assert main(["export", "--maps", str(path), "--format", "varnish",
-                 "--domain", "other.test"]) == 1
+    assert (
+        main(["export", "--maps", str(path), "--format", "varnish", "--domain", "other.test"]) == 1
+    )
     assert "no map for other.test" in capsys.readouterr().err
     path.write_text('{"schema": "miqps.map/1"}\n', encoding="utf-8")
     assert main(["export", "--maps", str(path), "--format", "varnish"]) == 2
@@ -278,7 +356,8 @@ def test_export_refuses_unknown_domains_and_invalid_maps(
 # --- varnish, with the real varnishd -------------------------------------------------
 
 VARNISHD = shutil.which("varnishd") or next(
-    (p for p in ("/usr/sbin/varnishd", "/usr/local/sbin/varnishd") if Path(p).exists()), None)
+    (p for p in ("/usr/sbin/varnishd", "/usr/local/sbin/varnishd") if Path(p).exists()), None
+)
 
 
 class _Origin(BaseHTTPRequestHandler):
@@ -322,13 +401,30 @@ def varnish_front(tmp_path: Path) -> Iterator[tuple[int, list[str]]]:
         "vcl 4.1;\n"
         f'backend origin {{ .host = "127.0.0.1"; .port = "{origin.server_address[1]}"; }}\n'
         f'include "{tmp_path / "miqps.vcl"}";\n'
-        "sub vcl_recv { call miqps_strip; }\n", "utf-8")
+        "sub vcl_recv { call miqps_strip; }\n",
+        "utf-8",
+    )
     port = _free_port()
     process = subprocess.Popen(
-        [VARNISHD, "-F", "-j", "none", "-a", f"127.0.0.1:{port}", "-f",
-         str(tmp_path / "main.vcl"), "-n", str(tmp_path / "work"), "-s", "malloc,16m",
-         "-p", "vcc_allow_inline_c=off"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        [
+            VARNISHD,
+            "-F",
+            "-j",
+            "none",
+            "-a",
+            f"127.0.0.1:{port}",
+            "-f",
+            str(tmp_path / "main.vcl"),
+            "-n",
+            str(tmp_path / "work"),
+            "-s",
+            "malloc,16m",
+            "-p",
+            "vcc_allow_inline_c=off",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -358,10 +454,15 @@ def _get(port: int, target: str) -> str:
 
 
 def test_varnish_serves_urls_differing_in_neutral_parameters_from_one_object(
-        varnish_front: tuple[int, list[str]]) -> None:
+    varnish_front: tuple[int, list[str]],
+) -> None:
     port, served = varnish_front
-    same = ["/p/1?id=1", "/p/1?id=1&ref=mail", "/p/1?utm_source=x&id=1&ref=y",
-            "/p/1?ref=z&id=1&utm_source=q"]
+    same = [
+        "/p/1?id=1",
+        "/p/1?id=1&ref=mail",
+        "/p/1?utm_source=x&id=1&ref=y",
+        "/p/1?ref=z&id=1&utm_source=q",
+    ]
     bodies = {_get(port, target) for target in same}
     assert len(bodies) == 1 and len(served) == 1
     assert _get(port, "/search?q=a&page=1") == _get(port, "/search?q=a")
@@ -370,12 +471,27 @@ def test_varnish_serves_urls_differing_in_neutral_parameters_from_one_object(
 
 
 def test_varnish_keeps_apart_urls_differing_in_a_kept_parameter(
-        varnish_front: tuple[int, list[str]]) -> None:
+    varnish_front: tuple[int, list[str]],
+) -> None:
     port, served = varnish_front
-    targets = ["/p/1?id=1", "/p/1?id=2", "/pages?ref=a", "/pages?ref=b", "/search?q=a&ref=x",
-               "/search?q=a&ref=y", "/search?q=a&page=2", "/search?q=a", "/p/1?id=1&idx=3",
-               # A repeated name's values are one value: page=1&page=2 is not the default.
-               "/search?q=a&page=1&page=2", "/search?q=a&page=2&page=1", "/search?page=2&q=a",
-               "/?gclid=1", "/?gclid=2", "/cart?x=1&variant=1", "/cart?x=1&variant=2"]
+    targets = [
+        "/p/1?id=1",
+        "/p/1?id=2",
+        "/pages?ref=a",
+        "/pages?ref=b",
+        "/search?q=a&ref=x",
+        "/search?q=a&ref=y",
+        "/search?q=a&page=2",
+        "/search?q=a",
+        "/p/1?id=1&idx=3",
+        # A repeated name's values are one value: page=1&page=2 is not the default.
+        "/search?q=a&page=1&page=2",
+        "/search?q=a&page=2&page=1",
+        "/search?page=2&q=a",
+        "/?gclid=1",
+        "/?gclid=2",
+        "/cart?x=1&variant=1",
+        "/cart?x=1&variant=2",
+    ]
     bodies = [_get(port, target) for target in targets]
     assert len(set(bodies)) == len(targets) and len(served) == len(targets)

@@ -73,8 +73,11 @@ def test_a_gzip_bomb_stops_at_the_cap_as_it_inflates(hostile: HostileWeb) -> Non
 
 @pytest.mark.parametrize(
     ("route", "kind"),
-    [("retry-after-superscript", "HTTP 503"), ("retry-after-circled", "HTTP 503"),
-     ("retry-after-huge", "Retry-After too long")],
+    [
+        ("retry-after-superscript", "HTTP 503"),
+        ("retry-after-circled", "HTTP 503"),
+        ("retry-after-huge", "Retry-After too long"),
+    ],
 )
 def test_a_malformed_retry_after_is_an_inconclusive_fetch(
     hostile: HostileWeb, route: str, kind: str
@@ -154,8 +157,10 @@ def raw_fetch(server: CountingListener, response: bytes) -> httpx.Response | Fet
 
 
 def _head(encoding: str, body: bytes) -> bytes:
-    return (f"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: {encoding}\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    return (
+        f"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: {encoding}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
 PAGE = b"<html><body><p>" + b"a page " * 500 + b"</p></body></html>"
@@ -168,22 +173,31 @@ def _raw_deflate(data: bytes) -> bytes:
 
 @pytest.mark.parametrize(
     ("encoding", "body"),
-    [("identity", PAGE), ("gzip", gzip.compress(PAGE)), ("x-gzip", gzip.compress(PAGE)),
-     ("GZIP , identity", gzip.compress(PAGE)), ("deflate", zlib.compress(PAGE)),
-     ("deflate", _raw_deflate(PAGE)), ("", PAGE)],
+    [
+        ("identity", PAGE),
+        ("gzip", gzip.compress(PAGE)),
+        ("x-gzip", gzip.compress(PAGE)),
+        ("GZIP , identity", gzip.compress(PAGE)),
+        ("deflate", zlib.compress(PAGE)),
+        ("deflate", _raw_deflate(PAGE)),
+        ("", PAGE),
+    ],
 )
-def test_one_content_encoding_is_decoded(raw_server: CountingListener, encoding: str,
-                                         body: bytes) -> None:
+def test_one_content_encoding_is_decoded(
+    raw_server: CountingListener, encoding: str, body: bytes
+) -> None:
     page = raw_fetch(raw_server, _head(encoding, body))
     assert isinstance(page, httpx.Response) and page.content == PAGE
 
 
 @pytest.mark.parametrize(
     ("encoding", "body", "kind"),
-    [("br", PAGE, "unsupported content encoding"),
-     ("gzip, deflate", zlib.compress(gzip.compress(PAGE)), "stacked content encodings"),
-     ("gzip", b"\x1f\x8b\x08\x00garbage" * 10, "corrupt compressed body"),
-     ("deflate", b"\xff" * 100, "corrupt compressed body")],
+    [
+        ("br", PAGE, "unsupported content encoding"),
+        ("gzip, deflate", zlib.compress(gzip.compress(PAGE)), "stacked content encodings"),
+        ("gzip", b"\x1f\x8b\x08\x00garbage" * 10, "corrupt compressed body"),
+        ("deflate", b"\xff" * 100, "corrupt compressed body"),
+    ],
 )
 def test_other_encodings_and_corrupt_bodies_are_inconclusive(
     raw_server: CountingListener, encoding: str, body: bytes, kind: str
@@ -202,8 +216,9 @@ def test_a_body_at_the_cap_is_kept_and_one_byte_more_is_refused(
     assert isinstance(failure, FetchFailed) and failure.kind == "body too large"
 
 
-def _mostly(values: st.SearchStrategy[bytes], others: st.SearchStrategy[bytes]) -> (
-        st.SearchStrategy[bytes]):
+def _mostly(
+    values: st.SearchStrategy[bytes], others: st.SearchStrategy[bytes]
+) -> st.SearchStrategy[bytes]:
     """``values`` three times in four: hostile values must meet the statuses that use them."""
     return st.one_of(values, values, values, others)
 
@@ -214,35 +229,68 @@ def _either(*values: bytes) -> st.SearchStrategy[bytes]:
 
 _KNOWN_HEADERS: dict[bytes, st.SearchStrategy[bytes]] = {
     b"Content-Type": _either(b"text/html", b"application/json", b"text/html; charset=utf-7"),
-    b"Content-Encoding": _either(b"gzip", b"gzip, gzip", b"deflate", b"br", b"x-gzip",
-                                 b"identity", b"gzip, identity", b"zstd"),
+    b"Content-Encoding": _either(
+        b"gzip",
+        b"gzip, gzip",
+        b"deflate",
+        b"br",
+        b"x-gzip",
+        b"identity",
+        b"gzip, identity",
+        b"zstd",
+    ),
     b"Content-Length": _either(b"0", b"-1", b"5", b"99999999999999999999", b"1, 2"),
     b"Transfer-Encoding": _either(b"chunked", b"gzip, chunked", b"identity"),
-    b"Location": _either(b"http://xn--/", b"https:////~0::1", b"https:////[%zz", b"/again",
-                         b"//127.0.0.1:1/", b"http://[::1]/", b"http://xn--zz-.attacker.test/",
-                         "http://éxample.test/".encode(), b"?id=2", b"\\evil/"),
-    b"Retry-After": _either("²".encode(), "①".encode(), b"9" * 400, b"-1", b"1.5",
-                            b"Mon, 01 Jan 99999 00:00:00 GMT", b"0"),
+    b"Location": _either(
+        b"http://xn--/",
+        b"https:////~0::1",
+        b"https:////[%zz",
+        b"/again",
+        b"//127.0.0.1:1/",
+        b"http://[::1]/",
+        b"http://xn--zz-.attacker.test/",
+        "http://éxample.test/".encode(),
+        b"?id=2",
+        b"\\evil/",
+    ),
+    b"Retry-After": _either(
+        "²".encode(),
+        "①".encode(),
+        b"9" * 400,
+        b"-1",
+        b"1.5",
+        b"Mon, 01 Jan 99999 00:00:00 GMT",
+        b"0",
+    ),
     b"Connection": _either(b"close", b"keep-alive", b"upgrade"),
 }
 _STATUS_CODES = st.sampled_from([200, 204, 301, 302, 303, 307, 308, 404, 429, 500, 503, 101])
 _STATUS_LINES = _mostly(
     _STATUS_CODES.map(lambda code: f"HTTP/1.1 {code} Fuzz".encode()),
-    st.integers(0, 1000).map(lambda code: f"HTTP/1.1 {code} Fuzz".encode()) | st.binary(
-        max_size=32),
+    st.integers(0, 1000).map(lambda code: f"HTTP/1.1 {code} Fuzz".encode())
+    | st.binary(max_size=32),
 )
-_BODIES = st.binary(max_size=3000) | st.binary(max_size=3000).map(gzip.compress) | st.binary(
-    max_size=3000).map(zlib.compress) | st.binary(max_size=3000).map(_raw_deflate)
+_BODIES = (
+    st.binary(max_size=3000)
+    | st.binary(max_size=3000).map(gzip.compress)
+    | st.binary(max_size=3000).map(zlib.compress)
+    | st.binary(max_size=3000).map(_raw_deflate)
+)
 
 
 @st.composite
 def raw_responses(draw: st.DrawFn) -> bytes:
-    headers = [(name, draw(values)) for name, values in _KNOWN_HEADERS.items()
-               if draw(st.booleans())]
-    headers += draw(st.lists(st.tuples(st.binary(min_size=1, max_size=16),
-                                       st.binary(max_size=48)), max_size=3))
-    head = draw(_STATUS_LINES) + b"\r\n" + b"".join(name + b": " + value + b"\r\n"
-                                                     for name, value in headers)
+    headers = [
+        (name, draw(values)) for name, values in _KNOWN_HEADERS.items() if draw(st.booleans())
+    ]
+    headers += draw(
+        st.lists(st.tuples(st.binary(min_size=1, max_size=16), st.binary(max_size=48)), max_size=3)
+    )
+    head = (
+        draw(_STATUS_LINES)
+        + b"\r\n"
+        + b"".join(name + b": " + value + b"\r\n" for name, value in headers)
+    )
     return head + b"\r\n" + draw(_BODIES)
 
 
@@ -261,18 +309,42 @@ def test_no_response_makes_a_fetch_raise_anything_but_fetch_failed(
 def test_learn_on_a_hostile_site_writes_maps_and_counts_failures_by_kind(
     hostile: HostileWeb, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fetch_only = [route for route in HostileWeb.ROUTES
-                  if not route.startswith(("nested-divs", "random-bytes", "slow-body"))]
-    urls = [f"{hostile.base_url}/{route}?item={n}&ref=r{n}"
-            for route in fetch_only for n in range(2)]
+    fetch_only = [
+        route
+        for route in HostileWeb.ROUTES
+        if not route.startswith(("nested-divs", "random-bytes", "slow-body"))
+    ]
+    urls = [
+        f"{hostile.base_url}/{route}?item={n}&ref=r{n}" for route in fetch_only for n in range(2)
+    ]
     urls += ["http://xn--zz-.attacker.test/p?item=1&ref=2", *hostile.benign_urls(8)]
     url_file, maps_file = tmp_path / "urls.txt", tmp_path / "maps.jsonl"
     url_file.write_text("\n".join(urls) + "\n")
-    code = main(["learn", "--urls", str(url_file), "--out", str(maps_file), "--allow-private",
-                 "--no-progress", "--rate", "500", "--concurrency", "8", "--timeout", "2"])
+    code = main(
+        [
+            "learn",
+            "--urls",
+            str(url_file),
+            "--out",
+            str(maps_file),
+            "--allow-private",
+            "--no-progress",
+            "--rate",
+            "500",
+            "--concurrency",
+            "8",
+            "--timeout",
+            "2",
+        ]
+    )
     summary = capsys.readouterr().out
     assert code == 0
     assert "127.0.0.1" in maps_file.read_text()
-    for kind in ("stacked content encodings", "body too large", "HTTP 503",
-                 "Retry-After too long", "URL refused by the HTTP client"):
+    for kind in (
+        "stacked content encodings",
+        "body too large",
+        "HTTP 503",
+        "Retry-After too long",
+        "URL refused by the HTTP client",
+    ):
         assert f"inconclusive fetches, {kind}: " in summary

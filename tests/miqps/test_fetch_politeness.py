@@ -21,8 +21,9 @@ class _Recorder:
         self.arrivals: list[float] = []
 
 
-def _server(recorder: _Recorder, delay: float, status: int = 200,
-            headers: tuple[tuple[str, str], ...] = ()) -> ThreadingHTTPServer:
+def _server(
+    recorder: _Recorder, delay: float, status: int = 200, headers: tuple[tuple[str, str], ...] = ()
+) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             with recorder.lock:
@@ -70,8 +71,9 @@ def test_at_most_two_requests_in_flight_per_host_by_default(
     async def run() -> None:
         config = FetchConfig(allow_private=True, per_host_rate=1000)
         async with Fetcher(config) as fetcher:
-            await asyncio.gather(*(fetcher.fetch(f"http://127.0.0.1:{port}/{i}")
-                                   for i in range(10)))
+            await asyncio.gather(
+                *(fetcher.fetch(f"http://127.0.0.1:{port}/{i}") for i in range(10))
+            )
 
     asyncio.run(run())
     assert len(recorder.arrivals) == 10
@@ -86,8 +88,9 @@ def test_the_rate_limit_spaces_requests_to_one_host(serve: list[ThreadingHTTPSer
     async def run() -> None:
         config = FetchConfig(allow_private=True, per_host_rate=rate, per_host_concurrency=8)
         async with Fetcher(config) as fetcher:
-            await asyncio.gather(*(fetcher.fetch(f"http://127.0.0.1:{port}/{i}")
-                                   for i in range(count)))
+            await asyncio.gather(
+                *(fetcher.fetch(f"http://127.0.0.1:{port}/{i}") for i in range(count))
+            )
 
     asyncio.run(run())
     span = recorder.arrivals[-1] - recorder.arrivals[0]
@@ -166,8 +169,9 @@ def test_the_stats_count_pages_fetched_and_the_time_each_host_made_us_wait(
     async def run() -> tuple[int, dict[str, float]]:
         config = FetchConfig(allow_private=True, per_host_rate=rate, per_host_concurrency=8)
         async with Fetcher(config) as fetcher:
-            await asyncio.gather(*(fetcher.fetch(f"http://127.0.0.1:{port}/{i}")
-                                   for i in range(count)))
+            await asyncio.gather(
+                *(fetcher.fetch(f"http://127.0.0.1:{port}/{i}") for i in range(count))
+            )
             return fetcher.stats.fetched, fetcher.stats.politeness_wait_seconds
 
     fetched, waits = asyncio.run(run())

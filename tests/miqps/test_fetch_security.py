@@ -108,8 +108,10 @@ async def test_a_redirect_to_an_internal_address_is_refused(
         conn, _ = redirector.accept()
         conn.recv(4096)
         location = f"http://{host_of(address)}:{listener.port}/secret"
-        conn.sendall(f"HTTP/1.1 302 Found\r\nLocation: {location}\r\n"
-                     "Content-Length: 0\r\nConnection: close\r\n\r\n".encode())
+        conn.sendall(
+            f"HTTP/1.1 302 Found\r\nLocation: {location}\r\n"
+            "Content-Length: 0\r\nConnection: close\r\n\r\n".encode()
+        )
         conn.close()
         redirected.append(location)
 
@@ -150,10 +152,26 @@ class _FirstHopGuard(AddressGuard):
 
 @pytest.mark.parametrize(
     "address",
-    ["10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "224.0.0.1",
-     "0.0.0.0", "fd00:ec2::254", "fe80::1", "::ffff:10.0.0.1", "2002:7f00:1::", "ff02::1",
-     *EMBEDDED_AND_NON_GLOBAL, "::93.184.216.34", "::ffff:0:93.184.216.34", "64:ff9b:1::5db8:d822",
-     "192.0.0.9", "fec0::5db8:d822"],
+    [
+        "10.1.2.3",
+        "172.16.0.1",
+        "192.168.1.1",
+        "169.254.169.254",
+        "100.64.0.1",
+        "224.0.0.1",
+        "0.0.0.0",
+        "fd00:ec2::254",
+        "fe80::1",
+        "::ffff:10.0.0.1",
+        "2002:7f00:1::",
+        "ff02::1",
+        *EMBEDDED_AND_NON_GLOBAL,
+        "::93.184.216.34",
+        "::ffff:0:93.184.216.34",
+        "64:ff9b:1::5db8:d822",
+        "192.0.0.9",
+        "fec0::5db8:d822",
+    ],
 )
 def test_internal_addresses_have_a_refusal_reason(address: str) -> None:
     assert refusal_reason(ipaddress.ip_address(address)) is not None
@@ -161,21 +179,29 @@ def test_internal_addresses_have_a_refusal_reason(address: str) -> None:
 
 @pytest.mark.parametrize(
     ("address", "reason"),
-    [("::127.0.0.1", "loopback address inside an IPv4-compatible address"),
-     ("::ffff:10.0.0.1", "private or reserved address inside an IPv4-mapped address"),
-     ("::ffff:0:169.254.169.254", "link-local or metadata address inside an IPv4-translated"),
-     ("64:ff9b::a9fe:a9fe", "link-local or metadata address inside a NAT64 address"),
-     ("2002:a9fe:a9fe::", "link-local or metadata address inside a 6to4 address"),
-     ("fec0::1", "site-local address"),
-     ("192.0.0.192", "IETF protocol assignment")],
+    [
+        ("::127.0.0.1", "loopback address inside an IPv4-compatible address"),
+        ("::ffff:10.0.0.1", "private or reserved address inside an IPv4-mapped address"),
+        ("::ffff:0:169.254.169.254", "link-local or metadata address inside an IPv4-translated"),
+        ("64:ff9b::a9fe:a9fe", "link-local or metadata address inside a NAT64 address"),
+        ("2002:a9fe:a9fe::", "link-local or metadata address inside a 6to4 address"),
+        ("fec0::1", "site-local address"),
+        ("192.0.0.192", "IETF protocol assignment"),
+    ],
 )
 def test_the_refusal_reason_names_the_embedded_address(address: str, reason: str) -> None:
     assert (refusal_reason(ipaddress.ip_address(address)) or "").startswith(reason)
 
 
 @pytest.mark.parametrize(
-    "address", ["93.184.216.34", "2606:4700::1111", "::ffff:93.184.216.34", "64:ff9b::5db8:d822",
-                "2002:5db8:d822::1"]
+    "address",
+    [
+        "93.184.216.34",
+        "2606:4700::1111",
+        "::ffff:93.184.216.34",
+        "64:ff9b::5db8:d822",
+        "2002:5db8:d822::1",
+    ],
 )
 def test_public_addresses_are_allowed(address: str) -> None:
     assert refusal_reason(ipaddress.ip_address(address)) is None
@@ -221,9 +247,14 @@ class _RecordingBackend(httpcore.AsyncNetworkBackend):
     def __init__(self) -> None:
         self.hosts: list[str] = []
 
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
-                          local_address: str | None = None,
-                          socket_options: object = None) -> httpcore.AsyncNetworkStream:
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: object = None,
+    ) -> httpcore.AsyncNetworkStream:
         self.hosts.append(host)
         raise httpcore.ConnectError("recorded")
 

@@ -32,25 +32,34 @@ PATTERN = "/p?id&ref"
 
 
 def decision(kept: set[str], dropped: set[str], changed: int = 5) -> PatternDecision:
-    params = {name: ParamEvidence("keep", Layer.LEARNED, 6, changed, 6 - changed)
-              for name in kept}
+    params = {name: ParamEvidence("keep", Layer.LEARNED, 6, changed, 6 - changed) for name in kept}
     params |= {name: ParamEvidence("drop", Layer.LEARNED, 6, 0, 6) for name in dropped}
-    return PatternDecision(frozenset(kept), frozenset(dropped), params, Verification(3),
-                           "2026-12-01T00:00:00Z")
+    return PatternDecision(
+        frozenset(kept), frozenset(dropped), params, Verification(3), "2026-12-01T00:00:00Z"
+    )
 
 
-def version(number: int, patterns: dict[str, PatternDecision],
-            frozen: bool = False) -> DomainMap:
+def version(number: int, patterns: dict[str, PatternDecision], frozen: bool = False) -> DomainMap:
     return DomainMap(DOMAIN, number, "2026-12-01T00:00:00Z", patterns, frozen)
 
 
 def test_the_diff_names_added_removed_and_changed_patterns_not_new_evidence() -> None:
-    before = version(1, {"/p?id&ref": decision({"id"}, {"ref"}),
-                         "/q?a": decision({"a"}, set()),
-                         "/r?x": decision({"x"}, set())})
-    after = version(2, {"/p?id&ref": decision({"id", "ref"}, set()),
-                        "/q?a": decision({"a"}, set(), changed=2),
-                        "/s?b": decision(set(), {"b"})})
+    before = version(
+        1,
+        {
+            "/p?id&ref": decision({"id"}, {"ref"}),
+            "/q?a": decision({"a"}, set()),
+            "/r?x": decision({"x"}, set()),
+        },
+    )
+    after = version(
+        2,
+        {
+            "/p?id&ref": decision({"id", "ref"}, set()),
+            "/q?a": decision({"a"}, set(), changed=2),
+            "/s?b": decision(set(), {"b"}),
+        },
+    )
     changes = {change.pattern: change for change in diff_maps(before, after)}
     assert sorted(changes) == ["/p?id&ref", "/r?x", "/s?b"]
     assert changes["/p?id&ref"].change is Change.CHANGED
@@ -61,11 +70,9 @@ def test_the_diff_names_added_removed_and_changed_patterns_not_new_evidence() ->
     assert [c.change for c in diff_maps(None, before)] == [Change.ADDED] * 3
 
 
-def test_a_rollback_is_the_old_content_as_the_next_version_and_the_gate_does_not_block_it(
-) -> None:
+def test_a_rollback_is_the_old_content_as_the_next_version_and_the_gate_does_not_block_it() -> None:
     old = version(1, {PATTERN: decision({"id"}, {"ref"})})
-    current = version(4, {PATTERN: decision({"id", "ref"}, set()),
-                          "/q?a": decision({"a"}, set())})
+    current = version(4, {PATTERN: decision({"id", "ref"}, set()), "/q?a": decision({"a"}, set())})
     rolled, verdict = rollback(current, old, freeze=False, max_flip_share=0.0)
     assert rolled.version == 5 and rolled.patterns == old.patterns and not rolled.frozen
     assert verdict.accepted
@@ -103,8 +110,13 @@ async def test_update_map_leaves_a_frozen_map_as_it_is_without_a_fetch(fetcher: 
     frozen = with_frozen(first.published, True)
     basis = frozen.patterns[PATTERN].decided_at
     new_pattern = [parse(f"http://{DOMAIN}/p?id={n}&lang=l{n}") for n in range(8)]
-    refused = await update_map(learner, DOMAIN, frozen, sample + new_pattern,
-                               {PATTERN: Request(basis), "/p?id&lang": Request()})
+    refused = await update_map(
+        learner,
+        DOMAIN,
+        frozen,
+        sample + new_pattern,
+        {PATTERN: Request(basis), "/p?id&lang": Request()},
+    )
     assert refused.frozen == ["/p?id&lang", PATTERN]
     assert refused.published is None and refused.candidate is None
     assert refused.fetches == 0 and not refused.decided
@@ -113,19 +125,29 @@ async def test_update_map_leaves_a_frozen_map_as_it_is_without_a_fetch(fetcher: 
 
 
 def test_miqps_learn_leaves_a_frozen_map_as_it_is(
-        site_and_proxy: tuple[DriftingSite, str], tmp_path: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    site_and_proxy: tuple[DriftingSite, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     url_file = tmp_path / "urls.txt"
     url_file.write_text("\n".join(urls()) + "\n")
     out = tmp_path / "maps.jsonl"
     frozen = version(3, {"/p?id": decision({"id"}, set())}, frozen=True)
     write_maps(out, [frozen])
-    learn = ["learn", "--urls", str(url_file), "--out", str(out), "--proxy",
-             site_and_proxy[1], "--no-progress"]
+    learn = [
+        "learn",
+        "--urls",
+        str(url_file),
+        "--out",
+        str(out),
+        "--proxy",
+        site_and_proxy[1],
+        "--no-progress",
+    ]
     assert main(learn) == 0
     assert read_maps(out)[DOMAIN] == frozen
-    assert "drift.test: the map is frozen, not changed: 1 patterns not learned" in \
-        capsys.readouterr().err
+    assert (
+        "drift.test: the map is frozen, not changed: 1 patterns not learned"
+        in capsys.readouterr().err
+    )
     write_maps(out, [with_frozen(frozen, False)])
     assert main(learn) == 0
     assert PATTERN in read_maps(out)[DOMAIN].patterns

@@ -25,8 +25,14 @@ from simweb.sites import Role, build_sites
 from tests.miqps.conftest import LearnedRun, learn_on
 from tests.miqps.loopback import send_html
 
-CONTENT_ROLES = {Role.IDENTITY, Role.VARIANT, Role.FILTER, Role.PAGINATION, Role.SORT,
-                 Role.DEFAULTED}
+CONTENT_ROLES = {
+    Role.IDENTITY,
+    Role.VARIANT,
+    Role.FILTER,
+    Role.PAGINATION,
+    Role.SORT,
+    Role.DEFAULTED,
+}
 
 
 def test_no_two_pages_are_ever_merged(tuning_run: LearnedRun) -> None:
@@ -55,8 +61,11 @@ def test_content_parameters_are_never_dropped(tuning_run: LearnedRun) -> None:
     wrong = []
     for domain, domain_map in tuning_run.maps.items():
         for key, decision in domain_map.patterns.items():
-            example = next(e for e in tuning_run.corpus
-                           if parse(e.url).host == domain and parse(e.url).pattern == key)
+            example = next(
+                e
+                for e in tuning_run.corpus
+                if parse(e.url).host == domain and parse(e.url).pattern == key
+            )
             url = parse(example.url)
             for name in decision.dropped:
                 role = tuning_run.role(url, name)
@@ -79,7 +88,9 @@ def test_alias_pairs_keep_one_and_never_drop_both(tuning_run: LearnedRun) -> Non
                 assert set(aliases) & decision.kept, (domain, key)
                 if decision.verification.restored:
                     assert decision.params[decision.verification.restored[0]].layer in (
-                        Layer.VERIFICATION, Layer.LEARNED)
+                        Layer.VERIFICATION,
+                        Layer.LEARNED,
+                    )
     assert checked >= 2, "the alias trap was not exercised"
 
 
@@ -92,8 +103,11 @@ def test_tracking_session_and_cache_busters_are_dropped_in_large_patterns(
         for key, decision in domain_map.patterns.items():
             if decision.urls_seen < 15:
                 continue
-            url = next(parse(e.url) for e in tuning_run.corpus
-                       if parse(e.url).host == domain and parse(e.url).pattern == key)
+            url = next(
+                parse(e.url)
+                for e in tuning_run.corpus
+                if parse(e.url).host == domain and parse(e.url).pattern == key
+            )
             for name in url.names:
                 role = tuning_run.role(url, name)
                 if role is not None and role.neutral:
@@ -107,8 +121,9 @@ def test_tracking_session_and_cache_busters_are_dropped_in_large_patterns(
 def test_one_name_is_content_on_one_site_and_noise_on_another(tuning_run: LearnedRun) -> None:
     docs, shop = tuning_run.host_of("docs"), tuning_run.host_of("shop")
     docs_v = [d for k, d in tuning_run.maps[docs].patterns.items() if "v" in d.params]
-    shop_v = [d for k, d in tuning_run.maps[shop].patterns.items()
-              if "v" in d.params and d.urls_seen >= 3]
+    shop_v = [
+        d for k, d in tuning_run.maps[shop].patterns.items() if "v" in d.params and d.urls_seen >= 3
+    ]
     assert docs_v and shop_v
     assert all("v" in d.kept for d in docs_v)
     assert any("v" in d.dropped for d in shop_v)
@@ -197,8 +212,11 @@ def test_rare_patterns_drop_only_what_changed_no_page_of_the_domain(
                 borrowed += 1
                 assert name in decision.dropped
                 assert name not in changed_somewhere, (domain, key, name)
-                example = next(parse(e.url) for e in tuning_run.corpus
-                               if parse(e.url).host == domain and parse(e.url).pattern == key)
+                example = next(
+                    parse(e.url)
+                    for e in tuning_run.corpus
+                    if parse(e.url).host == domain and parse(e.url).pattern == key
+                )
                 role = tuning_run.role(example, name)
                 assert role is not None and role.neutral, (domain, key, name, role)
     assert borrowed > 0, "no rare pattern borrowed the domain's evidence"
@@ -206,11 +224,15 @@ def test_rare_patterns_drop_only_what_changed_no_page_of_the_domain(
 
 def test_hanging_pages_are_inconclusive_and_their_parameters_kept(tuning_run: LearnedRun) -> None:
     forum = tuning_run.host_of("forum")
-    timeouts = [url for url, reason in tuning_run.failures.items()
-                if "/attachments" in url and "timed out" in reason]
+    timeouts = [
+        url
+        for url, reason in tuning_run.failures.items()
+        if "/attachments" in url and "timed out" in reason
+    ]
     assert timeouts
-    attachments = [d for k, d in tuning_run.maps[forum].patterns.items()
-                   if k.startswith("/attachments?")]
+    attachments = [
+        d for k, d in tuning_run.maps[forum].patterns.items() if k.startswith("/attachments?")
+    ]
     assert attachments
     for decision in attachments:
         assert not decision.dropped, decision.to_json()
@@ -264,8 +286,9 @@ def test_failures_after_retries_are_inconclusive_never_unchanged() -> None:
     for domain_map in maps.values():
         for decision in domain_map.patterns.values():
             assert not decision.dropped
-            assert all(e.layer in (Layer.INSUFFICIENT, Layer.ALLOWLIST)
-                       for e in decision.params.values())
+            assert all(
+                e.layer in (Layer.INSUFFICIENT, Layer.ALLOWLIST) for e in decision.params.values()
+            )
 
 
 class _SamePageForEverything(BaseHTTPRequestHandler):
@@ -291,8 +314,11 @@ class _HomePageOnly(_SamePageForEverything):
 
     def do_GET(self) -> None:
         home = urlsplit(self.path).path == "/"
-        body = (b"<html><body><h1>Welcome home</h1><p>Our story.</p></body></html>" if home
-                else b"<html><body><h1>Not found</h1></body></html>")
+        body = (
+            b"<html><body><h1>Welcome home</h1><p>Our story.</p></body></html>"
+            if home
+            else b"<html><body><h1>Not found</h1></body></html>"
+        )
         send_html(self, 200 if home else 404, body)
 
 
@@ -369,8 +395,11 @@ def test_a_site_whose_urls_are_all_its_home_page_is_still_learned() -> None:
 
 def test_a_parameter_that_changes_nothing_is_unchanged_despite_page_noise() -> None:
     sites = build_sites("tuning", 1, seed=5)
-    url = next(e.url for e in generate_corpus(sites, 200, seed=5)
-               if "utm_source=" in e.url and "/product" in e.url)
+    url = next(
+        e.url
+        for e in generate_corpus(sites, 200, seed=5)
+        if "utm_source=" in e.url and "/product" in e.url
+    )
     parsed = parse(url)
     with SimWeb(sites, flaky_rate=0, rate_limit_per_second=0) as web:
 
@@ -381,9 +410,7 @@ def test_a_parameter_that_changes_nothing_is_unchanged_despite_page_noise() -> N
                 tracking = await prober.compare(
                     template, parsed.url, parsed.without(["utm_source"])
                 )
-                identity = await prober.compare(
-                    template, parsed.url, parsed.without(["id", "pid"])
-                )
+                identity = await prober.compare(template, parsed.url, parsed.without(["id", "pid"]))
                 return tracking, identity
 
         tracking, identity = asyncio.run(compare())
@@ -398,11 +425,13 @@ def test_an_allowlisted_parameter_is_kept_but_its_default_value_is_elided() -> N
     thread = forum.routes[1]
     [pager] = [p for p in thread.params if p.role is Role.PAGINATION]
     assert pager.name in allowlist and pager.default, "the trap is not in this draw"
-    corpus = [e for e in generate_corpus([forum], 1500, seed=7)
-              if urlsplit(e.url).path == thread.path]
+    corpus = [
+        e for e in generate_corpus([forum], 1500, seed=7) if urlsplit(e.url).path == thread.path
+    ]
     with SimWeb([forum], seed=7, rate_limit_per_second=80, hang_seconds=2.0) as web:
-        fetch_config = FetchConfig(proxy=web.proxy_url, per_host_rate=50, timeout=1.0,
-                                   backoff_base=0.05)
+        fetch_config = FetchConfig(
+            proxy=web.proxy_url, per_host_rate=50, timeout=1.0, backoff_base=0.05
+        )
         maps, _, _, _ = learn_on(web, corpus, LearnConfig(), fetch_config)
     canonicalizer = Canonicalizer()
     canonicalizer.load({d: merge_update(None, m) for d, m in maps.items()})
@@ -428,12 +457,15 @@ class _AppShellBesideRealPages(_SamePageForEverything):
         split = urlsplit(self.path)
         if split.path.startswith("/p/"):
             item = escape(split.path.rsplit("/", 1)[-1])
-            body = (f"<html><body><h1>Product {item}</h1><p>Made to last.</p></body>"
-                    "</html>").encode()
+            body = (
+                f"<html><body><h1>Product {item}</h1><p>Made to last.</p></body></html>"
+            ).encode()
         else:
             chrome = " ".join(f"Section {n} of our catalogue" for n in range(20))
-            body = (f"<html><body><div class='top'>{chrome}</div><div id='app'></div>"
-                    "<script src='/app.js'></script></body></html>").encode()
+            body = (
+                f"<html><body><div class='top'>{chrome}</div><div id='app'></div>"
+                "<script src='/app.js'></script></body></html>"
+            ).encode()
         send_html(self, 200, body)
 
 

@@ -32,8 +32,14 @@ SCHEMA = json.loads(
 def decision(kept: set[str], dropped: set[str]) -> PatternDecision:
     params = {n: ParamEvidence("keep", Layer.LEARNED, 3, 3, 0, 0) for n in kept}
     params |= {n: ParamEvidence("drop", Layer.LEARNED, 6, 0, 6, 0) for n in dropped}
-    return PatternDecision(frozenset(kept), frozenset(dropped), params,
-                           Verification(2, 0, 0, []), "2026-12-02T00:00:00Z", 10)
+    return PatternDecision(
+        frozenset(kept),
+        frozenset(dropped),
+        params,
+        Verification(2, 0, 0, []),
+        "2026-12-02T00:00:00Z",
+        10,
+    )
 
 
 def a_map(version: int, patterns: dict[str, PatternDecision]) -> DomainMap:
@@ -68,14 +74,20 @@ def test_first_map_is_accepted_and_versions_increase() -> None:
 
 
 def test_anomaly_gate_rejects_an_update_that_drops_most_kept_parameters() -> None:
-    old = a_map(4, {
-        "/p/*?id&v": decision({"id", "v"}, set()),
-        "/s?page&q": decision({"page", "q"}, set()),
-    })
-    broken_site = a_map(0, {
-        "/p/*?id&v": decision(set(), {"id", "v"}),
-        "/s?page&q": decision({"q"}, {"page"}),
-    })
+    old = a_map(
+        4,
+        {
+            "/p/*?id&v": decision({"id", "v"}, set()),
+            "/s?page&q": decision({"page", "q"}, set()),
+        },
+    )
+    broken_site = a_map(
+        0,
+        {
+            "/p/*?id&v": decision(set(), {"id", "v"}),
+            "/s?page&q": decision({"q"}, {"page"}),
+        },
+    )
     verdict = anomaly_gate(old, merge_update(old, broken_site), 0.5)
     assert not verdict.accepted
     assert len(verdict.flipped) == 3
@@ -83,8 +95,9 @@ def test_anomaly_gate_rejects_an_update_that_drops_most_kept_parameters() -> Non
 
 
 def test_anomaly_gate_accepts_a_small_drift() -> None:
-    old = a_map(1, {"/p/*?id&v": decision({"id", "v"}, set()),
-                    "/s?page&q": decision({"page", "q"}, set())})
+    old = a_map(
+        1, {"/p/*?id&v": decision({"id", "v"}, set()), "/s?page&q": decision({"page", "q"}, set())}
+    )
     drift = a_map(0, {"/p/*?id&v": decision({"id"}, {"v"})})
     verdict = anomaly_gate(old, merge_update(old, drift), 0.5)
     assert verdict.accepted
@@ -97,8 +110,12 @@ PRODUCT_PAGES = "/p?id&itemid&utm_source"
 
 
 def product_map(domain: str = "shop.example", version: int = 1) -> DomainMap:
-    return DomainMap(domain, version, "2026-12-02T00:00:00Z",
-                     {PRODUCT_PAGES: decision({"id", "itemid"}, {"utm_source"})})
+    return DomainMap(
+        domain,
+        version,
+        "2026-12-02T00:00:00Z",
+        {PRODUCT_PAGES: decision({"id", "itemid"}, {"utm_source"})},
+    )
 
 
 def maps_file(tmp_path: Path, *lines: str) -> Path:
@@ -121,18 +138,26 @@ BROKEN_LINES = {
     "an array": ("[]", "schema"),
     "null": ("null", "schema"),
     "a string": ('"shop.example"', "schema"),
-    "patterns as a list": (tampered(lambda d: d.__setitem__("patterns", [PRODUCT_PAGES])),
-                           "schema"),
-    "an infinite version": (tampered(lambda d: d.__setitem__("version", 1)).replace(
-        '"version": 1', '"version": 1e999'), "json"),
+    "patterns as a list": (
+        tampered(lambda d: d.__setitem__("patterns", [PRODUCT_PAGES])),
+        "schema",
+    ),
+    "an infinite version": (
+        tampered(lambda d: d.__setitem__("version", 1)).replace('"version": 1', '"version": 1e999'),
+        "json",
+    ),
     "a fractional version": (tampered(lambda d: d.__setitem__("version", 1.5)), "schema"),
     "kept as one string": (tampered(set_pattern_field("kept", "itemid")), "schema"),
     "nested 200,000 deep": ("[" * 200_000 + "]" * 200_000, "json"),
     "not UTF-8": ('{"domain": "caf\udce9"}', "json"),
-    "a name neither kept nor dropped": (tampered(set_pattern_field("kept", ["itemid"])),
-                                        "pattern names"),
+    "a name neither kept nor dropped": (
+        tampered(set_pattern_field("kept", ["itemid"])),
+        "pattern names",
+    ),
     "a name both kept and dropped": (
-        tampered(set_pattern_field("dropped", ["id", "utm_source"])), "pattern names"),
+        tampered(set_pattern_field("dropped", ["id", "utm_source"])),
+        "pattern names",
+    ),
 }
 
 
@@ -142,8 +167,9 @@ def test_a_broken_line_is_an_error_naming_the_file_the_line_and_the_rule(
 ) -> None:
     line, rule = BROKEN_LINES[name]
     path = tmp_path / "maps.jsonl"
-    path.write_bytes(f"{product_map('ok.example').dumps()}\n{line}\n".encode(
-        "utf-8", "surrogateescape"))
+    path.write_bytes(
+        f"{product_map('ok.example').dumps()}\n{line}\n".encode("utf-8", "surrogateescape")
+    )
     with pytest.raises(ValueError, match=r"maps\.jsonl:2: ") as raised:
         read_maps(path)
     assert f"({rule})" in str(raised.value)
@@ -157,7 +183,7 @@ def test_a_second_line_for_a_domain_is_an_error_naming_the_first(tmp_path: Path)
 
 
 def test_a_map_relabelled_with_another_domain_does_not_replace_that_domains_map(
-    tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     relabelled = product_map("other.example", version=9).to_json()
     relabelled["domain"] = "shop.example"
@@ -182,19 +208,27 @@ def test_skipping_invalid_lines_reports_each_and_keeps_every_valid_map(tmp_path:
     maps = read_maps(path, skipped.append)
     assert sorted(maps) == ["a.example", "b.example"]
     assert [(error.where, error.rule) for error in skipped] == [
-        (f"{path}:2", "schema"), (f"{path}:5", "one line per domain")]
+        (f"{path}:2", "schema"),
+        (f"{path}:5", "one line per domain"),
+    ]
 
 
 def test_matrix_parameters_in_a_pattern_stay_valid(tmp_path: Path) -> None:
-    matrix = DomainMap("shop.example", 1, "2026-12-02T00:00:00Z", {
-        "/p/*?;jsessionid&id": decision({"id"}, {";jsessionid"}),
-    })
+    matrix = DomainMap(
+        "shop.example",
+        1,
+        "2026-12-02T00:00:00Z",
+        {
+            "/p/*?;jsessionid&id": decision({"id"}, {";jsessionid"}),
+        },
+    )
     jsonschema.validate(matrix.to_json(), SCHEMA)
     assert read_maps(maps_file(tmp_path, matrix.dumps()))["shop.example"] == matrix
 
 
-def test_kept_as_a_string_never_merges_two_products(tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_kept_as_a_string_never_merges_two_products(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = maps_file(tmp_path, tampered(set_pattern_field("kept", "itemid")))
     products = ["https://shop.example/p?id=7&itemid=1", "https://shop.example/p?id=7&itemid=2"]
     assert main(["canonicalize", "--maps", str(path), *products]) == 2
@@ -229,25 +263,47 @@ def test_learn_with_skip_invalid_keeps_the_previous_file_before_rewriting_it(
     assert main(["learn", "--urls", str(urls), "--out", str(out), "--no-progress"]) == 2
     assert out.read_bytes() == previous
     assert f"{out}:2: not a MIQPS map (json)" in capsys.readouterr().err
-    assert main(["learn", "--urls", str(urls), "--out", str(out), "--no-progress",
-                 "--skip-invalid"]) == 0
+    assert (
+        main(["learn", "--urls", str(urls), "--out", str(out), "--no-progress", "--skip-invalid"])
+        == 0
+    )
     assert out.with_name("maps.jsonl.prev").read_bytes() == previous
     assert list(read_maps(out)) == ["a.example"]
 
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                 max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(path=st.lists(st.sampled_from(
-    ["patterns", PRODUCT_PAGES, "kept", "params", "id", "verification", "decided_at",
-     "domain", "version", "restored", "default_values", 0]), min_size=1, max_size=4),
-       value=JSON_VALUES)
+@given(
+    path=st.lists(
+        st.sampled_from(
+            [
+                "patterns",
+                PRODUCT_PAGES,
+                "kept",
+                "params",
+                "id",
+                "verification",
+                "decided_at",
+                "domain",
+                "version",
+                "restored",
+                "default_values",
+                0,
+            ]
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    value=JSON_VALUES,
+)
 def test_any_tampering_is_either_a_map_of_exact_types_or_an_invalid_map(
     path: list[str | int], value: object
 ) -> None:
@@ -270,10 +326,15 @@ def test_any_tampering_is_either_a_map_of_exact_types_or_an_invalid_map(
 
 def test_a_parameter_with_an_empty_name_is_accounted_for(tmp_path: Path) -> None:
     maps = [
-        DomainMap("empty-name.example", 1, "2026-12-02T00:00:00Z", {
-            "/*?": decision({""}, set()), "/a?&id": decision({"id"}, {""})}),
-        DomainMap("no-names.example", 1, "2026-12-02T00:00:00Z", {
-            "/*?": decision(set(), set())}),
+        DomainMap(
+            "empty-name.example",
+            1,
+            "2026-12-02T00:00:00Z",
+            {"/*?": decision({""}, set()), "/a?&id": decision({"id"}, {""})},
+        ),
+        DomainMap("no-names.example", 1, "2026-12-02T00:00:00Z", {"/*?": decision(set(), set())}),
     ]
     assert sorted(read_maps(maps_file(tmp_path, *(m.dumps() for m in maps)))) == [
-        "empty-name.example", "no-names.example"]
+        "empty-name.example",
+        "no-names.example",
+    ]

@@ -27,20 +27,50 @@ SCHEMA = json.loads(
 satisfies = satisfies_schema
 
 EVIDENCE = ParamEvidence("keep", Layer.LEARNED, 3, 3, 0, 0, ["id=1"])
-A_MAP = DomainMap("shop.example", 3, "2026-12-02T00:00:00Z", {
-    "/p/*?id&utm_source": PatternDecision(
-        frozenset({"id"}), frozenset({"utm_source"}),
-        {"id": EVIDENCE, "utm_source": ParamEvidence("drop", Layer.LEARNED, 6, 0, 6, 0)},
-        Verification(2, 0, 0, ["id"]), "2026-12-02T00:00:00Z", 10),
-}).to_json()
+A_MAP = DomainMap(
+    "shop.example",
+    3,
+    "2026-12-02T00:00:00Z",
+    {
+        "/p/*?id&utm_source": PatternDecision(
+            frozenset({"id"}),
+            frozenset({"utm_source"}),
+            {"id": EVIDENCE, "utm_source": ParamEvidence("drop", Layer.LEARNED, 6, 0, 6, 0)},
+            Verification(2, 0, 0, ["id"]),
+            "2026-12-02T00:00:00Z",
+            10,
+        ),
+    },
+).to_json()
 
-SCALARS = (st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from([0.0, 1.0, 2.5])
-           | st.sampled_from(["", "keep", "drop", "learned", "miqps.map/1", "/p?x",
-                              "2026-12-02T00:00:00Z", "x", "id", "id=1"]))
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 3)
+    | st.sampled_from([0.0, 1.0, 2.5])
+    | st.sampled_from(
+        [
+            "",
+            "keep",
+            "drop",
+            "learned",
+            "miqps.map/1",
+            "/p?x",
+            "2026-12-02T00:00:00Z",
+            "x",
+            "id",
+            "id=1",
+        ]
+    )
+)
 JSON_VALUES = st.recursive(
     SCALARS,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-        st.sampled_from(["id", "kept", "samples", "x", "/p?id"]), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["id", "kept", "samples", "x", "/p?id"]), inner, max_size=3
+        )
+    ),
     max_leaves=8,
 )
 
@@ -61,18 +91,27 @@ ALL_PLACES = places(A_MAP)[1:]
 
 
 @settings(max_examples=1500, deadline=None)
-@given(edits=st.lists(st.tuples(st.sampled_from(ALL_PLACES), JSON_VALUES,
-                                st.sampled_from(["replace", "add key", "delete"])),
-                      min_size=1, max_size=3))
+@given(
+    edits=st.lists(
+        st.tuples(
+            st.sampled_from(ALL_PLACES),
+            JSON_VALUES,
+            st.sampled_from(["replace", "add key", "delete"]),
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
 def test_the_fast_check_agrees_with_jsonschema(
-    edits: list[tuple[tuple[Any, ...], Any, str]]
+    edits: list[tuple[tuple[Any, ...], Any, str]],
 ) -> None:
     document = copy.deepcopy(A_MAP)
     for place, value, how in edits:
         parent: Any = document
         for step in place[:-1]:
             if not isinstance(parent, dict | list) or step not in (
-                    parent if isinstance(parent, dict) else range(len(parent))):
+                parent if isinstance(parent, dict) else range(len(parent))
+            ):
                 break
             parent = parent[step]
         else:
@@ -94,13 +133,13 @@ def test_the_untouched_map_and_its_variants_are_judged_alike() -> None:
     changes: list[tuple[Callable[[dict[str, Any]], object], bool]] = [
         (lambda d: d.__setitem__("version", 3.0), False),
         (lambda d: d.__setitem__("version", True), False),
-        (lambda d: d["patterns"]["/p/*?id&utm_source"].__setitem__("kept", ["id", "id"]),
-         False),
-        (lambda d: d["patterns"].__setitem__("no-slash?id", d["patterns"]["/p/*?id&utm_source"]),
-         False),
+        (lambda d: d["patterns"]["/p/*?id&utm_source"].__setitem__("kept", ["id", "id"]), False),
+        (
+            lambda d: d["patterns"].__setitem__("no-slash?id", d["patterns"]["/p/*?id&utm_source"]),
+            False,
+        ),
         (lambda d: d.__setitem__("schema", "miqps.map/2"), False),
-        (lambda d: d["patterns"]["/p/*?id&utm_source"]["params"]["id"].pop("default_values"),
-         True),
+        (lambda d: d["patterns"]["/p/*?id&utm_source"]["params"]["id"].pop("default_values"), True),
     ]
     for change, expected in changes:
         document = copy.deepcopy(A_MAP)

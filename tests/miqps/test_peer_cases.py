@@ -13,9 +13,7 @@ from miqps.canonical import Canonicalizer
 from miqps.urls import InvalidURL, parse
 from tests.miqps.resource import resource_difference
 
-PEER_CASES = (
-    Path(__file__).resolve().parents[3] / "shared" / "testdata" / "peer-url-cases.jsonl"
-)
+PEER_CASES = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "peer-url-cases.jsonl"
 
 
 def _inputs() -> list[tuple[str, str]]:

@@ -43,9 +43,13 @@ class _RepeatingAd(BaseHTTPRequestHandler):
             send_html(self, 404, b"<html><body><h1>Not found</h1></body></html>")
             return
         if self.interstitial_every and total % self.interstitial_every == 0:
-            send_html(self, 200, b"<html><head><title>Just a moment...</title></head><body>"
-                            b"<h1>Checking your browser before accessing</h1>"
-                            b"<p>Ray ID: 8c2f9a1b3d4e</p></body></html>")
+            send_html(
+                self,
+                200,
+                b"<html><head><title>Just a moment...</title></head><body>"
+                b"<h1>Checking your browser before accessing</h1>"
+                b"<p>Ray ID: 8c2f9a1b3d4e</p></body></html>",
+            )
             return
         variant = zlib.crc32(self.path.encode()) % 2
         if count >= self.flip_from:
@@ -128,8 +132,9 @@ def test_an_interstitial_is_retried_and_never_counts_as_unchanged(
         config = FetchConfig(proxy=repeating_ad_proxy, per_host_rate=100, backoff_base=0.01)
         async with Fetcher(config) as fetcher:
             prober = PageProber(fetcher)
-            outcome = await prober.compare("ads.test/p/*", original.url,
-                                           original.without(["color"]))
+            outcome = await prober.compare(
+                "ads.test/p/*", original.url, original.without(["color"])
+            )
             return outcome, fetcher.stats.requests
 
     outcome, requests = asyncio.run(compare())
@@ -140,8 +145,9 @@ def test_an_interstitial_is_retried_and_never_counts_as_unchanged(
     async def walled() -> Outcome:
         config = FetchConfig(proxy=repeating_ad_proxy, per_host_rate=100, backoff_base=0.01)
         async with Fetcher(config) as fetcher:
-            return await PageProber(fetcher).compare("ads.test/p/*", original.url,
-                                                     original.without(["color"]))
+            return await PageProber(fetcher).compare(
+                "ads.test/p/*", original.url, original.without(["color"])
+            )
 
     assert asyncio.run(walled()) is Outcome.INCONCLUSIVE
 
@@ -182,8 +188,9 @@ def test_unjudgeable_pages_are_counted_apart_from_the_pages_fetched(
     async def walled() -> tuple[int, int]:
         config = FetchConfig(proxy=repeating_ad_proxy, per_host_rate=100, backoff_base=0.01)
         async with Fetcher(config) as fetcher:
-            await PageProber(fetcher).compare("ads.test/p/*", original.url,
-                                              original.without(["color"]))
+            await PageProber(fetcher).compare(
+                "ads.test/p/*", original.url, original.without(["color"])
+            )
             return fetcher.stats.fetched, fetcher.stats.unjudgeable
 
     fetched, unjudgeable = asyncio.run(walled())

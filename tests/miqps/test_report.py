@@ -21,28 +21,45 @@ STAMP = "2026-01-01T00:00:00Z"
 HOSTILE = "<script>window.pwned=1</script>"
 
 
-def decision(kept: Iterable[str], dropped: Iterable[str], *, comparisons: int = 3,
-             verification: Verification | None = None,
-             defaults: dict[str, list[str]] | None = None) -> PatternDecision:
+def decision(
+    kept: Iterable[str],
+    dropped: Iterable[str],
+    *,
+    comparisons: int = 3,
+    verification: Verification | None = None,
+    defaults: dict[str, list[str]] | None = None,
+) -> PatternDecision:
     kept, dropped = frozenset(kept), frozenset(dropped)
-    params = {name: ParamEvidence("keep", Layer.LEARNED, comparisons, comparisons, 0, 0,
-                                  (defaults or {}).get(name, []))
-              for name in kept}
-    params |= {name: ParamEvidence("drop", Layer.LEARNED, comparisons, 0, comparisons, 0)
-               for name in dropped}
-    return PatternDecision(kept, dropped, params, verification or Verification(2, 0, 1, []),
-                           STAMP, 10)
+    params = {
+        name: ParamEvidence(
+            "keep", Layer.LEARNED, comparisons, comparisons, 0, 0, (defaults or {}).get(name, [])
+        )
+        for name in kept
+    }
+    params |= {
+        name: ParamEvidence("drop", Layer.LEARNED, comparisons, 0, comparisons, 0)
+        for name in dropped
+    }
+    return PatternDecision(
+        kept, dropped, params, verification or Verification(2, 0, 1, []), STAMP, 10
+    )
 
 
 def shop_map() -> DomainMap:
-    return DomainMap("shop.example", 3, STAMP, {
-        "/p?id&utm_source": decision({"id"}, {"utm_source"}),
-        "/p?id": decision({"id"}, ()),
-    })
+    return DomainMap(
+        "shop.example",
+        3,
+        STAMP,
+        {
+            "/p?id&utm_source": decision({"id"}, {"utm_source"}),
+            "/p?id": decision({"id"}, ()),
+        },
+    )
 
 
-def build(urls: Iterable[str], maps: Iterable[DomainMap] = (),
-          limits: Limits | None = None) -> tuple[ReportView, Canonicalizer]:
+def build(
+    urls: Iterable[str], maps: Iterable[DomainMap] = (), limits: Limits | None = None
+) -> tuple[ReportView, Canonicalizer]:
     by_domain = {domain_map.domain: domain_map for domain_map in maps}
     canonicalizer = Canonicalizer()
     canonicalizer.load(by_domain)
@@ -82,20 +99,28 @@ def test_duplicates_saved_are_distinct_less_canonical_urls() -> None:
 
 
 def test_a_domain_without_a_map_is_reported_with_the_conservative_default() -> None:
-    view, _ = build(["https://blog.example/a?ref=1", "https://blog.example/a?ref=2",
-                     "https://blog.example/a?ref=2&utm_medium=x"])
+    view, _ = build(
+        [
+            "https://blog.example/a?ref=1",
+            "https://blog.example/a?ref=2",
+            "https://blog.example/a?ref=2&utm_medium=x",
+        ]
+    )
     (blog,) = view.domains
     assert (blog.distinct_urls, blog.canonical_urls, blog.learned_urls) == (3, 2, 0)
     assert blog.map_version == 0 and blog.fetches == 0
     assert [(p.key, p.urls_in_list, p.learned) for p in blog.patterns] == [
-        ("/a?ref", 2, False), ("/a?ref&utm_medium", 1, False)]
+        ("/a?ref", 2, False),
+        ("/a?ref&utm_medium", 1, False),
+    ]
     applied = {param.name: param.applied for param in blog.patterns[1].params}
     assert applied == {"ref": (("keep: unlearned", 1),), "utm_medium": (("drop: prior", 1),)}
 
 
 def test_blank_and_invalid_lines_are_counted_and_named() -> None:
-    view, _ = build(["", "  ", "ftp://shop.example/x", "https://shop.example/p?id=1",
-                     "not a url"], [shop_map()])
+    view, _ = build(
+        ["", "  ", "ftp://shop.example/x", "https://shop.example/p?id=1", "not a url"], [shop_map()]
+    )
     assert (view.lines, view.blank, view.invalid, view.urls) == (5, 2, 2, 1)
     assert [example.split(":")[0] for example in view.invalid_examples] == ["line 3", "line 5"]
 
@@ -110,20 +135,31 @@ def test_map_evidence_and_the_decisions_applied_are_shown_per_pattern() -> None:
     params = {param.name: param for param in tracked.params}
     utm = params["utm_source"]
     assert (utm.map_decision, utm.map_layer, utm.samples, utm.unchanged) == (
-        "drop", "learned", 3, 3)
+        "drop",
+        "learned",
+        3,
+        3,
+    )
     assert utm.applied == (("drop: learned", 3),)
     assert params["id"].applied == (("keep: learned", 3),)
 
 
 def test_fetches_count_pooled_evidence_once_per_path_shape() -> None:
     # The learner copies a shape's pooled evidence into each of its patterns.
-    domain_map = DomainMap("shop.example", 1, STAMP, {
-        "/p?id&utm_source": decision({"id"}, {"utm_source"}, comparisons=4,
-                                     verification=Verification(2, 1, 1, ["id"])),
-        "/p?id&utm_source&x": decision({"id", "x"}, {"utm_source"}, comparisons=4,
-                                       verification=Verification(3, 0, 0, [])),
-        "/c?q": decision({"q"}, (), comparisons=5, verification=Verification(0, 0, 0, [])),
-    })
+    domain_map = DomainMap(
+        "shop.example",
+        1,
+        STAMP,
+        {
+            "/p?id&utm_source": decision(
+                {"id"}, {"utm_source"}, comparisons=4, verification=Verification(2, 1, 1, ["id"])
+            ),
+            "/p?id&utm_source&x": decision(
+                {"id", "x"}, {"utm_source"}, comparisons=4, verification=Verification(3, 0, 0, [])
+            ),
+            "/c?q": decision({"q"}, (), comparisons=5, verification=Verification(0, 0, 0, [])),
+        },
+    )
     # /p: id 4 + utm_source 4 + x 4; /c: q 5; verification 2 + 1 + 3.
     assert estimated_fetches(domain_map) == 4 + 4 + 4 + 5 + 3 + 3
 
@@ -155,15 +191,21 @@ def test_limits_hide_rows_and_count_them() -> None:
 
 
 def test_maps_domains_without_urls_are_listed_too() -> None:
-    view, _ = build(["https://shop.example/p?id=1"], [shop_map(), DomainMap("other.example", 1,
-                                                                            STAMP, {})])
+    view, _ = build(
+        ["https://shop.example/p?id=1"], [shop_map(), DomainMap("other.example", 1, STAMP, {})]
+    )
     assert {domain.domain for domain in view.domains} == {"shop.example", "other.example"}
 
 
 def hostile_map() -> DomainMap:
-    return DomainMap(f"shop.example{HOSTILE}", 1, STAMP, {
-        f"/p?{HOSTILE}&id": decision({"id", HOSTILE}, (), defaults={HOSTILE: [HOSTILE]}),
-    })
+    return DomainMap(
+        f"shop.example{HOSTILE}",
+        1,
+        STAMP,
+        {
+            f"/p?{HOSTILE}&id": decision({"id", HOSTILE}, (), defaults={HOSTILE: [HOSTILE]}),
+        },
+    )
 
 
 def test_script_json_cannot_end_its_script_element() -> None:
@@ -173,8 +215,9 @@ def test_script_json_cannot_end_its_script_element() -> None:
 
 
 def test_the_page_escapes_hostile_maps_and_urls() -> None:
-    view, _ = build(["https://shop.example/p?id=1&%3Cscript%3E=1#!<script>"],
-                    [hostile_map(), shop_map()])
+    view, _ = build(
+        ["https://shop.example/p?id=1&%3Cscript%3E=1#!<script>"], [hostile_map(), shop_map()]
+    )
     page = render(view, (f"URLs: {HOSTILE}.txt",))
     assert "<script>window" not in page
     assert page.count("<script") == 2  # the explanations and the page's own script
@@ -188,12 +231,14 @@ def write_inputs(tmp_path: Path, urls: list[str], maps: list[DomainMap]) -> tupl
     return urls_file, maps_file
 
 
-def test_cli_writes_one_self_contained_page(tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_writes_one_self_contained_page(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     urls_file, maps_file = write_inputs(tmp_path, SHOP_URLS, [shop_map()])
     out = tmp_path / "out" / "report.html"
-    assert main(["report", "--urls", str(urls_file), "--maps", str(maps_file),
-                 "--out", str(out)]) == 0
+    assert (
+        main(["report", "--urls", str(urls_file), "--maps", str(maps_file), "--out", str(out)]) == 0
+    )
     page = out.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>")
     assert "default-src 'none'" in page
@@ -203,13 +248,16 @@ def test_cli_writes_one_self_contained_page(tmp_path: Path,
 
 def test_cli_reads_lines_as_canonicalize_does(tmp_path: Path) -> None:
     urls_file = tmp_path / "urls.txt"
-    urls_file.write_bytes(b"https://shop.example/p?id=1\r\nhttps://shop.example/p?id=\xff\r"
-                          b"https://shop.example/p?id=2\n")
+    urls_file.write_bytes(
+        b"https://shop.example/p?id=1\r\nhttps://shop.example/p?id=\xff\r"
+        b"https://shop.example/p?id=2\n"
+    )
     maps_file = tmp_path / "maps.jsonl"
     write_maps(maps_file, [shop_map()])
     out = tmp_path / "report.html"
-    assert main(["report", "--urls", str(urls_file), "--maps", str(maps_file),
-                 "--out", str(out)]) == 0
+    assert (
+        main(["report", "--urls", str(urls_file), "--maps", str(maps_file), "--out", str(out)]) == 0
+    )
     page = out.read_text(encoding="utf-8")
     assert '<dd data-total="lines">3</dd>' in page
     assert '<dd data-total="distinct">2</dd>' in page
@@ -229,21 +277,29 @@ def test_cli_options_reach_the_report(tmp_path: Path) -> None:
     assert '<dd data-total="canonical">4</dd>' in out.read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"--maps": "missing.jsonl"}, "cannot read maps"),
-    ({"--urls": "missing.txt"}, "cannot read"),
-    ({"--max-domains": "-1"}, "must be 0 or more"),
-    ({"--maps": "bad.jsonl"}, "not a MIQPS map"),
-])
-def test_cli_refuses_bad_input_with_a_message(tmp_path: Path, change: dict[str, str],
-                                              message: str,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"--maps": "missing.jsonl"}, "cannot read maps"),
+        ({"--urls": "missing.txt"}, "cannot read"),
+        ({"--max-domains": "-1"}, "must be 0 or more"),
+        ({"--maps": "bad.jsonl"}, "not a MIQPS map"),
+    ],
+)
+def test_cli_refuses_bad_input_with_a_message(
+    tmp_path: Path, change: dict[str, str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     urls_file, maps_file = write_inputs(tmp_path, SHOP_URLS, [shop_map()])
     (tmp_path / "bad.jsonl").write_text('{"schema": "miqps.map/1"}\n', encoding="utf-8")
-    options = {"--urls": str(urls_file), "--maps": str(maps_file),
-               "--out": str(tmp_path / "r.html")}
-    options |= {key: value if key.startswith("--max") else str(tmp_path / value)
-                for key, value in change.items()}
+    options = {
+        "--urls": str(urls_file),
+        "--maps": str(maps_file),
+        "--out": str(tmp_path / "r.html"),
+    }
+    options |= {
+        key: value if key.startswith("--max") else str(tmp_path / value)
+        for key, value in change.items()
+    }
     assert main(["report", *[part for pair in options.items() for part in pair]]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "r.html").exists()

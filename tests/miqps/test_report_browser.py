@@ -45,14 +45,31 @@ def test_the_page_shows_the_reports_numbers(browser_page: Page, tmp_path: Path) 
     view, _ = build([*SHOP_URLS, *BLOG_URLS], [shop_map()])
     open_report(browser_page, tmp_path, view)
     assert requested == [(tmp_path / "report.html").as_uri()]  # self-contained
-    totals = {key: browser_page.text_content(f'[data-total="{key}"]')
-              for key in ("lines", "distinct", "canonical", "saved", "learned", "domains")}
-    assert totals == {"lines": "7", "distinct": "6", "canonical": "4", "saved": "2",
-                      "learned": "66.7%", "domains": "2"}
+    totals = {
+        key: browser_page.text_content(f'[data-total="{key}"]')
+        for key in ("lines", "distinct", "canonical", "saved", "learned", "domains")
+    }
+    assert totals == {
+        "lines": "7",
+        "distinct": "6",
+        "canonical": "4",
+        "saved": "2",
+        "learned": "66.7%",
+        "domains": "2",
+    }
     rows = browser_page.locator("#domains tbody tr")
     assert rows.count() == 2
     assert rows.nth(0).locator("td").all_text_contents() == [
-        "shop.example", "5", "4", "2", "2", "100.0%", "12", "3", "2026-01-01T00:00:00Z"]
+        "shop.example",
+        "5",
+        "4",
+        "2",
+        "2",
+        "100.0%",
+        "12",
+        "3",
+        "2026-01-01T00:00:00Z",
+    ]
     sprawl = browser_page.locator("#domain-0 table.sprawl tbody tr")
     assert sprawl.nth(0).locator("td").all_text_contents() == ["utm_source", "3", "2", "3"]
     blog_pattern = browser_page.locator("#domain-1 tr.pattern").nth(1)
@@ -60,7 +77,8 @@ def test_the_page_shows_the_reports_numbers(browser_page: Page, tmp_path: Path) 
 
 
 def test_the_explain_box_gives_the_answer_of_canonicalize_json(
-        browser_page: Page, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    browser_page: Page, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     maps_file = tmp_path / "maps.jsonl"
     write_maps(maps_file, [shop_map()])
     view, canonicalizer = build([*SHOP_URLS, *BLOG_URLS], [shop_map()])
@@ -76,11 +94,13 @@ def test_the_explain_box_gives_the_answer_of_canonicalize_json(
         table = browser_page.locator("#explain-params tbody tr")
         assert [table.nth(i).locator("td").all_text_contents() for i in range(table.count())] == [
             [name, "dropped" if name in expected.dropped else "kept", layer]
-            for name, layer in expected.layers.items()]
+            for name, layer in expected.layers.items()
+        ]
 
 
-def test_the_explain_box_says_when_a_url_is_not_embedded(browser_page: Page,
-                                                         tmp_path: Path) -> None:
+def test_the_explain_box_says_when_a_url_is_not_embedded(
+    browser_page: Page, tmp_path: Path
+) -> None:
     view, _ = build(SHOP_URLS, [shop_map()], Limits(explained_urls=1))
     open_report(browser_page, tmp_path, view)
     explain_in_page(browser_page, SHOP_URLS[2])
@@ -88,8 +108,7 @@ def test_the_explain_box_says_when_a_url_is_not_embedded(browser_page: Page,
     assert browser_page.locator("#explain-json").count() == 0
 
 
-def test_hostile_maps_are_shown_as_text_and_never_run(browser_page: Page,
-                                                      tmp_path: Path) -> None:
+def test_hostile_maps_are_shown_as_text_and_never_run(browser_page: Page, tmp_path: Path) -> None:
     view, _ = build(["https://shop.example/p?id=1"], [hostile_map(), shop_map()])
     open_report(browser_page, tmp_path, view)
     assert browser_page.evaluate("typeof window.pwned") == "undefined"
@@ -110,7 +129,8 @@ def test_the_domain_filter_hides_other_rows(browser_page: Page, tmp_path: Path) 
 
 
 def test_a_big_report_stays_small_and_says_what_it_hides(
-        browser_page: Page, tmp_path: Path) -> None:
+    browser_page: Page, tmp_path: Path
+) -> None:
     urls, corpus_maps = sprawl_corpus(4000)
     maps = {m.domain: m for m in corpus_maps}
     canonicalizer = Canonicalizer()
@@ -126,12 +146,16 @@ def test_a_big_report_stays_small_and_says_what_it_hides(
     assert browser_page.locator("#plot-saved g.row rect.fetches").count() == 20
     explain_in_page(browser_page, view.explanations[7]["url"])
     assert browser_page.text_content("#explain-canonical") == canonicalizer.canonicalize(
-        view.explanations[7]["url"])
+        view.explanations[7]["url"]
+    )
     shot = tmp_path / "report.png"
     plots = browser_page.locator("#plots").bounding_box()
     assert plots is not None
-    browser_page.screenshot(path=str(shot), full_page=True, clip={
-        "x": 0, "y": 0, "width": 1280, "height": plots["y"] + plots["height"] + 16})
+    browser_page.screenshot(
+        path=str(shot),
+        full_page=True,
+        clip={"x": 0, "y": 0, "width": 1280, "height": plots["y"] + plots["height"] + 16},
+    )
     assert shot.stat().st_size > 10_000
     docs = screenshot_dir()
     if docs is not None:
@@ -144,8 +168,9 @@ def test_the_command_writes_a_page_a_browser_opens(browser_page: Page, tmp_path:
     urls_file.write_text("\n".join(SHOP_URLS) + "\n", encoding="utf-8")
     write_maps(maps_file, [shop_map(), DomainMap("other.example", 1, "2026-01-01T00:00:00Z")])
     out = tmp_path / "report.html"
-    assert main(["report", "--urls", str(urls_file), "--maps", str(maps_file),
-                 "--out", str(out)]) == 0
+    assert (
+        main(["report", "--urls", str(urls_file), "--maps", str(maps_file), "--out", str(out)]) == 0
+    )
     browser_page.goto(out.as_uri())
     assert browser_page.text_content('[data-total="domains"]') == "2"
     assert browser_page.text_content(".sources") == f"URLs: {urls_file} · maps: {maps_file}"

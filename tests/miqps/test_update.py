@@ -87,8 +87,7 @@ async def test_a_pattern_decided_on_evidence_among_the_samples_is_pooled(
 
 
 async def test_a_new_combination_is_decided_from_the_maps_evidence(fetcher: Fetcher) -> None:
-    current = await first_map(fetcher, sample_urls() + urls_of("id={n}&utm_source=s{n}",
-                                                               range(8)))
+    current = await first_map(fetcher, sample_urls() + urls_of("id={n}&utm_source=s{n}", range(8)))
     combined = "/p?id&ref&utm_source"
     urls = urls_of("id={n}&ref=x{n}&utm_source=mail", range(50, 53))
     learned = await update(fetcher, current, urls, {combined: Request()})
@@ -173,8 +172,7 @@ async def test_the_gate_rejects_an_update_that_drops_the_identifier(
 async def test_without_requests_every_pattern_the_map_lacks_is_decided(fetcher: Fetcher) -> None:
     current = await first_map(fetcher)
     urls = sample_urls() + urls_of("id={n}&lang=en&sid=s{n}", range(30, 38))
-    updates = await update_all(Learner(PageProber(fetcher), LearnConfig()),
-                               {DOMAIN: current}, urls)
+    updates = await update_all(Learner(PageProber(fetcher), LearnConfig()), {DOMAIN: current}, urls)
     [(domain, incremental)] = updates.items()
     assert domain == DOMAIN
     assert incremental.skipped == [PATTERN]

@@ -66,8 +66,14 @@ def test_pattern_is_path_shape_and_sorted_case_sensitive_names() -> None:
 
 @pytest.mark.parametrize(
     ("path", "shape"),
-    [("/", "/"), ("/search", "/search"), ("/p/123", "/p/*"), ("/123", "/*"),
-     ("/en/shoes/sale", "/en/*/*"), ("/item-42", "/*")],
+    [
+        ("/", "/"),
+        ("/search", "/search"),
+        ("/p/123", "/p/*"),
+        ("/123", "/*"),
+        ("/en/shoes/sale", "/en/*/*"),
+        ("/item-42", "/*"),
+    ],
 )
 def test_path_shape(path: str, shape: str) -> None:
     assert path_shape(path) == shape
@@ -164,8 +170,13 @@ def test_slicing_the_href_agrees_with_the_parsers_getters_on_the_wpt_corpus() ->
                 valid += _reference_parse(text) == ("valid",)
     extra = [
         "http://u:p@Shop.example:8080/p/%7e?b=%41&a=1#!%7e/x?y",
-        "http://:pw@a.example/", "http://user@a.example:81/", "http://[::1]:8080/x?y#z",
-        "http://[::1]/", "https://a.example?x#!y", "http://a.example/p?#!r", "http://1.2.3/",
+        "http://:pw@a.example/",
+        "http://user@a.example:81/",
+        "http://[::1]:8080/x?y#z",
+        "http://[::1]/",
+        "https://a.example?x#!y",
+        "http://a.example/p?#!r",
+        "http://1.2.3/",
     ]
     for text in extra:
         assert _reference_parse(text) == ("valid",), text
@@ -231,8 +242,26 @@ def test_decoding_never_completes_an_escape_with_a_stray_percent(text: str, expe
 
 
 # Pieces that decode to hex digits, beside stray "%" and hex digits.
-_PERCENT_PIECES = ["%", "%", "%3", "%36", "%31", "%2E", "%2e", "%61", "%46", "%4", "a", "F", "1",
-                   "/", "%25", "%7e", "%2f", "z"]
+_PERCENT_PIECES = [
+    "%",
+    "%",
+    "%3",
+    "%36",
+    "%31",
+    "%2E",
+    "%2e",
+    "%61",
+    "%46",
+    "%4",
+    "a",
+    "F",
+    "1",
+    "/",
+    "%25",
+    "%7e",
+    "%2f",
+    "z",
+]
 _PERCENT_TEXT = st.lists(st.sampled_from(_PERCENT_PIECES), max_size=12).map("".join)
 
 
@@ -277,8 +306,16 @@ def test_matrix_parameters_stay_in_their_segment_in_stable_name_order() -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["/a;b;c/x", "/list;sort=asc;x", "/a/..;v=1/b", "/a/.;v=1/b", "/a;1v=2", "/a;=2",
-     "/a;v", "/a/%2E%2E;v=1/b"],
+    [
+        "/a;b;c/x",
+        "/list;sort=asc;x",
+        "/a/..;v=1/b",
+        "/a/.;v=1/b",
+        "/a;1v=2",
+        "/a;=2",
+        "/a;v",
+        "/a/%2E%2E;v=1/b",
+    ],
 )
 def test_other_semicolons_are_ordinary_path_characters(path: str) -> None:
     url = parse("http://a.example" + path)

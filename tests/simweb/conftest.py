@@ -31,8 +31,7 @@ def family_sites(
     holdout_sites: list[Site],
     validation_sites: list[Site],
 ) -> list[Site]:
-    families = {"tuning": tuning_sites, "holdout": holdout_sites,
-                "validation": validation_sites}
+    families = {"tuning": tuning_sites, "holdout": holdout_sites, "validation": validation_sites}
     return families[request.param]
 
 

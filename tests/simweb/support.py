@@ -31,9 +31,7 @@ def main_view(site: Site, html: str) -> str:
     chosen = sorted(
         f"{node.attributes.get('name')}={node.attributes.get('value')}"
         for node in tree.css("form.buy input[checked]")
-    ) + sorted(
-        str(node.attributes.get("value")) for node in tree.css("form.buy option[selected]")
-    )
+    ) + sorted(str(node.attributes.get("value")) for node in tree.css("form.buy option[selected]"))
     return " | ".join([main_text(site, html), *images, *chosen])
 
 

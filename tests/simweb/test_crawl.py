@@ -36,8 +36,9 @@ def test_crawl_sites_are_small_copies_on_hosts_of_their_own(family: str) -> None
     for original, site in zip(originals, small, strict=True):
         assert site.host == CRAWL_HOST_PREFIX + original.host
         assert len(site.catalog.items) == 12 < len(original.catalog.items)
-        assert all(0 <= idx < 12 for table in site.catalog.lookup.values()
-                   for idx in table.values())
+        assert all(
+            0 <= idx < 12 for table in site.catalog.lookup.values() for idx in table.values()
+        )
         assert site.routes == original.routes and site.noise == original.noise
     with pytest.raises(ValueError, match="items"):
         build_crawl_sites(family, 1, items=0)
@@ -65,11 +66,14 @@ def test_crawl_links_are_the_same_for_every_url_of_a_page() -> None:
     item_href = kit(site).item_href[3]
     tracking = next(n.name for n in site.noise if n.name.startswith("utm_"))
     blocks = []
-    with (CrawlWeb([site], rate_limit_per_second=0, flaky_rate=0.0) as web,
-          httpx.Client(proxy=web.proxy_url, follow_redirects=True) as client):
-        for url in (f"http://{site.host}{item_href}",
-                    f"http://{site.host}{item_href}{'&' if '?' in item_href else '?'}"
-                    f"{tracking}=mail"):
+    with (
+        CrawlWeb([site], rate_limit_per_second=0, flaky_rate=0.0) as web,
+        httpx.Client(proxy=web.proxy_url, follow_redirects=True) as client,
+    ):
+        for url in (
+            f"http://{site.host}{item_href}",
+            f"http://{site.host}{item_href}{'&' if '?' in item_href else '?'}{tracking}=mail",
+        ):
             response = client.get(url)
             assert response.status_code == 200
             block = LexborHTMLParser(response.text).css_first("nav.more")

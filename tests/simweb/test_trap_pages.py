@@ -18,10 +18,7 @@ from tests.simweb.support import item_url, main_text, main_view
 
 def _trap_routes(sites: list[Site], trap: str) -> list[tuple[Site, Route]]:
     return [
-        (site, route)
-        for site in sites
-        for route in site.routes
-        if trap in route_traps(site, route)
+        (site, route) for site in sites for route in site.routes if trap in route_traps(site, route)
     ]
 
 
@@ -123,9 +120,7 @@ def test_data_only_items_differ_only_in_structured_data(
         assert data[one][0]["name"] != data[two][0]["name"]
         offers = {url: d[0]["offers"] for url, d in data.items()}
         assert offers[one]["sku"] != offers[sized]["sku"]  # type: ignore[index]
-        assert size.values[3] in data[sized][1] and size.values[3].upper() in str(
-            offers[sized]
-        )
+        assert size.values[3] in data[sized][1] and size.values[3].upper() in str(offers[sized])
         if site.markup.microdata:
             product = 'div[itemtype="https://schema.org/Product"] > meta[itemprop="sku"]'
             skus = _attrs(pages[one].text, product, "content")
@@ -146,9 +141,7 @@ def test_data_page_echoes_and_nonce_are_not_content(
         assert f'"{tracking}"' in blob and "zz-echo-31" in blob
         [og_url] = _attrs(tagged, 'meta[property="og:url"]', "content")
         assert "zz-echo-31" in og_url
-        assert _attrs(tagged, f'input[type="hidden"][name="{tracking}"]', "value") == [
-            "zz-echo-31"
-        ]
+        assert _attrs(tagged, f'input[type="hidden"][name="{tracking}"]', "value") == ["zz-echo-31"]
         clean_ld, clean_blob = _json_scripts(clean)
         again_ld, again_blob = _json_scripts(again)
         assert clean_ld == again_ld
@@ -198,8 +191,9 @@ def test_promo_blocks_rotate_among_few_variants(
     client: httpx.Client, all_sites: list[Site]
 ) -> None:
     for site in all_sites:
-        route = next(r for r in site.routes if r.rendering is Rendering.SERVER and r.key
-                     and not r.hang)
+        route = next(
+            r for r in site.routes if r.rendering is Rendering.SERVER and r.key and not r.hang
+        )
         url = item_url(site, route, 2)
         promos: Counter[str] = Counter()
         for _ in range(40):
@@ -231,9 +225,7 @@ def test_interstitials_at_their_rate_never_change_the_page(
                 assert response.status_code in {k.status for k in site.interstitials}
                 continue
             assert response.status_code == 200
-            views.setdefault(content_key_for(site, url), set()).add(
-                main_view(site, response.text)
-            )
+            views.setdefault(content_key_for(site, url), set()).add(main_view(site, response.text))
     share = sum(answers.values()) / len(urls)
     assert abs(share - site.interstitial_rate) < 0.05, share
     assert len(views) == 25 and all(len(v) == 1 for v in views.values())

@@ -35,8 +35,9 @@ def _tracking(site: Site, route: Route) -> str:
 
 
 def test_every_trap_is_in_every_family(family_sites: list[Site]) -> None:
-    held = {trap for site in family_sites for route in site.routes
-            for trap in route_traps(site, route)}
+    held = {
+        trap for site in family_sites for route in site.routes for trap in route_traps(site, route)
+    }
     assert held == set(TRAPS)
     corpus = generate_corpus(family_sites, 400, seed=3)
     tagged = {trap for entry in corpus for trap in entry.traps}

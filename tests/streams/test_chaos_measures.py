@@ -20,7 +20,14 @@ def test_no_recovery_while_an_input_of_either_side_has_no_output() -> None:
 
 
 def test_report_line_gives_the_duplicate_share() -> None:
-    report = ChaosReport("kill", inputs=400, missing=0, duplicates=6, recovery=None,
-                         worst_latency=2.5, maps_converged=True)
+    report = ChaosReport(
+        "kill",
+        inputs=400,
+        missing=0,
+        duplicates=6,
+        recovery=None,
+        worst_latency=2.5,
+        maps_converged=True,
+    )
     assert report.duplicate_share == 0.015
     assert "6 duplicates (1.50%)" in report.line() and "recovery n/a" in report.line()

@@ -32,8 +32,9 @@ class FakeProducer:
         self.polls = 0
         self.flush_timeouts: list[float] = []
 
-    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
-                partition: int = -1) -> None:
+    def produce(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1
+    ) -> None:
         if self.full_for > 0:
             self.full_for -= 1
             raise BufferError("Local: Queue full")
@@ -53,8 +54,9 @@ class FakeConsumer:
         self.refuse = refuse
         self.stored: list[TopicPartition] = []
 
-    def store_offsets(self, message: Message | None = None,
-                      offsets: list[TopicPartition] | None = None) -> None:
+    def store_offsets(
+        self, message: Message | None = None, offsets: list[TopicPartition] | None = None
+    ) -> None:
         if self.refuse:
             raise KafkaException(KafkaError(KafkaError._STATE, "Erroneous state"))
         self.stored.extend(offsets or [])
@@ -76,16 +78,18 @@ def test_produce_gives_up_on_a_queue_that_stays_full_with_a_clear_error(
 ) -> None:
     monkeypatch.setattr(clients, "BLOCKED_POLL_SECONDS", 0.0)
     producer = FakeProducer(full_for=10**9)
-    with pytest.raises(ProduceBlocked, match=r"urls\.canonical: the producer's queue stayed "
-                                             r"full for 0\.05s"):
+    with pytest.raises(
+        ProduceBlocked,
+        match=r"urls\.canonical: the producer's queue stayed "
+        r"full for 0\.05s",
+    ):
         produce(producer, "urls.canonical", b"v", blocked_for=0.05)
     assert producer.produced == [] and producer.polls > 0
 
 
 def test_a_checkpoint_stores_the_offsets_once_everything_is_delivered() -> None:
     producer, consumer = FakeProducer(pending=(5, 2)), FakeConsumer()
-    assert checkpoint(producer, consumer, OFFSETS, DeliveryReports(), threading.Event(),
-                      wait=0.01)
+    assert checkpoint(producer, consumer, OFFSETS, DeliveryReports(), threading.Event(), wait=0.01)
     assert len(producer.flush_timeouts) == 3, "flushed until nothing was pending"
     assert stored(consumer) == OFFSETS
 
@@ -122,8 +126,7 @@ def test_a_delivery_error_while_stopping_is_reported_rather_than_waited_on() -> 
 
 def test_a_refused_store_is_no_failure_the_records_only_come_again() -> None:
     consumer = FakeConsumer(refuse=True)
-    assert not checkpoint(FakeProducer(), consumer, OFFSETS, DeliveryReports(),
-                          threading.Event())
+    assert not checkpoint(FakeProducer(), consumer, OFFSETS, DeliveryReports(), threading.Event())
     assert consumer.stored == []
 
 

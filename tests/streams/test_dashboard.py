@@ -26,23 +26,55 @@ from streams.dashboard import DashboardServer, DashboardState
 from tests.miqps.test_report import SHOP_URLS, STAMP, decision, shop_map
 
 
-def canonical_record(url: str, status: str = "learned", kept: tuple[str, ...] = ("id",),
-                     ) -> bytes:
-    return orjson.dumps({"url": url, "canonical_url": url, "domain": "shop.example",
-                         "pattern": "/p?id", "kept": kept, "dropped": [], "status": status,
-                         "map_version": 3, "meta": None})
+def canonical_record(
+    url: str,
+    status: str = "learned",
+    kept: tuple[str, ...] = ("id",),
+) -> bytes:
+    return orjson.dumps(
+        {
+            "url": url,
+            "canonical_url": url,
+            "domain": "shop.example",
+            "pattern": "/p?id",
+            "kept": kept,
+            "dropped": [],
+            "status": status,
+            "map_version": 3,
+            "meta": None,
+        }
+    )
 
 
-def audit_record(pattern: str, *, at: str = STAMP, version_before: int = 2,
-                 fetches: int = 40, accepted: bool = True) -> bytes:
-    return orjson.dumps({
-        "domain": "shop.example", "pattern": pattern, "accepted": accepted,
-        "reason": "ok" if accepted else "anomaly: 3 of 4 kept parameters would be dropped",
-        "request_reason": "enough-samples", "version_before": version_before,
-        "version_after": version_before + 1 if accepted else None, "kept_before": None,
-        "dropped_before": None, "kept_after": ["id"], "dropped_after": ["utm_source"],
-        "flipped_to_dropped": [], "evidence": {}, "verification": None, "urls_seen": 10,
-        "fetches": fetches, "at": at})
+def audit_record(
+    pattern: str,
+    *,
+    at: str = STAMP,
+    version_before: int = 2,
+    fetches: int = 40,
+    accepted: bool = True,
+) -> bytes:
+    return orjson.dumps(
+        {
+            "domain": "shop.example",
+            "pattern": pattern,
+            "accepted": accepted,
+            "reason": "ok" if accepted else "anomaly: 3 of 4 kept parameters would be dropped",
+            "request_reason": "enough-samples",
+            "version_before": version_before,
+            "version_after": version_before + 1 if accepted else None,
+            "kept_before": None,
+            "dropped_before": None,
+            "kept_after": ["id"],
+            "dropped_after": ["utm_source"],
+            "flipped_to_dropped": [],
+            "evidence": {},
+            "verification": None,
+            "urls_seen": 10,
+            "fetches": fetches,
+            "at": at,
+        }
+    )
 
 
 def blog_map(domain: str = "blog.example") -> DomainMap:
@@ -78,8 +110,17 @@ def test_the_domain_list_filters_and_counts_what_it_leaves_out(served: str) -> N
     status, listed = get(served + "api/domains?filter=%20BLOG&limit=5")
     assert status == 200
     assert (listed["total"], listed["matching"]) == (3, 1)
-    assert listed["rows"] == [{"domain": "blog.example", "version": 1, "updated_at": STAMP,
-                               "patterns": 1, "kept": 0, "dropped": 1, "fetches": 0}]
+    assert listed["rows"] == [
+        {
+            "domain": "blog.example",
+            "version": 1,
+            "updated_at": STAMP,
+            "patterns": 1,
+            "kept": 0,
+            "dropped": 1,
+            "fetches": 0,
+        }
+    ]
     _, limited = get(served + "api/domains?limit=2")
     assert [row["domain"] for row in limited["rows"]] == ["blog.example", "news.example"]
     assert (limited["total"], limited["matching"]) == (3, 3)
@@ -91,8 +132,9 @@ def test_a_tombstoned_domain_leaves_the_list(state: DashboardState, served: str)
     assert [row["domain"] for row in listed["rows"]] == ["blog.example", "shop.example"]
 
 
-def test_a_domain_page_shows_its_patterns_evidence_and_sprawl(state: DashboardState,
-                                                              served: str) -> None:
+def test_a_domain_page_shows_its_patterns_evidence_and_sprawl(
+    state: DashboardState, served: str
+) -> None:
     for url in SHOP_URLS:
         state.add_canonical(canonical_record(url))
     state.add_map_update(audit_record("/p?id&utm_source"))
@@ -100,11 +142,17 @@ def test_a_domain_page_shows_its_patterns_evidence_and_sprawl(state: DashboardSt
     assert status == 200
     assert (page["map_version"], page["distinct_urls"], page["canonical_urls"]) == (3, 4, 2)
     assert page["duplicates_saved"] == 2
-    params = {(pattern["key"], param["name"]): param
-              for pattern in page["patterns"] for param in pattern["params"]}
+    params = {
+        (pattern["key"], param["name"]): param
+        for pattern in page["patterns"]
+        for param in pattern["params"]
+    }
     dropped = params["/p?id&utm_source", "utm_source"]
     assert (dropped["map_decision"], dropped["map_layer"], dropped["samples"]) == (
-        "drop", "learned", 3)
+        "drop",
+        "learned",
+        3,
+    )
     assert {row["name"]: row["variants"] for row in page["sprawl"]} == {"utm_source": 2, "id": 1}
     assert page["audit_fetches"] == 40
     assert [entry["pattern"] for entry in page["feed"]] == ["/p?id&utm_source"]
@@ -121,10 +169,18 @@ def test_an_unknown_domain_and_bad_requests_get_a_clear_answer(served: str) -> N
     assert status == 200 and body["matching"] == 3
 
 
-@pytest.mark.parametrize("url", [SHOP_URLS[1], "https://blog.example/a?ref=9&x=1",
-                                 "https://other.example/?utm_source=x&b=2", "not a url"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        SHOP_URLS[1],
+        "https://blog.example/a?ref=9&x=1",
+        "https://other.example/?utm_source=x&b=2",
+        "not a url",
+    ],
+)
 def test_explain_is_the_answer_of_canonicalize_json(
-        served: str, tmp_path: Path, url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    served: str, tmp_path: Path, url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     maps_file = tmp_path / "maps.jsonl"
     write_maps(maps_file, [shop_map(), blog_map(), blog_map("news.example")])
     assert main(["canonicalize", "--json", "--maps", str(maps_file), url]) == 0
@@ -142,11 +198,15 @@ def test_a_newer_map_is_explained_at_once(state: DashboardState, served: str) ->
 
 
 def test_the_feed_counts_a_runs_fetches_once_and_skips_bad_records(
-        state: DashboardState, served: str) -> None:
+    state: DashboardState, served: str
+) -> None:
     state.add_map_update(audit_record("/p?id"))
     state.add_map_update(audit_record("/p?id&utm_source"))  # the same run
-    state.add_map_update(audit_record("/p?id", at="2026-01-02T00:00:00Z", version_before=3,
-                                      fetches=5, accepted=False))
+    state.add_map_update(
+        audit_record(
+            "/p?id", at="2026-01-02T00:00:00Z", version_before=3, fetches=5, accepted=False
+        )
+    )
     state.add_map_update(b"{not json")
     state.add_map_update(orjson.dumps({"domain": "shop.example"}))
     state.add_map_update(None)
@@ -154,7 +214,10 @@ def test_the_feed_counts_a_runs_fetches_once_and_skips_bad_records(
     state.add_canonical(None)
     _, feed = get(served + "api/feed")
     assert [(entry["seq"], entry["accepted"]) for entry in feed] == [
-        (1, True), (2, True), (3, False)]
+        (1, True),
+        (2, True),
+        (3, False),
+    ]
     assert "anomaly" in feed[2]["reason"]
     _, newer = get(served + "api/feed?after=2")
     assert [entry["seq"] for entry in newer] == [3]
@@ -170,8 +233,9 @@ def test_the_feed_keeps_only_the_latest_records() -> None:
     assert state.summary()["feed"] == 5
 
 
-def test_plot_points_give_rates_learned_share_fetches_and_saved(state: DashboardState,
-                                                                served: str) -> None:
+def test_plot_points_give_rates_learned_share_fetches_and_saved(
+    state: DashboardState, served: str
+) -> None:
     state.tick(100.0, raw_total=1000, canonical_total=900)
     for url in SHOP_URLS:
         state.add_canonical(canonical_record(url))
@@ -197,9 +261,13 @@ def test_the_sprawl_tally_is_bounded_and_the_saved_count_goes_on() -> None:
 
 
 def test_the_page_and_its_assets_are_served(served: str) -> None:
-    for path, kind in (("", "text/html"), ("dashboard.js", "text/javascript"),
-                       ("dashboard.css", "text/css"), ("report.css", "text/css"),
-                       ("report.explain.js", "text/javascript")):
+    for path, kind in (
+        ("", "text/html"),
+        ("dashboard.js", "text/javascript"),
+        ("dashboard.css", "text/css"),
+        ("report.css", "text/css"),
+        ("report.explain.js", "text/javascript"),
+    ):
         with urllib.request.urlopen(served + path, timeout=10) as response:
             assert response.headers["Content-Type"].startswith(kind)
             assert "default-src 'self'" in response.headers["Content-Security-Policy"]
@@ -211,13 +279,20 @@ def test_the_command_says_when_it_cannot_listen() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = subprocess.run([str(Path(sys.executable).with_name("miqps")), "dashboard",
-                               "--port", str(port)], capture_output=True, text=True,
-                              timeout=60)
+        done = subprocess.run(
+            [str(Path(sys.executable).with_name("miqps")), "dashboard", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert done.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
     for bad in ("70000", "web"):
-        done = subprocess.run([str(Path(sys.executable).with_name("miqps")), "dashboard",
-                               "--port", bad], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [str(Path(sys.executable).with_name("miqps")), "dashboard", "--port", bad],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 2
         assert "--port" in done.stderr and "Traceback" not in done.stderr

@@ -51,6 +51,7 @@ def expect(locator: Locator) -> LocatorAssertions:
 
     return playwright_expect(locator)
 
+
 __all__ = ["base", "web"]  # fixtures
 
 
@@ -62,8 +63,9 @@ def start_dashboard(settings: Settings, log_path: Path) -> tuple[subprocess.Pope
     """The real ``miqps dashboard`` command on a free port; returns it and its page's URL."""
     command = [str(Path(sys.executable).with_name("miqps")), "dashboard", "--port", "0"]
     errors = log_path.open("w")
-    process = subprocess.Popen(command, env=worker_env(settings), stdout=subprocess.PIPE,
-                               stderr=errors, text=True)
+    process = subprocess.Popen(
+        command, env=worker_env(settings), stdout=subprocess.PIPE, stderr=errors, text=True
+    )
     errors.close()
     assert process.stdout is not None
     line = process.stdout.readline()
@@ -72,19 +74,30 @@ def start_dashboard(settings: Settings, log_path: Path) -> tuple[subprocess.Pope
 
 
 @pytest.fixture
-def learned_run(base: Settings, web: Web, tmp_path: Path,
-                ) -> Iterator[tuple[Settings, WorkerProcess, list[bytes]]]:
+def learned_run(
+    base: Settings,
+    web: Web,
+    tmp_path: Path,
+) -> Iterator[tuple[Settings, WorkerProcess, list[bytes]]]:
     """A worker that has learned the simulated web, and a second pass to stream."""
     # Failed probes are not retried within the test, so the maps settle once learned.
-    settings = isolated_settings(base, "dash", tmp_path / "state", proxy=web.server.proxy_url,
-                                 partitions=4, probe_rate_per_host=50.0,
-                                 policy=LearningPolicy(rare_after=4.0, retry_after=3600.0))
+    settings = isolated_settings(
+        base,
+        "dash",
+        tmp_path / "state",
+        proxy=web.server.proxy_url,
+        partitions=4,
+        probe_rate_per_host=50.0,
+        policy=LearningPolicy(rare_after=4.0, retry_after=3600.0),
+    )
     ensure_topics(settings)
     corpus = generate_corpus(web.sites, 120, 3)
     worker = WorkerProcess(settings, "canonicalize,probe", tmp_path / "worker.log").start()
     try:
-        with TopicReader(settings, settings.topics.canonical) as outputs, \
-                TopicReader(settings, settings.topics.map_updates) as updates:
+        with (
+            TopicReader(settings, settings.topics.canonical) as outputs,
+            TopicReader(settings, settings.topics.map_updates) as updates,
+        ):
             produce(settings, settings.topics.raw, enveloped(corpus, 1))
             wait_until(lambda: outputs.wait_for(len(corpus), 0.5), 120, "first-pass outputs")
             wait_until(no_new_records_for(updates, 10.0), 200, "learning to settle")
@@ -111,8 +124,12 @@ def plot_has_values(page: Page, selector: str) -> bool:
 @pytest.mark.kafka
 @pytest.mark.timeout(420)
 def test_the_dashboard_shows_a_live_run(
-        learned_run: tuple[Settings, WorkerProcess, list[bytes]], web: Web,
-        browser_page: Page, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    learned_run: tuple[Settings, WorkerProcess, list[bytes]],
+    web: Web,
+    browser_page: Page,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     settings, worker, second_pass = learned_run
     dashboard, url = start_dashboard(settings, tmp_path / "dashboard.log")
     page = browser_page
@@ -128,7 +145,8 @@ def test_the_dashboard_shows_a_live_run(
         listed = rows_text(page, "#domains tbody tr")
         assert [row[0] for row in listed] == hosts
         assert [(row[1], int(row[3])) for row in listed] == [
-            (str(maps[host].version), len(maps[host].patterns)) for host in hosts]
+            (str(maps[host].version), len(maps[host].patterns)) for host in hosts
+        ]
         maps_file = tmp_path / "maps.jsonl"
         write_maps(maps_file, maps.values())
         page.fill("#domain-filter", hosts[1][:-2].upper())
@@ -144,17 +162,26 @@ def test_the_dashboard_shows_a_live_run(
         shown = {}
         for body in page.locator("#domain table.patterns tbody").all():
             key = body.locator("tr.pattern code").text_content()
-            for cells in [r.locator("td").all_text_contents()
-                          for r in body.locator("tr:not(.pattern)").all()]:
+            for cells in [
+                r.locator("td").all_text_contents() for r in body.locator("tr:not(.pattern)").all()
+            ]:
                 shown[key, cells[0]] = cells
-        expected = {(key, name): evidence for key, decision in maps[domain].patterns.items()
-                    for name, evidence in decision.params.items()}
+        expected = {
+            (key, name): evidence
+            for key, decision in maps[domain].patterns.items()
+            for name, evidence in decision.params.items()
+        }
         assert expected and set(expected) <= set(shown)
         for (key, name), evidence in expected.items():
             cells = shown[key, name]
-            assert cells[1:7] == [evidence.decision, str(evidence.layer), str(evidence.samples),
-                                  str(evidence.changed), str(evidence.unchanged),
-                                  str(evidence.inconclusive)], (key, name)
+            assert cells[1:7] == [
+                evidence.decision,
+                str(evidence.layer),
+                str(evidence.samples),
+                str(evidence.changed),
+                str(evidence.unchanged),
+                str(evidence.inconclusive),
+            ], (key, name)
         assert page.locator("#domain table.sprawl tbody tr").count() > 0
         own_feed = rows_text(page, "#domain table.domain-feed tbody tr")
         assert own_feed and {row[1] for row in own_feed} == {domain}
@@ -164,11 +191,11 @@ def test_the_dashboard_shows_a_live_run(
         assert any(row[1] == domain and row[3] == "accepted" for row in feed), feed[:5]
 
         # Explain: what `miqps canonicalize --json` prints for a typed URL.
-        pattern = next(key for key, decision in maps[domain].patterns.items()
-                       if decision.dropped)
+        pattern = next(key for key, decision in maps[domain].patterns.items() if decision.dropped)
         names = pattern.partition("?")[2].split("&")
         typed = f"http://{domain}{pattern.partition('?')[0]}?" + "&".join(
-            f"{name}=v{number}" for number, name in enumerate(names))
+            f"{name}=v{number}" for number, name in enumerate(names)
+        )
         assert main(["canonicalize", "--json", "--maps", str(maps_file), typed]) == 0
         expected_answer = json.loads(capsys.readouterr().out)
         assert expected_answer["dropped"], expected_answer
@@ -180,8 +207,11 @@ def test_the_dashboard_shows_a_live_run(
 
         # Plots: URLs in and out per second while the second pass streams, learned share.
         produce(settings, settings.topics.raw, second_pass)
-        for line in ("#plot-rates polyline.out", "#plot-rates polyline.in",
-                     "#plot-learned polyline.learned"):
+        for line in (
+            "#plot-rates polyline.out",
+            "#plot-rates polyline.in",
+            "#plot-learned polyline.learned",
+        ):
             wait_until(partial(plot_has_values, page, line), 90, f"points above zero in {line}")
         assert plot_values_above_zero(page, "#plot-fetches polyline.fetches") > 0
         assert worker.alive(), worker.log_text()[-3000:]
@@ -195,8 +225,11 @@ def save_screenshot(page: Page, tmp_path: Path) -> None:
     shot = tmp_path / "dashboard.png"
     domain_page = page.locator("#domain").bounding_box()
     assert domain_page is not None  # the shot shows its top
-    page.screenshot(path=str(shot), full_page=True, clip={
-        "x": 0, "y": 0, "width": 1280, "height": domain_page["y"] + 560})
+    page.screenshot(
+        path=str(shot),
+        full_page=True,
+        clip={"x": 0, "y": 0, "width": 1280, "height": domain_page["y"] + 560},
+    )
     assert shot.stat().st_size > 10_000
     docs = screenshot_dir()
     if docs is not None:
@@ -204,8 +237,7 @@ def save_screenshot(page: Page, tmp_path: Path) -> None:
         shutil.copyfile(shot, docs / "dashboard.png")
 
 
-def test_rejections_and_hostile_maps_are_shown_as_text_and_never_run(
-        browser_page: Page) -> None:
+def test_rejections_and_hostile_maps_are_shown_as_text_and_never_run(browser_page: Page) -> None:
     state = DashboardState()
     state.maps.apply(hostile_map())
     state.add_map_update(audit_record(f"/p?{HOSTILE}&id", accepted=False))
@@ -215,8 +247,11 @@ def test_rejections_and_hostile_maps_are_shown_as_text_and_never_run(
         page.goto(server.url)
         expect(page.locator("#feed tbody tr")).to_have_count(1)
         (entry,) = rows_text(page, "#feed tbody tr")
-        assert entry[2:5] == [f"/p?{HOSTILE}&id", "rejected",
-                              "anomaly: 3 of 4 kept parameters would be dropped"]
+        assert entry[2:5] == [
+            f"/p?{HOSTILE}&id",
+            "rejected",
+            "anomaly: 3 of 4 kept parameters would be dropped",
+        ]
         assert page.locator("#feed tbody tr.rejected").count() == 1
         expect(page.locator("#domains tbody tr")).to_have_count(1)
         page.click("#domains tbody a")

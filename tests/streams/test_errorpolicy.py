@@ -28,15 +28,19 @@ def test_every_value_of_the_setting_is_a_policy_and_the_default_stops() -> None:
     assert OnBug(Settings.from_env({}).on_bug) is OnBug.STOP
 
 
-async def test_retry_backs_off_doubling_up_to_a_limit_then_returns_once_the_work_is_done(
-) -> None:
+async def test_retry_backs_off_doubling_up_to_a_limit_then_returns_once_the_work_is_done() -> None:
     waits: list[float] = []
 
     async def sleep(seconds: float) -> None:
         waits.append(seconds)
 
-    policy = BugPolicy(OnBug.RETRY, lambda error: pytest.fail("must not stop"),
-                       first_backoff=1.0, max_backoff=5.0, sleep=sleep)
+    policy = BugPolicy(
+        OnBug.RETRY,
+        lambda error: pytest.fail("must not stop"),
+        first_backoff=1.0,
+        max_backoff=5.0,
+        sleep=sleep,
+    )
     work = Work(failures=5)
     await policy.run(work, "test")
     assert work.calls == 6 and policy.bugs == 5
@@ -44,7 +48,8 @@ async def test_retry_backs_off_doubling_up_to_a_limit_then_returns_once_the_work
 
 
 async def test_stop_stops_the_worker_and_never_returns_so_nothing_is_acked(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     stops: list[BaseException] = []
     policy = BugPolicy(OnBug.STOP, stops.append)
     acked = []

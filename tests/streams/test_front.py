@@ -26,7 +26,7 @@ from streams.settings import Settings
 from streams.tools import TopicReader, delete_topics, isolated_settings, produce
 
 VALID = [f"https://shop.example/p/{i}?id={i}&utm_source=mail".encode() for i in range(40)]
-BAD = [b"not a url", b"{\"url\": 7}"]
+BAD = [b"not a url", b'{"url": 7}']
 BUGGY = "https://shop.example/p/17?id=17&utm_source=mail"
 
 
@@ -49,8 +49,12 @@ class Bug:
 
 @pytest.fixture
 def isolated(bootstrap: str, tmp_path: Path) -> Iterator[Settings]:
-    settings = isolated_settings(Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap}),
-                                 "front", tmp_path / "state", partitions=2)
+    settings = isolated_settings(
+        Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap}),
+        "front",
+        tmp_path / "state",
+        partitions=2,
+    )
     ensure_topics(settings)
     produce(settings, settings.topics.raw, [*VALID[:20], *BAD, *VALID[20:]])
     try:
@@ -59,11 +63,13 @@ def isolated(bootstrap: str, tmp_path: Path) -> Iterator[Settings]:
         delete_topics(settings)
 
 
-def start_front(settings: Settings, live_maps: LiveMaps, on_bug: OnBug,
-                failures: list[BaseException]) -> tuple[CanonicalizerFront, MapFeed]:
+def start_front(
+    settings: Settings, live_maps: LiveMaps, on_bug: OnBug, failures: list[BaseException]
+) -> tuple[CanonicalizerFront, MapFeed]:
     feed = MapFeed(settings, live_maps, failures.append)
-    front = CanonicalizerFront(settings.with_overrides(on_bug=on_bug.value), live_maps, feed,
-                               failures.append)
+    front = CanonicalizerFront(
+        settings.with_overrides(on_bug=on_bug.value), live_maps, feed, failures.append
+    )
     feed.start()
     front.start()
     return front, feed
@@ -80,22 +86,28 @@ def wait_until(check: Callable[[], bool], timeout: float) -> bool:
 
 def assert_every_input_out_and_only_bad_input_dead(settings: Settings) -> None:
     with TopicReader(settings, settings.topics.canonical) as reader:
+
         def all_out() -> bool:
             reader.poll(0.2)
             return {orjson.loads(value or b"")["url"] for _, value, _ in reader.records} >= {
-                url.decode() for url in VALID}
+                url.decode() for url in VALID
+            }
+
         assert wait_until(all_out, 60), "not every valid input came out"
     with TopicReader(settings, settings.topics.dlq) as reader:
         reader.poll(2.0)
-        originals = {base64.b64decode(orjson.loads(value or b"")["original"])
-                     for _, value, _ in reader.records}
+        originals = {
+            base64.b64decode(orjson.loads(value or b"")["original"])
+            for _, value, _ in reader.records
+        }
     assert originals == set(BAD), "only bad input is dead-lettered"
 
 
 @pytest.mark.kafka
 @pytest.mark.timeout(240)
 def test_a_bug_stops_the_front_without_committing_then_a_fixed_front_delivers_everything(
-    isolated: Settings, caplog: pytest.LogCaptureFixture,
+    isolated: Settings,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     failures: list[BaseException] = []
     live_maps = LiveMaps(reverify_after=3600)
@@ -126,7 +138,8 @@ def test_a_bug_stops_the_front_without_committing_then_a_fixed_front_delivers_ev
 @pytest.mark.kafka
 @pytest.mark.timeout(240)
 def test_with_retry_a_bug_holds_the_batch_until_it_is_gone_and_nothing_valid_is_lost(
-    isolated: Settings, caplog: pytest.LogCaptureFixture,
+    isolated: Settings,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.ERROR, "streams.front")
     failures: list[BaseException] = []

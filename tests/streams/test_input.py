@@ -67,9 +67,16 @@ def test_overlong_url_is_rejected_by_the_core() -> None:
 
 def test_dead_letter_keeps_the_original_bytes_and_source() -> None:
     value = b"\xff\x00 binary"
-    record = orjson.loads(encode_dead_letter("not valid UTF-8 (byte 0)", value, b"k",
-                                            Source("urls.raw", 3, 41, 1700000000000),
-                                            "canonicalize", 1024))
+    record = orjson.loads(
+        encode_dead_letter(
+            "not valid UTF-8 (byte 0)",
+            value,
+            b"k",
+            Source("urls.raw", 3, 41, 1700000000000),
+            "canonicalize",
+            1024,
+        )
+    )
     assert_valid("urls-dlq", record)
     assert base64.b64decode(record["original"]) == value
     assert base64.b64decode(record["key"]) == b"k"
@@ -79,8 +86,9 @@ def test_dead_letter_keeps_the_original_bytes_and_source() -> None:
 
 def test_dead_letter_truncates_only_beyond_the_cap_and_says_so() -> None:
     value = b"y" * 5000
-    record = orjson.loads(encode_dead_letter("too large", value, None,
-                                            Source("urls.raw", 0, 0), "canonicalize", 1000))
+    record = orjson.loads(
+        encode_dead_letter("too large", value, None, Source("urls.raw", 0, 0), "canonicalize", 1000)
+    )
     assert_valid("urls-dlq", record)
     assert record["truncated"] is True and record["original_bytes"] == 5000
     assert base64.b64decode(record["original"]) == value[:1000]

@@ -28,13 +28,13 @@ class FakeClock:
         return self.now
 
 
-def record(message: str, *args: object, level: int = logging.ERROR,
-           name: str = "aiokafka") -> logging.LogRecord:
+def record(
+    message: str, *args: object, level: int = logging.ERROR, name: str = "aiokafka"
+) -> logging.LogRecord:
     return logging.LogRecord(name, level, __file__, 1, message, args, None)
 
 
-def test_a_repeated_error_passes_once_per_interval_and_then_says_how_many_were_left_out(
-) -> None:
+def test_a_repeated_error_passes_once_per_interval_and_then_says_how_many_were_left_out() -> None:
     clock = FakeClock()
     limit = RateLimitFilter(10.0, clock=clock)
     passed = []
@@ -47,8 +47,9 @@ def test_a_repeated_error_passes_once_per_interval_and_then_says_how_many_were_l
     late = record("Unable connect to node with id %s: %s", 1, "after 3ms")
     assert limit.filter(late)
     assert len(passed) == 1
-    assert late.getMessage() == ("Unable connect to node with id 1: after 3ms "
-                                 "[99 more like this in the last 10s]")
+    assert late.getMessage() == (
+        "Unable connect to node with id 1: after 3ms [99 more like this in the last 10s]"
+    )
 
 
 def test_different_messages_levels_and_loggers_are_limited_apart_and_info_never() -> None:
@@ -61,13 +62,16 @@ def test_different_messages_levels_and_loggers_are_limited_apart_and_info_never(
     assert all(limit.filter(record("progress", level=logging.INFO)) for _ in range(5))
 
 
-@pytest.mark.parametrize("error", [
-    KafkaException(KafkaError(KafkaError._TRANSPORT)),
-    KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN)),
-    KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION)),
-    NodeNotReadyError("node 1"),
-    ConnectionRefusedError(111, "refused"),
-])
+@pytest.mark.parametrize(
+    "error",
+    [
+        KafkaException(KafkaError(KafkaError._TRANSPORT)),
+        KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN)),
+        KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION)),
+        NodeNotReadyError("node 1"),
+        ConnectionRefusedError(111, "refused"),
+    ],
+)
 def test_errors_that_mean_the_broker_is_unreachable_are_outages(error: Exception) -> None:
     assert is_broker_outage(error)
     wrapped = RuntimeError("map feed failed")
@@ -75,12 +79,15 @@ def test_errors_that_mean_the_broker_is_unreachable_are_outages(error: Exception
     assert is_broker_outage(wrapped)
 
 
-@pytest.mark.parametrize("error", [
-    KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)),
-    KafkaException(KafkaError(KafkaError.INVALID_CONFIG)),
-    UnsupportedVersionError(),
-    ValueError("bad map"),
-])
+@pytest.mark.parametrize(
+    "error",
+    [
+        KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)),
+        KafkaException(KafkaError(KafkaError.INVALID_CONFIG)),
+        UnsupportedVersionError(),
+        ValueError("bad map"),
+    ],
+)
 def test_other_errors_are_not_outages(error: Exception) -> None:
     assert not is_broker_outage(error)
 
@@ -177,11 +184,15 @@ def test_uncommitted_inputs_are_those_consumed_past_the_last_confirmed_commit() 
     batch = [FakeMessage("raw", 0, 100), FakeMessage("raw", 1, 7), FakeMessage("raw", 0, 101)]
     inputs.consumed(batch, {("raw", 0): 102, ("raw", 1): 8})  # type: ignore[arg-type]
     inputs.consumed([FakeMessage("raw", 0, 102)], {("raw", 0): 103})  # type: ignore[list-item]
-    assert inputs.describe() == ("4 consumed inputs have no committed offset and will be "
-                                 "delivered again (at least once): raw[0] offsets 100-102, "
-                                 "raw[1] offsets 7-7.")
+    assert inputs.describe() == (
+        "4 consumed inputs have no committed offset and will be "
+        "delivered again (at least once): raw[0] offsets 100-102, "
+        "raw[1] offsets 7-7."
+    )
     inputs.committed([TopicPartition("raw", 0, 102), TopicPartition("raw", 1, 8)])
-    assert inputs.describe().startswith("1 consumed inputs") and "raw[0] offsets 102-102" in \
-        inputs.describe()
+    assert (
+        inputs.describe().startswith("1 consumed inputs")
+        and "raw[0] offsets 102-102" in inputs.describe()
+    )
     inputs.forget([TopicPartition("raw", 0)])
     assert inputs.describe() == "Every consumed input has its offset committed."

@@ -12,8 +12,9 @@ def random_urls(rng: random.Random, count: int) -> list[str]:
     urls = []
     for _ in range(count):
         host = f"s{rng.randrange(4)}.example"
-        path = rng.choice(("/p/12", "/p/13", "/search", "/", "/p/12;jsessionid=AB",
-                           "/docs/x;v=2;sid=3", "/a;b"))
+        path = rng.choice(
+            ("/p/12", "/p/13", "/search", "/", "/p/12;jsessionid=AB", "/docs/x;v=2;sid=3", "/a;b")
+        )
         names = rng.sample(NAMES, rng.randrange(0, 5))
         query = "&".join(f"{name}={rng.randrange(3)}" for name in names)
         urls.append(f"https://{host}{path}" + (f"?{query}" if query else ""))
@@ -36,13 +37,20 @@ def random_maps(rng: random.Random, urls: list[str]) -> list[DomainMap]:
         for key, names in by_pattern.items():
             kept = frozenset(name for name in names if rng.random() < 0.5)
             params = {
-                name: ParamEvidence("keep" if name in kept else "drop",
-                                    rng.choice((Layer.LEARNED, Layer.INSUFFICIENT)), 3, 1, 2, 0,
-                                    default_values=[f"{name}=0"] if rng.random() < 0.3 else [])
+                name: ParamEvidence(
+                    "keep" if name in kept else "drop",
+                    rng.choice((Layer.LEARNED, Layer.INSUFFICIENT)),
+                    3,
+                    1,
+                    2,
+                    0,
+                    default_values=[f"{name}=0"] if rng.random() < 0.3 else [],
+                )
                 for name in names
             }
-            decisions[key] = PatternDecision(kept, names - kept, params, Verification(),
-                                             "2026-01-01T00:00:00Z", 1)
+            decisions[key] = PatternDecision(
+                kept, names - kept, params, Verification(), "2026-01-01T00:00:00Z", 1
+            )
         maps.append(DomainMap(domain, number + 1, "2026-01-01T00:00:00Z", decisions))
     return maps
 
@@ -102,8 +110,9 @@ def test_older_versions_never_replace_newer_ones_and_the_map_round_trips() -> No
     rng = random.Random(1)
     urls = random_urls(rng, 200)
     newer = random_maps(rng, urls)[0]
-    older = DomainMap(newer.domain, newer.version - 1 if newer.version > 1 else 0,
-                      newer.updated_at, {})
+    older = DomainMap(
+        newer.domain, newer.version - 1 if newer.version > 1 else 0, newer.updated_at, {}
+    )
     live = LiveMaps(reverify_after=10)
     assert live.apply(newer)
     assert not live.apply(older)

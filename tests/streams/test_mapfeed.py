@@ -31,8 +31,14 @@ PRODUCTS = ("https://shop.example/p?id=7&itemid=1", "https://shop.example/p?id=7
 def product_map(version: int, domain: str = "shop.example") -> DomainMap:
     params = {name: ParamEvidence("keep", Layer.LEARNED, 3, 3, 0, 0) for name in ("id", "itemid")}
     params["utm_source"] = ParamEvidence("drop", Layer.LEARNED, 6, 0, 6, 0)
-    decision = PatternDecision(frozenset({"id", "itemid"}), frozenset({"utm_source"}), params,
-                               Verification(2, 0, 0, []), "2026-12-02T00:00:00Z", 10)
+    decision = PatternDecision(
+        frozenset({"id", "itemid"}),
+        frozenset({"utm_source"}),
+        params,
+        Verification(2, 0, 0, []),
+        "2026-12-02T00:00:00Z",
+        10,
+    )
     return DomainMap(domain, version, "2026-12-02T00:00:00Z", {PRODUCT_PAGES: decision})
 
 
@@ -53,8 +59,11 @@ INVALID_RECORDS: dict[str, tuple[bytes | None, bytes, str]] = {
     "kept as a string": (KEY, tampered_kept(5), "(schema)"),
     "relabelled to another domain": (b"other.example", relabelled(6), "(domain key)"),
     "null": (KEY, b"null", "(schema)"),
-    "an infinite version": (KEY, product_map(7).dumps().replace(
-        '"version":7', '"version":1e999').encode(), "(json)"),
+    "an infinite version": (
+        KEY,
+        product_map(7).dumps().replace('"version":7', '"version":1e999').encode(),
+        "(json)",
+    ),
     "nested 200,000 deep": (KEY, b"[" * 200_000, "(json)"),
     "without a key": (None, product_map(8).dumps().encode(), "(domain key)"),
 }
@@ -90,10 +99,20 @@ def test_valid_records_and_tombstones_still_apply() -> None:
     live_maps = LiveMaps(reverify_after=3600)
     dead: list[tuple[bytes | None, bytes]] = []
     feed = MapFeed(Settings(), live_maps, dead_letter=lambda k, v: dead.append((k, v)))
-    matrix = DomainMap("matrix.example", 1, "2026-12-02T00:00:00Z", {
-        "/p/*?;jsessionid&id": PatternDecision(
-            frozenset({"id"}), frozenset({";jsessionid"}), {}, Verification(),
-            "2026-12-02T00:00:00Z")})
+    matrix = DomainMap(
+        "matrix.example",
+        1,
+        "2026-12-02T00:00:00Z",
+        {
+            "/p/*?;jsessionid&id": PatternDecision(
+                frozenset({"id"}),
+                frozenset({";jsessionid"}),
+                {},
+                Verification(),
+                "2026-12-02T00:00:00Z",
+            )
+        },
+    )
     feed.apply_record(KEY, product_map(1).dumps().encode(), Source("miqps.maps", 0, 1))
     feed.apply_record(KEY, product_map(2).dumps().encode(), Source("miqps.maps", 0, 2))
     feed.apply_record(b"matrix.example", matrix.dumps().encode(), Source("miqps.maps", 1, 1))
@@ -108,8 +127,12 @@ def test_valid_records_and_tombstones_still_apply() -> None:
 
 @pytest.fixture
 def isolated(bootstrap: str, tmp_path: Path) -> Iterator[Settings]:
-    settings = isolated_settings(Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap}),
-                                 "mapfeed", tmp_path / "state", partitions=2)
+    settings = isolated_settings(
+        Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap}),
+        "mapfeed",
+        tmp_path / "state",
+        partitions=2,
+    )
     ensure_topics(settings)
     try:
         yield settings
@@ -141,8 +164,9 @@ def test_the_feed_dead_letters_invalid_records_from_the_topic(isolated: Settings
         assert reader.wait_for(3, 30), f"{len(reader.records)} of 3 dead letters"
         time.sleep(0.5)
         reader.poll(0.5)
-        dead: list[dict[str, Any]] = [orjson.loads(value) for _, value, _ in reader.records
-                                      if value is not None]
+        dead: list[dict[str, Any]] = [
+            orjson.loads(value) for _, value, _ in reader.records if value is not None
+        ]
     assert len(dead) == 3
     for record in dead:
         assert_valid("urls-dlq", record)

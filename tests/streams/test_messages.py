@@ -45,36 +45,54 @@ domains = st.from_regex(r"[a-z]{1,10}\.example", fullmatch=True)
 timestamps = st.floats(min_value=0, max_value=4e9, allow_nan=False)
 # Integers as orjson reads them from an input envelope (larger ones become floats there).
 json_integers = st.integers(min_value=-(2**63), max_value=2**64 - 1)
-meta = st.none() | st.dictionaries(st.text(max_size=5), json_integers | st.text(max_size=5),
-                                   min_size=1, max_size=3)
+meta = st.none() | st.dictionaries(
+    st.text(max_size=5), json_integers | st.text(max_size=5), min_size=1, max_size=3
+)
 
-outputs = st.builds(CanonicalOutput, url=names, canonical_url=names, domain=domains,
-                    pattern=patterns, kept=param_names.map(tuple),
-                    dropped=param_names.map(tuple),
-                    status=st.sampled_from(["learned", "provisional"]), map_version=counts,
-                    meta=meta)
-requested = st.builds(RequestedPattern,
-                      reason=st.sampled_from(["enough-samples", "time-limit", "reverify",
-                                              "retry"]),
-                      basis=names, urls_seen=counts, first_seen=timestamps)
-requests = st.builds(ProbeRequest, domain=domains, shape=st.just("/p/*"),
-                     patterns=st.dictionaries(patterns, requested, min_size=1, max_size=3),
-                     urls=st.lists(names, min_size=1, max_size=3).map(tuple),
-                     requested_at=timestamps)
+outputs = st.builds(
+    CanonicalOutput,
+    url=names,
+    canonical_url=names,
+    domain=domains,
+    pattern=patterns,
+    kept=param_names.map(tuple),
+    dropped=param_names.map(tuple),
+    status=st.sampled_from(["learned", "provisional"]),
+    map_version=counts,
+    meta=meta,
+)
+requested = st.builds(
+    RequestedPattern,
+    reason=st.sampled_from(["enough-samples", "time-limit", "reverify", "retry"]),
+    basis=names,
+    urls_seen=counts,
+    first_seen=timestamps,
+)
+requests = st.builds(
+    ProbeRequest,
+    domain=domains,
+    shape=st.just("/p/*"),
+    patterns=st.dictionaries(patterns, requested, min_size=1, max_size=3),
+    urls=st.lists(names, min_size=1, max_size=3).map(tuple),
+    requested_at=timestamps,
+)
 samples = st.one_of(
-    st.builds(UrlSample, domain=domains, pattern=patterns, url=names, count=counts,
-              basis=names),
+    st.builds(UrlSample, domain=domains, pattern=patterns, url=names, count=counts, basis=names),
     st.builds(CountSample, domain=domains, pattern=patterns, count=counts, basis=names),
     st.builds(DueSample, domain=domains, shape=st.just("/p")),
 )
 packs = st.builds(SamplePack, st.lists(samples, min_size=1, max_size=4).map(tuple))
 dead_letters = st.builds(
-    DeadLetter.of, reason=names.filter(bool), value=st.none() | st.binary(max_size=40),
+    DeadLetter.of,
+    reason=names.filter(bool),
+    value=st.none() | st.binary(max_size=40),
     key=st.none() | st.binary(max_size=8),
-    source=st.builds(Source, topic=names, partition=counts, offset=counts,
-                     timestamp_ms=st.none() | counts),
+    source=st.builds(
+        Source, topic=names, partition=counts, offset=counts, timestamp_ms=st.none() | counts
+    ),
     stage=st.sampled_from(["canonicalize", "pattern-stats", "probe"]),
-    max_original_bytes=st.integers(min_value=0, max_value=50))
+    max_original_bytes=st.integers(min_value=0, max_value=50),
+)
 
 
 def evidence(decision: str) -> dict[str, Any]:
@@ -82,26 +100,40 @@ def evidence(decision: str) -> dict[str, Any]:
 
 
 updates = st.builds(
-    MapUpdateRecord, domain=domains, pattern=patterns, accepted=st.booleans(), reason=names,
-    request_reason=names, version_before=counts,
+    MapUpdateRecord,
+    domain=domains,
+    pattern=patterns,
+    accepted=st.booleans(),
+    reason=names,
+    request_reason=names,
+    version_before=counts,
     version_after=st.none() | st.integers(min_value=1, max_value=10**6),
     kept_before=st.none() | param_names.map(tuple),
     dropped_before=st.none() | param_names.map(tuple),
     kept_after=st.none() | param_names.map(tuple),
     dropped_after=st.none() | param_names.map(tuple),
     flipped_to_dropped=param_names.map(tuple),
-    evidence=st.dictionaries(st.sampled_from(["id", "ref"]),
-                             st.sampled_from(["keep", "drop"]).map(evidence), max_size=2),
+    evidence=st.dictionaries(
+        st.sampled_from(["id", "ref"]), st.sampled_from(["keep", "drop"]).map(evidence), max_size=2
+    ),
     verification=st.none() | st.just(Verification(2, 0, 1, ["id"]).to_json()),
-    urls_seen=counts, fetches=counts, at=st.just("2026-12-03T08:00:00Z"))
-
+    urls_seen=counts,
+    fetches=counts,
+    at=st.just("2026-12-03T08:00:00Z"),
+)
 
 
 def domain_map(domain: str, version: int, frozen: bool) -> DomainMap:
-    decision = PatternDecision(frozenset({"id"}), frozenset({"ref"}),
-                               {"id": ParamEvidence("keep", Layer.LEARNED, 6, 6, 0),
-                                "ref": ParamEvidence("drop", Layer.LEARNED, 6, 0, 6)},
-                               Verification(3), "2026-12-03T08:00:00Z")
+    decision = PatternDecision(
+        frozenset({"id"}),
+        frozenset({"ref"}),
+        {
+            "id": ParamEvidence("keep", Layer.LEARNED, 6, 6, 0),
+            "ref": ParamEvidence("drop", Layer.LEARNED, 6, 0, 6),
+        },
+        Verification(3),
+        "2026-12-03T08:00:00Z",
+    )
     return DomainMap(domain, version, "2026-12-03T08:00:00Z", {"/p?id&ref": decision}, frozen)
 
 
@@ -109,7 +141,8 @@ versions = st.builds(
     MapVersion.of,
     st.builds(domain_map, domains, st.integers(min_value=1, max_value=10**6), st.booleans()),
     st.sampled_from(["stream-probe", "reverify", "rollback", "freeze", "unfreeze", "publish"]),
-    names)
+    names,
+)
 
 RECORDS: dict[str, tuple[Any, st.SearchStrategy[Any]]] = {
     "urls-canonical": (CanonicalOutput, outputs),
@@ -140,10 +173,16 @@ def schema_of(name: str) -> dict[str, Any]:
     return document
 
 
-@pytest.mark.parametrize(("schema", "record_type"), [
-    ("urls-canonical", CanonicalOutput), ("probe-request", ProbeRequest),
-    ("map-update", MapUpdateRecord), ("urls-dlq", DeadLetter), ("map-history", MapVersion),
-])
+@pytest.mark.parametrize(
+    ("schema", "record_type"),
+    [
+        ("urls-canonical", CanonicalOutput),
+        ("probe-request", ProbeRequest),
+        ("map-update", MapUpdateRecord),
+        ("urls-dlq", DeadLetter),
+        ("map-history", MapVersion),
+    ],
+)
 def test_record_fields_are_the_schemas_properties(schema: str, record_type: type) -> None:
     document = schema_of(schema)
     names_ = [item.name for item in fields(record_type)]
@@ -177,67 +216,105 @@ def test_raw_url_round_trips_as_text_and_as_envelope() -> None:
 
 
 def test_dead_letter_gives_back_the_original_bytes() -> None:
-    record = DeadLetter.from_bytes(DeadLetter.of("bad", b"\xff\x00", b"k",
-                                                 Source("urls.raw", 1, 2), "canonicalize",
-                                                 100).to_bytes())
+    record = DeadLetter.from_bytes(
+        DeadLetter.of(
+            "bad", b"\xff\x00", b"k", Source("urls.raw", 1, 2), "canonicalize", 100
+        ).to_bytes()
+    )
     assert (record.original_value(), record.original_key()) == (b"\xff\x00", b"k")
-    tombstone = DeadLetter.of("null value", None, None, Source("urls.raw", 0, 0),
-                              "canonicalize", 100)
+    tombstone = DeadLetter.of(
+        "null value", None, None, Source("urls.raw", 0, 0), "canonicalize", 100
+    )
     assert tombstone.original_value() is None and tombstone.null_value
 
 
-GOOD_OUTPUT = CanonicalOutput("http://a.example/?id=1", "http://a.example/?id=1", "a.example",
-                              "/?id", ("id",), (), "learned", 2, None).to_bytes()
+GOOD_OUTPUT = CanonicalOutput(
+    "http://a.example/?id=1",
+    "http://a.example/?id=1",
+    "a.example",
+    "/?id",
+    ("id",),
+    (),
+    "learned",
+    2,
+    None,
+).to_bytes()
 
 
-@pytest.mark.parametrize(("value", "reason"), [
-    (None, "null value instead of a canonical output"),
-    (b"{", "not valid JSON for a canonical output"),
-    (b"[]", "not a JSON object for a canonical output"),
-    (GOOD_OUTPUT.replace(b'"meta":null', b'"meta":null,"x":1'),
-     "a canonical output with unknown fields x"),
-    (GOOD_OUTPUT.replace(b',"meta":null', b""), "a canonical output without meta"),
-    (GOOD_OUTPUT.replace(b'"map_version":2', b'"map_version":"2"'),
-     "a canonical output whose map_version is not of type int"),
-    (GOOD_OUTPUT.replace(b'"map_version":2', b'"map_version":true'),
-     "a canonical output whose map_version is not of type int"),
-    (GOOD_OUTPUT.replace(b'"kept":["id"]', b'"kept":[1]'),
-     "a canonical output whose kept is not of type tuple[str, ...]"),
-    (GOOD_OUTPUT.replace(b'"learned"', b'"maybe"'),
-     "a canonical output whose status is not of type Literal['learned', 'provisional']"),
-])
-def test_bad_canonical_output_is_bad_input_with_a_reason(value: bytes | None,
-                                                         reason: str) -> None:
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (None, "null value instead of a canonical output"),
+        (b"{", "not valid JSON for a canonical output"),
+        (b"[]", "not a JSON object for a canonical output"),
+        (
+            GOOD_OUTPUT.replace(b'"meta":null', b'"meta":null,"x":1'),
+            "a canonical output with unknown fields x",
+        ),
+        (GOOD_OUTPUT.replace(b',"meta":null', b""), "a canonical output without meta"),
+        (
+            GOOD_OUTPUT.replace(b'"map_version":2', b'"map_version":"2"'),
+            "a canonical output whose map_version is not of type int",
+        ),
+        (
+            GOOD_OUTPUT.replace(b'"map_version":2', b'"map_version":true'),
+            "a canonical output whose map_version is not of type int",
+        ),
+        (
+            GOOD_OUTPUT.replace(b'"kept":["id"]', b'"kept":[1]'),
+            "a canonical output whose kept is not of type tuple[str, ...]",
+        ),
+        (
+            GOOD_OUTPUT.replace(b'"learned"', b'"maybe"'),
+            "a canonical output whose status is not of type Literal['learned', 'provisional']",
+        ),
+    ],
+)
+def test_bad_canonical_output_is_bad_input_with_a_reason(value: bytes | None, reason: str) -> None:
     with pytest.raises(BadInput) as caught:
         CanonicalOutput.from_bytes(value)
     assert caught.value.reason == reason
 
 
 def test_bad_probe_request_and_dead_letter_are_bad_input() -> None:
-    request = orjson.loads(ProbeRequest("a.example", "/p", {
-        "/p?id": RequestedPattern("retry", "", 1, 0.0)}, ("http://a.example/p?id=1",),
-        1.0).to_bytes())
+    request = orjson.loads(
+        ProbeRequest(
+            "a.example",
+            "/p",
+            {"/p?id": RequestedPattern("retry", "", 1, 0.0)},
+            ("http://a.example/p?id=1",),
+            1.0,
+        ).to_bytes()
+    )
     with pytest.raises(BadInput, match="probe request without a domain, a shape"):
         ProbeRequest.from_bytes(orjson.dumps({**request, "urls": []}))
     request["patterns"]["/p?id"]["reason"] = "whim"
     with pytest.raises(BadInput, match="whose reason is not"):
         ProbeRequest.from_bytes(orjson.dumps(request))
-    letter = orjson.loads(DeadLetter.of("bad", b"x", None, Source("t", 0, 0), "probe",
-                                        10).to_bytes())
+    letter = orjson.loads(
+        DeadLetter.of("bad", b"x", None, Source("t", 0, 0), "probe", 10).to_bytes()
+    )
     with pytest.raises(BadInput, match="not base64"):
         DeadLetter.from_bytes(orjson.dumps({**letter, "original": "#"}))
     assert base64.b64decode(letter["original"]) == b"x"
 
 
-@pytest.mark.parametrize(("item", "reason"), [
-    ([], "pattern sample without a known kind"),
-    ({"kind": "other", "domain": "a.example"}, "pattern sample without a known kind"),
-    ({"kind": "due", "domain": "", "shape": "/p"}, "pattern sample with an empty domain"),
-    ({"kind": "url", "domain": "a.example", "pattern": "/p?id", "count": 1, "basis": ""},
-     "a url pattern sample without url"),
-    ({"kind": "count", "domain": "a.example", "pattern": "/p?id", "count": "1", "basis": ""},
-     "a count pattern sample whose count is not of type int"),
-])
+@pytest.mark.parametrize(
+    ("item", "reason"),
+    [
+        ([], "pattern sample without a known kind"),
+        ({"kind": "other", "domain": "a.example"}, "pattern sample without a known kind"),
+        ({"kind": "due", "domain": "", "shape": "/p"}, "pattern sample with an empty domain"),
+        (
+            {"kind": "url", "domain": "a.example", "pattern": "/p?id", "count": 1, "basis": ""},
+            "a url pattern sample without url",
+        ),
+        (
+            {"kind": "count", "domain": "a.example", "pattern": "/p?id", "count": "1", "basis": ""},
+            "a count pattern sample whose count is not of type int",
+        ),
+    ],
+)
 def test_bad_sample_is_bad_input(item: Any, reason: str) -> None:
     with pytest.raises(BadInput) as caught:
         read_sample(item)
@@ -246,11 +323,11 @@ def test_bad_sample_is_bad_input(item: Any, reason: str) -> None:
         read_observation(item)
 
 
-sample_urls = st.from_regex(r"http://[a-z]{1,8}\.example/[a-z]{0,4}\?id=[0-9]{1,3}",
-                            fullmatch=True)
+sample_urls = st.from_regex(r"http://[a-z]{1,8}\.example/[a-z]{0,4}\?id=[0-9]{1,3}", fullmatch=True)
 valid_samples = st.one_of(
-    st.builds(UrlSample, domain=domains, pattern=patterns, url=sample_urls, count=counts,
-              basis=names),
+    st.builds(
+        UrlSample, domain=domains, pattern=patterns, url=sample_urls, count=counts, basis=names
+    ),
     st.builds(CountSample, domain=domains, pattern=patterns, count=counts, basis=names),
     st.builds(DueSample, domain=domains, shape=st.from_regex(r"/[a-z*/]{0,8}", fullmatch=True)),
 )
@@ -258,7 +335,8 @@ valid_samples = st.one_of(
 
 @given(valid_samples)
 def test_the_agents_reader_of_a_sample_reads_what_the_typed_reader_reads(
-        sample: UrlSample | CountSample | DueSample) -> None:
+    sample: UrlSample | CountSample | DueSample,
+) -> None:
     item = orjson.loads(sample_to_bytes(sample))
     assert read_sample(item) == sample
     observation = read_observation(item)

@@ -60,8 +60,11 @@ def scrape(port: int) -> dict[str, list[Sample]]:
 
 
 def value(samples: dict[str, list[Sample]], name: str, **labels: str) -> float:
-    return sum(sample.value for sample in samples.get(name, [])
-               if all(sample.labels.get(key) == wanted for key, wanted in labels.items()))
+    return sum(
+        sample.value
+        for sample in samples.get(name, [])
+        if all(sample.labels.get(key) == wanted for key, wanted in labels.items())
+    )
 
 
 def dashboard_metrics() -> set[str]:
@@ -91,9 +94,15 @@ def quiet_for(port: int, seconds: float) -> Callable[[], bool]:
 
     def quiet() -> bool:
         found = scrape(port)
-        busy = sum(value(found, name) for name in (
-            "miqps_probe_requests_pending", "miqps_probe_requests_in_flight",
-            "miqps_probe_domains_in_flight", "miqps_consumer_lag"))
+        busy = sum(
+            value(found, name)
+            for name in (
+                "miqps_probe_requests_pending",
+                "miqps_probe_requests_in_flight",
+                "miqps_probe_domains_in_flight",
+                "miqps_consumer_lag",
+            )
+        )
         fetches = value(found, "miqps_fetch_requests_total")
         if busy or fetches != state["fetches"]:
             state["fetches"], state["since"] = fetches, time.monotonic()
@@ -102,14 +111,18 @@ def quiet_for(port: int, seconds: float) -> Callable[[], bool]:
     return quiet
 
 
-def test_the_metrics_endpoint_counts_what_went_through(base: Settings, web: Web,  # noqa: F811
-                                                       tmp_path: Path) -> None:
+def test_the_metrics_endpoint_counts_what_went_through(
+    base: Settings,  # noqa: F811
+    web: Web,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     settings = fast_learning(base, "metrics", tmp_path / "state", web.server.proxy_url)
     ensure_topics(settings)
     corpus = generate_corpus(web.sites, 150, 1)
     port = free_port()
-    worker = WorkerProcess(settings, "canonicalize,probe", tmp_path / "worker.log",
-                           {"MIQPS_METRICS_PORT": str(port)}).start()
+    worker = WorkerProcess(
+        settings, "canonicalize,probe", tmp_path / "worker.log", {"MIQPS_METRICS_PORT": str(port)}
+    ).start()
     outputs = TopicReader(settings, settings.topics.canonical)
     dead = TopicReader(settings, settings.topics.dlq)
     updates = TopicReader(settings, settings.topics.map_updates)
@@ -122,14 +135,22 @@ def test_the_metrics_endpoint_counts_what_went_through(base: Settings, web: Web,
         assert worker.alive(), worker.log_text()[-3000:]
         updates.poll(1.0)
         outs, audits = documents(outputs), documents(updates)
-        maps = {key: orjson.loads(document) for key, document
-                in read_compacted(settings, settings.topics.maps, 30) if document}
+        maps = {
+            key: orjson.loads(document)
+            for key, document in read_compacted(settings, settings.topics.maps, 30)
+            if document
+        }
         with TopicReader(settings, settings.topics.samples) as samples_topic:
             samples_topic.poll(2.0)
-            forwarded = sum(item["kind"] == "url" for _, pack, _ in samples_topic.records
-                            for item in orjson.loads(pack or b"[]"))
-        statuses = {status: sum(d["status"] == status for d in outs)
-                    for status in ("learned", "provisional")}
+            forwarded = sum(
+                item["kind"] == "url"
+                for _, pack, _ in samples_topic.records
+                for item in orjson.loads(pack or b"[]")
+            )
+        statuses = {
+            status: sum(d["status"] == status for d in outs)
+            for status in ("learned", "provisional")
+        }
         found = scrape(port)
         dashboard_needs = dashboard_metrics()
     finally:
@@ -145,19 +166,21 @@ def test_the_metrics_endpoint_counts_what_went_through(base: Settings, web: Web,
     assert value(found, "miqps_front_up") == 1
 
     lags = found["miqps_consumer_lag"]
-    assert {(s.labels["topic"], s.labels["partition"]) for s in lags
-            if s.labels["consumer"] == "canonicalizer"} == \
-        {(settings.topics.raw, str(partition)) for partition in range(settings.partitions)}
+    assert {
+        (s.labels["topic"], s.labels["partition"])
+        for s in lags
+        if s.labels["consumer"] == "canonicalizer"
+    } == {(settings.topics.raw, str(partition)) for partition in range(settings.partitions)}
     assert {s.labels["consumer"] for s in lags} >= {"canonicalizer", "pattern-stats", "probe"}
     batches = value(found, "miqps_front_batch_seconds_count")
     assert 1 <= batches <= value(found, "miqps_front_batches_total")
     assert value(found, "miqps_front_batch_seconds_bucket", le="+Inf") == batches
 
-    verdicts = {"accepted": sum(bool(a["accepted"]) for a in audits),
-                "rejected": sum(not a["accepted"] and a["kept_after"] is not None
-                                for a in audits),
-                "undecided": sum(not a["accepted"] and a["kept_after"] is None
-                                 for a in audits)}
+    verdicts = {
+        "accepted": sum(bool(a["accepted"]) for a in audits),
+        "rejected": sum(not a["accepted"] and a["kept_after"] is not None for a in audits),
+        "undecided": sum(not a["accepted"] and a["kept_after"] is None for a in audits),
+    }
     assert verdicts["accepted"] > 0
     for verdict, count in verdicts.items():
         assert value(found, "miqps_map_updates_total", verdict=verdict) == count, verdict
@@ -172,6 +195,7 @@ def test_the_metrics_endpoint_counts_what_went_through(base: Settings, web: Web,
     assert value(found, "miqps_probe_requests_in_flight") == 0
     assert value(found, "miqps_state_bytes", table=PATTERN_STATS_TABLE) > 0
 
-    missing = dashboard_needs - {re.sub(r"_(bucket|count|sum)$", "", name)
-                                 for name in found} - set(found)
+    missing = (
+        dashboard_needs - {re.sub(r"_(bucket|count|sum)$", "", name) for name in found} - set(found)
+    )
     assert not missing, f"the dashboard queries metrics the worker does not export: {missing}"

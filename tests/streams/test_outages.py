@@ -38,8 +38,9 @@ OUTPUT_WAIT = 360.0
 STOP_TIMEOUT = 10.0
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, what: str,
-               detail: Callable[[], str] = str) -> None:
+def wait_until(
+    condition: Callable[[], bool], timeout: float, what: str, detail: Callable[[], str] = str
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -56,8 +57,9 @@ def with_topics(broker: LocalBroker, label: str, state: Path) -> Settings:
 
 
 def worker(settings: Settings, log: Path) -> WorkerProcess:
-    return WorkerProcess(settings, "canonicalize,probe", log,
-                         {"MIQPS_STOP_TIMEOUT": str(STOP_TIMEOUT)})
+    return WorkerProcess(
+        settings, "canonicalize,probe", log, {"MIQPS_STOP_TIMEOUT": str(STOP_TIMEOUT)}
+    )
 
 
 def test_sigterm_with_the_broker_gone_stops_in_time_and_loses_nothing(
@@ -86,10 +88,15 @@ def test_sigterm_with_the_broker_gone_stops_in_time_and_loses_nothing(
         private_broker.start()
         second = worker(settings, tmp_path / "second.log").start()
         try:
-            wait_until(lambda: output_seqs(outputs) == set(range(len(stream))), OUTPUT_WAIT,
-                       "every input to have an output after the outage",
-                       lambda: f"{len(stream) - len(output_seqs(outputs))} missing; "
-                               f"log: {second.log_text()[-2000:]}")
+            wait_until(
+                lambda: output_seqs(outputs) == set(range(len(stream))),
+                OUTPUT_WAIT,
+                "every input to have an output after the outage",
+                lambda: (
+                    f"{len(stream) - len(output_seqs(outputs))} missing; "
+                    f"log: {second.log_text()[-2000:]}"
+                ),
+            )
         finally:
             second.stop()
         outputs.poll(1.0)
@@ -110,14 +117,20 @@ def test_a_worker_started_during_an_outage_waits_then_processes_everything(
     quitter = worker(settings, tmp_path / "quitter.log").start()
     waiter = worker(settings, tmp_path / "waiter.log").start()
     try:
-        wait_until(lambda: "waiting for Kafka at" in quitter.log_text(), 60,
-                   "the first worker to say it waits")
+        wait_until(
+            lambda: "waiting for Kafka at" in quitter.log_text(),
+            60,
+            "the first worker to say it waits",
+        )
         code, elapsed = sigterm_and_time(quitter, STOP_TIMEOUT + 20.0)
         assert code == 0 and elapsed <= STOP_TIMEOUT, (code, elapsed, quitter.log_text())
         assert "stopped while waiting for Kafka" in quitter.log_text()
 
-        wait_until(lambda: "waiting for Kafka at" in waiter.log_text(), 60,
-                   "the second worker to say it waits")
+        wait_until(
+            lambda: "waiting for Kafka at" in waiter.log_text(),
+            60,
+            "the second worker to say it waits",
+        )
         assert waiter.alive(), waiter.log_text()[-3000:]
         private_broker.start()
         # The broker goes away again just as the worker starts its consumers.
@@ -127,10 +140,15 @@ def test_a_worker_started_during_an_outage_waits_then_processes_everything(
         private_broker.start()
         produce(settings, settings.topics.raw, stream)
         with TopicReader(settings, settings.topics.canonical) as outputs:
-            wait_until(lambda: output_seqs(outputs) == set(range(len(stream))), OUTPUT_WAIT,
-                       "every input to have an output",
-                       lambda: f"{len(stream) - len(output_seqs(outputs))} missing; "
-                               f"log: {waiter.log_text()[-2000:]}")
+            wait_until(
+                lambda: output_seqs(outputs) == set(range(len(stream))),
+                OUTPUT_WAIT,
+                "every input to have an output",
+                lambda: (
+                    f"{len(stream) - len(output_seqs(outputs))} missing; "
+                    f"log: {waiter.log_text()[-2000:]}"
+                ),
+            )
         assert waiter.alive(), waiter.log_text()[-3000:]
     finally:
         private_broker.start()

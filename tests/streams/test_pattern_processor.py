@@ -8,8 +8,9 @@ from streams.pattern_processor import MIN_TICK_DELAY, PatternStatsProcessor, Ste
 from streams.settings import LearningPolicy
 from streams.stats import ENOUGH_SAMPLES, RETRY, TIME_LIMIT, ShapeStats, shape_of
 
-POLICY = LearningPolicy(min_distinct_values=3, saturation_urls=10, rare_after=60.0,
-                        retry_after=20.0)
+POLICY = LearningPolicy(
+    min_distinct_values=3, saturation_urls=10, rare_after=60.0, retry_after=20.0
+)
 DOMAIN = "a.example"
 
 
@@ -35,8 +36,12 @@ def tick(shape: str = "/p") -> list[Observation]:
     return [Observation(DOMAIN, shape, "", None, 0, "")]
 
 
-def run(processor: PatternStatsProcessor, stored: bytes | None,
-        observations: list[Observation], now: float) -> tuple[bytes | None, Step]:
+def run(
+    processor: PatternStatsProcessor,
+    stored: bytes | None,
+    observations: list[Observation],
+    now: float,
+) -> tuple[bytes | None, Step]:
     step = processor.apply(stored, observations, now)
     return (step.record if step.record is not None else stored), step
 
@@ -74,14 +79,18 @@ def test_an_unanswered_request_is_sent_again_later_each_time_until_it_is_answere
 
 def test_a_pattern_with_enough_distinct_values_is_asked_for_at_once_with_its_siblings() -> None:
     processor = PatternStatsProcessor(POLICY, frozenset(), Maps().needs_learning)
-    stored, step = run(processor, None, seen(
-        "http://a.example/p?id=1&utm=a", "http://a.example/p?id=2&utm=b"), 0.0)
+    stored, step = run(
+        processor, None, seen("http://a.example/p?id=1&utm=a", "http://a.example/p?id=2&utm=b"), 0.0
+    )
     assert step.request is None
-    stored, step = run(processor, stored, seen(
-        "http://a.example/p?id=3&utm=c", "http://a.example/p?id=4"), 1.0)
+    stored, step = run(
+        processor, stored, seen("http://a.example/p?id=3&utm=c", "http://a.example/p?id=4"), 1.0
+    )
     assert step.request is not None
     assert {pattern: info.reason for pattern, info in step.request.patterns.items()} == {
-        "/p?id": ENOUGH_SAMPLES, "/p?id&utm": ENOUGH_SAMPLES}
+        "/p?id": ENOUGH_SAMPLES,
+        "/p?id&utm": ENOUGH_SAMPLES,
+    }
     assert step.deadline == 21.0
     stored, step = run(processor, stored, seen("http://a.example/p?id=5&utm=d"), 2.0)
     assert step.request is None, "one request, never a storm"
@@ -109,4 +118,7 @@ def test_the_record_written_is_the_state_the_next_step_reads() -> None:
     shape_deadline = processor.deadline_of(stored, 0.0)
     assert shape_deadline is not None
     assert (shape_deadline.domain, shape_deadline.shape, shape_deadline.deadline) == (
-        DOMAIN, "/p", 80.0)
+        DOMAIN,
+        "/p",
+        80.0,
+    )

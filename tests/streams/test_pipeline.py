@@ -45,14 +45,15 @@ BAD_INPUTS: dict[bytes, str] = {
     b"ftp://files.example/pub/x?y=1": "invalid URL: scheme 'ftp' is not http or https",
     b"mailto:someone@example.com": "invalid URL: scheme 'mailto' is not http or https",
     b'{"href": "http://t01-shop.sim/?a=1"}': 'JSON object without a "url" string',
-    b'[1, 2, 3]': 'JSON list instead of an object with a "url"',
+    b"[1, 2, 3]": 'JSON list instead of an object with a "url"',
     b'{"url": ["http://t01-shop.sim/"]}': 'JSON object without a "url" string',
     b"http://t01-shop.sim/?q=" + b"x" * (3 * 1024 * 1024): "larger than the",
 }
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, what: str,
-               every: float = 0.5) -> None:
+def wait_until(
+    condition: Callable[[], bool], timeout: float, what: str, every: float = 0.5
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -65,16 +66,26 @@ def documents(reader: TopicReader) -> list[dict[str, Any]]:
 
 
 def enveloped(corpus: list[CorpusURL], run: int, start: int = 0) -> list[bytes]:
-    return [orjson.dumps({"url": item.url, "run": run, "seq": start + number})
-            for number, item in enumerate(corpus)]
+    return [
+        orjson.dumps({"url": item.url, "run": run, "seq": start + number})
+        for number, item in enumerate(corpus)
+    ]
 
 
 def read_maps_cli(settings: Settings) -> dict[str, DomainMap]:
     """The current maps, through the ``miqps maps`` command itself."""
-    env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=settings.bootstrap_servers,
-               MIQPS_TOPIC_MAPS=settings.topics.maps)
-    done = subprocess.run([str(Path(sys.executable).with_name("miqps")), "maps"], env=env,
-                          capture_output=True, timeout=120, check=True)
+    env = dict(
+        os.environ,
+        KAFKA_BOOTSTRAP_SERVERS=settings.bootstrap_servers,
+        MIQPS_TOPIC_MAPS=settings.topics.maps,
+    )
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("miqps")), "maps"],
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     maps = {}
     for line in done.stdout.decode().splitlines():
         document = orjson.loads(line)
@@ -126,13 +137,20 @@ def isolated_settings(base: Settings, label: str, state: Path, **changes: Any) -
 
 
 def fast_learning(base: Settings, label: str, state: Path, proxy: str | None) -> Settings:
-    return isolated_settings(base, label, state, proxy=proxy, partitions=4,
-                             probe_rate_per_host=50.0,
-                             policy=LearningPolicy(rare_after=4.0, retry_after=60.0))
+    return isolated_settings(
+        base,
+        label,
+        state,
+        proxy=proxy,
+        partitions=4,
+        probe_rate_per_host=50.0,
+        policy=LearningPolicy(rare_after=4.0, retry_after=60.0),
+    )
 
 
-def test_end_to_end_learns_maps_and_emits_every_url(base: Settings, web: Web,
-                                                    tmp_path: Path) -> None:
+def test_end_to_end_learns_maps_and_emits_every_url(
+    base: Settings, web: Web, tmp_path: Path
+) -> None:
     settings = fast_learning(base, "e2e", tmp_path / "state", web.server.proxy_url)
     ensure_topics(settings)
     corpus = generate_corpus(web.sites, 250, 1)
@@ -156,8 +174,7 @@ def test_end_to_end_learns_maps_and_emits_every_url(base: Settings, web: Web,
 
         before = len(outputs.records)
         produce(settings, settings.topics.raw, enveloped(corpus, 2))
-        wait_until(lambda: outputs.wait_for(before + len(corpus), 0.5), 120,
-                   "second-run outputs")
+        wait_until(lambda: outputs.wait_for(before + len(corpus), 0.5), 120, "second-run outputs")
         assert worker.alive(), worker.log_text()[-3000:]
     finally:
         worker.stop()
@@ -246,11 +263,25 @@ def synthetic_stream(count: int) -> tuple[list[bytes], list[DomainMap]]:
         decisions = {}
         for key, names in by_pattern.items():
             kept = names - tracking
-            evidence = {name: ParamEvidence("keep" if name in kept else "drop", Layer.LEARNED,
-                                            6, 6 if name in kept else 0,
-                                            0 if name in kept else 6, 0) for name in names}
-            decisions[key] = PatternDecision(frozenset(kept), frozenset(names & tracking),
-                                             evidence, Verification(2, 0, 0, []), utc_now(), 1)
+            evidence = {
+                name: ParamEvidence(
+                    "keep" if name in kept else "drop",
+                    Layer.LEARNED,
+                    6,
+                    6 if name in kept else 0,
+                    0 if name in kept else 6,
+                    0,
+                )
+                for name in names
+            }
+            decisions[key] = PatternDecision(
+                frozenset(kept),
+                frozenset(names & tracking),
+                evidence,
+                Verification(2, 0, 0, []),
+                utc_now(),
+                1,
+            )
         maps.append(DomainMap(domain, 1, utc_now(), decisions))
     values = [orjson.dumps({"url": url, "seq": number}) for number, url in enumerate(urls)]
     return values, maps
@@ -271,18 +302,22 @@ def test_two_workers_in_a_group_give_the_same_canonical_set_as_one(
     values, maps = synthetic_stream(6000)
     one = isolated_settings(base, "one", tmp_path / "one", partitions=4)
     two = isolated_settings(base, "two", tmp_path / "two", partitions=4)
-    two = two.with_overrides(topics=two.topics.__class__(
-        **{**two.topics.all(), "maps": one.topics.maps}))
+    two = two.with_overrides(
+        topics=two.topics.__class__(**{**two.topics.all(), "maps": one.topics.maps})
+    )
     ensure_topics(one)
     ensure_topics(two)
-    produce(one, one.topics.maps, (m.dumps().encode() for m in maps),
-            (m.domain.encode() for m in maps))
+    produce(
+        one, one.topics.maps, (m.dumps().encode() for m in maps), (m.domain.encode() for m in maps)
+    )
     workers = [
         WorkerProcess(one, "canonicalize", tmp_path / "one.log"),
-        WorkerProcess(two.with_overrides(state_dir=tmp_path / "two-a"), "canonicalize",
-                      tmp_path / "two-a.log"),
-        WorkerProcess(two.with_overrides(state_dir=tmp_path / "two-b"), "canonicalize",
-                      tmp_path / "two-b.log"),
+        WorkerProcess(
+            two.with_overrides(state_dir=tmp_path / "two-a"), "canonicalize", tmp_path / "two-a.log"
+        ),
+        WorkerProcess(
+            two.with_overrides(state_dir=tmp_path / "two-b"), "canonicalize", tmp_path / "two-b.log"
+        ),
     ]
     single = TopicReader(one, one.topics.canonical)
     pair = TopicReader(two, two.topics.canonical)
@@ -293,8 +328,11 @@ def test_two_workers_in_a_group_give_the_same_canonical_set_as_one(
         def split_between_two() -> bool:
             latest = []
             for worker in workers[1:]:
-                lines = [line for line in worker.log_text().splitlines()
-                         if "canonicalizer: assigned partitions" in line]
+                lines = [
+                    line
+                    for line in worker.log_text().splitlines()
+                    if "canonicalizer: assigned partitions" in line
+                ]
                 latest.append(lines[-1].rsplit("partitions ", 1)[1] if lines else "")
             return all(assigned not in ("", "[]") for assigned in latest)
 
@@ -315,9 +353,12 @@ def test_two_workers_in_a_group_give_the_same_canonical_set_as_one(
     assert from_one == from_two
     statuses = Counter(status for _, status in from_one.values())
     assert statuses["learned"] and statuses["provisional"]
-    handled = [int(line.split("stopped after ")[1].split()[0])
-               for worker in workers[1:]
-               for line in worker.log_text().splitlines() if "canonicalizer stopped after" in line]
+    handled = [
+        int(line.split("stopped after ")[1].split()[0])
+        for worker in workers[1:]
+        for line in worker.log_text().splitlines()
+        if "canonicalizer stopped after" in line
+    ]
     assert len(handled) == 2 and all(count > 0 for count in handled), handled
 
 
@@ -332,7 +373,7 @@ class Seqs:
 
     def update(self) -> set[int]:
         self.reader.poll(0.3)
-        for _, value, _ in self.reader.records[self._read:]:
+        for _, value, _ in self.reader.records[self._read :]:
             document = orjson.loads(value or b"{}")
             if document.get("meta", {}).get("run") == self.run:
                 self.seen.add(document["meta"]["seq"])
@@ -355,14 +396,13 @@ def test_kill_9_mid_stream_loses_nothing_and_does_not_probe_again(
 
     def produce_slowly() -> None:
         for start in range(0, len(stream), 500):
-            produced[0] += produce(settings, settings.topics.raw, stream[start:start + 500])
+            produced[0] += produce(settings, settings.topics.raw, stream[start : start + 500])
             time.sleep(0.25)
 
     try:
         produce(settings, settings.topics.raw, enveloped(corpus, 1))
         wait_until(no_new_records_for(updates, 8.0), 200, "learning to settle")
-        learned_before = {(a["domain"], a["pattern"]) for a in documents(updates)
-                          if a["accepted"]}
+        learned_before = {(a["domain"], a["pattern"]) for a in documents(updates) if a["accepted"]}
         fetches_before = web.server.requests_total()
 
         producer = threading.Thread(target=produce_slowly, daemon=True)
@@ -373,8 +413,11 @@ def test_kill_9_mid_stream_loses_nothing_and_does_not_probe_again(
         produced_at_kill = produced[0]
         time.sleep(1.0)
         worker = WorkerProcess(settings, "canonicalize,probe", tmp_path / "worker2.log").start()
-        wait_until(lambda: second.update() == set(range(len(stream))), 240,
-                   "every input of the second run to have an output")
+        wait_until(
+            lambda: second.update() == set(range(len(stream))),
+            240,
+            "every input of the second run to have an output",
+        )
         producer.join(30)
         wait_until(no_new_records_for(updates, 5.0), 60, "learning to settle again")
         assert worker.alive(), worker.log_text()[-3000:]
@@ -386,15 +429,20 @@ def test_kill_9_mid_stream_loses_nothing_and_does_not_probe_again(
     assert produced_at_kill < len(stream), "the worker was killed while input kept coming"
     log = worker.log_text()
     assert "map feed: 2 domain maps live" in log, "maps rebuilt from the compacted topic"
-    restarted = [int(line.split("stopped after ")[1].split()[0])
-                 for line in log.splitlines() if "canonicalizer stopped after" in line]
+    restarted = [
+        int(line.split("stopped after ")[1].split()[0])
+        for line in log.splitlines()
+        if "canonicalizer stopped after" in line
+    ]
     assert restarted and restarted[0] > 0, "the restarted worker took over mid-stream"
     audits = documents(updates)
     accepted = Counter((a["domain"], a["pattern"]) for a in audits if a["accepted"])
     assert max(accepted.values()) == 1, [key for key, n in accepted.items() if n > 1]
     for document in documents(outputs):
-        if document["meta"]["run"] == 2 and (document["domain"],
-                                             document["pattern"]) in learned_before:
+        if (
+            document["meta"]["run"] == 2
+            and (document["domain"], document["pattern"]) in learned_before
+        ):
             assert document["status"] == "learned"
     fetches_after = web.server.requests_total() - fetches_before
     assert fetches_after < fetches_before / 2, (fetches_before, fetches_after)
@@ -404,15 +452,21 @@ def test_an_aged_decision_is_re_verified_and_drift_updates_the_map_across_role_w
     base: Settings, drifting_web: tuple[DriftingSite, str], tmp_path: Path
 ) -> None:
     site, proxy = drifting_web
-    settings = isolated_settings(base, "drift", tmp_path / "state", proxy=proxy, partitions=2,
-                                 probe_rate_per_host=50.0,
-                                 policy=LearningPolicy(rare_after=3.0, reverify_after=4.0,
-                                                       retry_after=60.0))
+    settings = isolated_settings(
+        base,
+        "drift",
+        tmp_path / "state",
+        proxy=proxy,
+        partitions=2,
+        probe_rate_per_host=50.0,
+        policy=LearningPolicy(rare_after=3.0, reverify_after=4.0, retry_after=60.0),
+    )
     ensure_topics(settings)
     updates = TopicReader(settings, settings.topics.map_updates)
     outputs = TopicReader(settings, settings.topics.canonical)
-    prober = WorkerProcess(settings.with_overrides(state_dir=tmp_path / "prober"), "probe",
-                           tmp_path / "prober.log").start()
+    prober = WorkerProcess(
+        settings.with_overrides(state_dir=tmp_path / "prober"), "probe", tmp_path / "prober.log"
+    ).start()
     wait_until(lambda: "Worker ready" in prober.log_text(), 60, "the prober to lead the group")
     worker = WorkerProcess(settings, "canonicalize", tmp_path / "canonicalizer.log").start()
     # Joining rebalances the group. A probe request that lands in the middle of it was once
@@ -440,8 +494,12 @@ def test_an_aged_decision_is_re_verified_and_drift_updates_the_map_across_role_w
 
         def kept_ref() -> bool:
             outputs.poll(0.3)
-            return any(d["url"].endswith("ref=new&id=1") and d["kept"] == ["id", "ref"]
-                       and d["status"] == "learned" for d in documents(outputs))
+            return any(
+                d["url"].endswith("ref=new&id=1")
+                and d["kept"] == ["id", "ref"]
+                and d["status"] == "learned"
+                for d in documents(outputs)
+            )
 
         wait_until(kept_ref, 30, "the live map to keep ref")
         assert worker.alive() and prober.alive()
@@ -456,9 +514,15 @@ def test_a_pattern_seen_once_before_a_restart_is_still_probed_after_its_time_lim
     base: Settings, drifting_web: tuple[DriftingSite, str], tmp_path: Path
 ) -> None:
     _, proxy = drifting_web
-    settings = isolated_settings(base, "rare", tmp_path / "state", proxy=proxy, partitions=2,
-                                 probe_rate_per_host=50.0,
-                                 policy=LearningPolicy(rare_after=20.0, retry_after=600.0))
+    settings = isolated_settings(
+        base,
+        "rare",
+        tmp_path / "state",
+        proxy=proxy,
+        partitions=2,
+        probe_rate_per_host=50.0,
+        policy=LearningPolicy(rare_after=20.0, retry_after=600.0),
+    )
     ensure_topics(settings)
     [stats_changelog] = [topic for topic in changelog_topics(settings) if "stats" in topic]
     stats = TopicReader(settings, stats_changelog)
@@ -490,19 +554,32 @@ def test_maps_command_prints_one_domain(base: Settings, tmp_path: Path) -> None:
     settings = isolated_settings(base, "mapscli", tmp_path / "state", partitions=2)
     ensure_topics(settings)
     _, maps = synthetic_stream(200)
-    produce(settings, settings.topics.maps, (m.dumps().encode() for m in maps),
-            (m.domain.encode() for m in maps))
+    produce(
+        settings,
+        settings.topics.maps,
+        (m.dumps().encode() for m in maps),
+        (m.domain.encode() for m in maps),
+    )
     produce(settings, settings.topics.maps, [maps[0].dumps().encode()], [b"gone.example"])
     produce(settings, settings.topics.maps, [None], [b"gone.example"])
     assert {key for key, _ in read_compacted(settings, settings.topics.maps)} >= {
-        m.domain.encode() for m in maps}
+        m.domain.encode() for m in maps
+    }
     assert set(read_maps_cli(settings)) == {m.domain for m in maps}
     env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=settings.bootstrap_servers)
     miqps = str(Path(sys.executable).with_name("miqps"))
-    done = subprocess.run([miqps, "maps", maps[1].domain, "--topic", settings.topics.maps],
-                          env=env, capture_output=True, timeout=60)
+    done = subprocess.run(
+        [miqps, "maps", maps[1].domain, "--topic", settings.topics.maps],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert DomainMap.from_json(orjson.loads(done.stdout)) == maps[1]
-    missing = subprocess.run([miqps, "maps", "nowhere.example", "--topic", settings.topics.maps],
-                             env=env, capture_output=True, timeout=60)
+    missing = subprocess.run(
+        [miqps, "maps", "nowhere.example", "--topic", settings.topics.maps],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
     assert missing.returncode == 1 and b"no map for nowhere.example" in missing.stderr

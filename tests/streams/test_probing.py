@@ -28,11 +28,16 @@ from tests.streams.support import assert_valid
 PATTERN = "/p?id&ref"
 
 
-def request(pattern: str, urls: list[str], basis: str = "",
-            reason: RequestReason = "enough-samples") -> ProbeRequest:
-    return ProbeRequest("drift.test", "/p",
-                        {pattern: RequestedPattern(reason, basis, len(urls), 0.0)},
-                        tuple(urls), 0.0)
+def request(
+    pattern: str, urls: list[str], basis: str = "", reason: RequestReason = "enough-samples"
+) -> ProbeRequest:
+    return ProbeRequest(
+        "drift.test",
+        "/p",
+        {pattern: RequestedPattern(reason, basis, len(urls), 0.0)},
+        tuple(urls),
+        0.0,
+    )
 
 
 def on_the_wire(outcome: ProbeOutcome) -> list[dict[str, Any]]:
@@ -47,21 +52,24 @@ def sample_urls(count: int = 8, offset: int = 0) -> list[str]:
 @pytest.fixture
 async def probing(drifting_web: tuple[DriftingSite, str]) -> AsyncIterator[Probing]:
     _, proxy = drifting_web
-    async with Fetcher(FetchConfig(proxy=proxy, per_host_rate=500.0, timeout=5.0,
-                                   max_attempts=1)) as fetcher:
+    async with Fetcher(
+        FetchConfig(proxy=proxy, per_host_rate=500.0, timeout=5.0, max_attempts=1)
+    ) as fetcher:
         yield Probing(LiveMaps(reverify_after=3600), fetcher, LearnConfig())
 
 
-async def reverified_after(probing: Probing, change: Callable[[], None],
-                           offset: int) -> ProbeOutcome:
+async def reverified_after(
+    probing: Probing, change: Callable[[], None], offset: int
+) -> ProbeOutcome:
     """Learn PATTERN and publish it, then ``change`` the site and ask for a reverify."""
     [first] = await probing.handle([request(PATTERN, sample_urls())])
     publish(probing, first.published)
     assert first.published is not None
     basis = first.published.patterns[PATTERN].decided_at
     change()
-    [outcome] = await probing.handle([request(PATTERN, sample_urls(offset=offset), basis,
-                                              "reverify")])
+    [outcome] = await probing.handle(
+        [request(PATTERN, sample_urls(offset=offset), basis, "reverify")]
+    )
     return outcome
 
 
@@ -130,8 +138,7 @@ async def new_tracked_combination(
 ) -> tuple[str, list[str], ProbeOutcome]:
     """Ask for ``/p?id&{name}&utm_source``, a combination the map has evidence for."""
     combined = f"/p?id&{name}&utm_source"
-    tracked = [f"http://drift.test/p?id={n}&{name}={value}&utm_source=m{n}"
-               for n in range(60, 64)]
+    tracked = [f"http://drift.test/p?id={n}&{name}={value}&utm_source=m{n}" for n in range(60, 64)]
     [outcome] = await probing.handle([request(combined, tracked)])
     return combined, tracked, outcome
 
@@ -238,11 +245,22 @@ async def test_a_walled_site_is_left_undecided_by_the_cli_and_the_stream_alike(
     maps = tmp_path / "maps.jsonl"
 
     async def cli_learn() -> tuple[str, dict[str, Any]]:
-        command = [str(Path(sys.executable).with_name("miqps")), "learn", "--urls",
-                   str(tmp_path / "urls.txt"), "--out", str(maps), "--proxy", proxy,
-                   "--rate", "500", "--no-progress"]
-        done = await asyncio.to_thread(subprocess.run, command, capture_output=True,
-                                       text=True, timeout=120, check=True)
+        command = [
+            str(Path(sys.executable).with_name("miqps")),
+            "learn",
+            "--urls",
+            str(tmp_path / "urls.txt"),
+            "--out",
+            str(maps),
+            "--proxy",
+            proxy,
+            "--rate",
+            "500",
+            "--no-progress",
+        ]
+        done = await asyncio.to_thread(
+            subprocess.run, command, capture_output=True, text=True, timeout=120, check=True
+        )
         [document] = [json.loads(line) for line in maps.read_text().splitlines()]
         return done.stdout, document
 

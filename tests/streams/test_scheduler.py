@@ -17,8 +17,9 @@ from streams.scheduler import DomainScheduler, Publish
 
 
 def request(domain: str, shape: str = "/p") -> ProbeRequest:
-    return ProbeRequest(domain, shape, {f"{shape}?id": RequestedPattern("time-limit", "", 1, 0.0)},
-                        (), 0.0)
+    return ProbeRequest(
+        domain, shape, {f"{shape}?id": RequestedPattern("time-limit", "", 1, 0.0)}, (), 0.0
+    )
 
 
 def event(offset: int) -> EventT[Any]:
@@ -37,8 +38,9 @@ class FakeProber:
     def gate(self, domain: str) -> asyncio.Event:
         return self.gates.setdefault(domain, asyncio.Event())
 
-    async def handle(self, requests: Iterable[ProbeRequest],
-                     publish: Publish | None = None) -> list[ProbeOutcome]:
+    async def handle(
+        self, requests: Iterable[ProbeRequest], publish: Publish | None = None
+    ) -> list[ProbeOutcome]:
         batch = [(r.domain, r.shape) for r in requests]
         await self.gate(batch[0][0]).wait()
         if self.failures:
@@ -60,9 +62,12 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-def scheduler_of(prober: FakeProber, acked: list[int],
-                 guard: Callable[[Callable[[], Awaitable[None]], str], Awaitable[None]],
-                 published: list[str]) -> DomainScheduler:
+def scheduler_of(
+    prober: FakeProber,
+    acked: list[int],
+    guard: Callable[[Callable[[], Awaitable[None]], str], Awaitable[None]],
+    published: list[str],
+) -> DomainScheduler:
     async def ack(done: EventT[Any]) -> bool:
         acked.append(done.message.offset)
         return True
@@ -73,8 +78,7 @@ def scheduler_of(prober: FakeProber, acked: list[int],
     return DomainScheduler(prober, publish, OrderedAcks(ack), guard, gather_seconds=0.0)
 
 
-async def test_a_slow_domain_holds_up_neither_other_domains_nor_its_own_next_requests(
-) -> None:
+async def test_a_slow_domain_holds_up_neither_other_domains_nor_its_own_next_requests() -> None:
     prober = FakeProber()
     acked: list[int] = []
     published: list[str] = []
@@ -91,8 +95,11 @@ async def test_a_slow_domain_holds_up_neither_other_domains_nor_its_own_next_req
     assert acked == [], "offset 1 waits for offset 0, still being learned"
     prober.gate("slow.example").set()
     await settle()
-    assert prober.runs == [[("fast.example", "/p")], [("slow.example", "/p")],
-                           [("slow.example", "/q"), ("slow.example", "/r")]]
+    assert prober.runs == [
+        [("fast.example", "/p")],
+        [("slow.example", "/p")],
+        [("slow.example", "/q"), ("slow.example", "/r")],
+    ]
     assert acked == [0, 1, 2, 3]
     await scheduler.close()
 

@@ -32,8 +32,9 @@ from tests.miqps.test_api import HOST, maps_topic, product_map
 __all__ = ["maps_topic"]  # a fixture shared with test_api
 
 
-def _fingerprinter(maps: list[DomainMap], tmp_path: Path,
-                   **settings: Any) -> MapsRequestFingerprinter:
+def _fingerprinter(
+    maps: list[DomainMap], tmp_path: Path, **settings: Any
+) -> MapsRequestFingerprinter:
     path = tmp_path / "maps.jsonl"
     write_maps(path, maps)
     crawler = get_crawler(settings_dict={"MIQPS_MAPS": str(path), **settings})
@@ -44,12 +45,18 @@ def test_mapped_domains_are_fingerprinted_by_canonical_url(tmp_path: Path) -> No
     fingerprinter = _fingerprinter([product_map()], tmp_path)
     fingerprint = fingerprinter.fingerprint
     base = f"https://{HOST}/p/1?id=7&ref=a&sid=1"
-    assert fingerprint(Request(base)) == fingerprint(Request(f"https://{HOST}/p/1?sid=9&id=7&ref=b"))
-    assert fingerprint(Request(base)) != fingerprint(Request(f"https://{HOST}/p/1?id=8&ref=a&sid=1"))
+    assert fingerprint(Request(base)) == fingerprint(
+        Request(f"https://{HOST}/p/1?sid=9&id=7&ref=b")
+    )
+    assert fingerprint(Request(base)) != fingerprint(
+        Request(f"https://{HOST}/p/1?id=8&ref=a&sid=1")
+    )
     assert fingerprint(Request(base)) != fingerprint(Request(base, method="POST"))
     # A site redirecting to the canonical URL: the redirect is not its source's duplicate.
-    redirected = Request(f"https://{HOST}/p/1?id=7&ref=a&sid=1",
-                         meta={"redirect_urls": [f"https://{HOST}/p/1?id=7&ref=x&sid=2"]})
+    redirected = Request(
+        f"https://{HOST}/p/1?id=7&ref=a&sid=1",
+        meta={"redirect_urls": [f"https://{HOST}/p/1?id=7&ref=x&sid=2"]},
+    )
     assert fingerprint(redirected) != fingerprint(Request(base))
     stats = fingerprinter.stats
     assert stats is not None
@@ -87,11 +94,13 @@ def test_a_crawl_without_maps_is_refused_clearly() -> None:
 
 # --- the optional request rewriting --------------------------------------------------
 
+
 def _crawler_with_addon(tmp_path: Path, **settings: Any) -> Crawler:
     path = tmp_path / "maps.jsonl"
     write_maps(path, [product_map()])
-    crawler = get_crawler(settings_dict={"ADDONS": {Addon: 600}, "MIQPS_MAPS": str(path),
-                                         **settings})
+    crawler = get_crawler(
+        settings_dict={"ADDONS": {Addon: 600}, "MIQPS_MAPS": str(path), **settings}
+    )
     crawler._apply_settings()
     return crawler
 
@@ -126,6 +135,7 @@ def test_rewriting_without_the_maps_fingerprinter_is_refused_clearly() -> None:
 
 # --- the optional feed of unlearned patterns -------------------------------------------
 
+
 class FullQueueProducer:
     """A producer whose local queue is full for its first ``full_for`` calls."""
 
@@ -149,7 +159,8 @@ class FullQueueProducer:
 
 
 def test_the_feed_retries_a_full_queue_a_few_times_then_drops_and_says_so(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     briefly_full = FullQueueProducer(full_for=2)
     fed = UnlearnedFeed(briefly_full, "raw", 5).send("a.test", "id", "https://a.test/?id=1")
     assert fed == "fed"
@@ -172,21 +183,29 @@ def test_the_feed_retries_a_full_queue_a_few_times_then_drops_and_says_so(
 
 # --- a real crawl --------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def simweb_crawls(tmp_path_factory: pytest.TempPathFactory) -> Comparison:
     return compare(tmp_path_factory.mktemp("crawl"), "tuning", 3, seed=5, items=10, depth=2)
 
 
 def _summary(label: str, crawl: Crawl, without: Crawl) -> str:
-    return (f"{label}: {crawl.fetched} pages fetched, {crawl.pages} items, {len(crawl.lost)} "
-            f"lost ({1 - crawl.fetched / without.fetched:.0%} fewer pages)")
+    return (
+        f"{label}: {crawl.fetched} pages fetched, {crawl.pages} items, {len(crawl.lost)} "
+        f"lost ({1 - crawl.fetched / without.fetched:.0%} fewer pages)"
+    )
 
 
 @pytest.mark.timeout(400)
 def test_the_addon_loses_no_item_and_fetches_fewer_pages(simweb_crawls: Comparison) -> None:
     without, with_addon = simweb_crawls.without, simweb_crawls.with_addon
-    print("\n" + "\n".join(_summary(label, crawl, without) for label, crawl in (
-        ("without the add-on", without), ("with the add-on", with_addon))))
+    print(
+        "\n"
+        + "\n".join(
+            _summary(label, crawl, without)
+            for label, crawl in (("without the add-on", without), ("with the add-on", with_addon))
+        )
+    )
     assert without.lost == set()
     assert with_addon.lost == set()
     assert with_addon.fetched < without.fetched
@@ -220,10 +239,16 @@ def test_rewriting_crawls_canonical_urls_and_loses_no_item(simweb_crawls: Compar
 @pytest.mark.kafka
 @pytest.mark.timeout(120)
 def test_unlearned_patterns_are_fed_to_the_raw_topic(
-        maps_topic: tuple[str, Callable[[DomainMap | None], None]], tmp_path: Path) -> None:
+    maps_topic: tuple[str, Callable[[DomainMap | None], None]], tmp_path: Path
+) -> None:
     bootstrap, topic = maps_topic[0].split("|")  # an empty topic of our own
-    fingerprinter = _fingerprinter([product_map()], tmp_path, MIQPS_FEED_UNLEARNED=bootstrap,
-                                   MIQPS_RAW_TOPIC=topic, MIQPS_FEED_PER_PATTERN=2)
+    fingerprinter = _fingerprinter(
+        [product_map()],
+        tmp_path,
+        MIQPS_FEED_UNLEARNED=bootstrap,
+        MIQPS_RAW_TOPIC=topic,
+        MIQPS_FEED_PER_PATTERN=2,
+    )
     learned = [f"https://{HOST}/p/1?id={n}&ref=a&sid=1" for n in range(3)]
     unlearned = [f"https://{HOST}/p/1?id={n}&color=red" for n in range(3)]
     unmapped = ["https://other.test/?q=1"]

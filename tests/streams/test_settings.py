@@ -82,12 +82,17 @@ def test_each_variable_sets_its_field(variable: Variable) -> None:
 
 
 def test_settings_survive_the_trip_through_a_child_environment(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("MIQPS_PROXY", "http://inherited.test:1")
     monkeypatch.setenv("MIQPS_TOPIC_PREFIX", "inherited.")
-    changed = Settings().with_values({variable.path: other_value(variable)
-                                      for variable in variables()
-                                      if variable.name != "MIQPS_PROXY"})
+    changed = Settings().with_values(
+        {
+            variable.path: other_value(variable)
+            for variable in variables()
+            if variable.name != "MIQPS_PROXY"
+        }
+    )
     assert changed.proxy is None
     env = worker_env(changed, {"MIQPS_AGENTS": "probe"})
     assert "MIQPS_PROXY" not in env and env["PYTHONUNBUFFERED"] == "1"
@@ -95,29 +100,42 @@ def test_settings_survive_the_trip_through_a_child_environment(
 
 
 def test_core_configs_are_the_cores_own_and_built_from_the_environment() -> None:
-    settings = Settings.from_env({"MIQPS_LEARN_SAMPLES": "8", "MIQPS_LEARN_MIN_CONCLUSIVE": "4",
-                                  "MIQPS_PROBE_RATE": "2.5", "MIQPS_PROXY": "http://p.test:8"})
+    settings = Settings.from_env(
+        {
+            "MIQPS_LEARN_SAMPLES": "8",
+            "MIQPS_LEARN_MIN_CONCLUSIVE": "4",
+            "MIQPS_PROBE_RATE": "2.5",
+            "MIQPS_PROXY": "http://p.test:8",
+        }
+    )
     assert settings.learn == LearnConfig(samples=8, min_conclusive=4)
     assert settings.fetch == FetchConfig(per_host_rate=2.5, proxy="http://p.test:8")
     assert (settings.proxy, settings.probe_rate_per_host) == ("http://p.test:8", 2.5)
 
 
-@pytest.mark.parametrize(("env", "message"), [
-    ({"MIQPS_PARTITIONS": "abc"}, "MIQPS_PARTITIONS='abc': not an integer"),
-    ({"MIQPS_PARTITIONS": "0"}, "MIQPS_PARTITIONS='0': must be at least 1"),
-    ({"MIQPS_BATCH_WAIT": "soon"}, "MIQPS_BATCH_WAIT='soon': not a number"),
-    ({"MIQPS_RARE_AFTER": "nan"}, "MIQPS_RARE_AFTER='nan': not a finite number"),
-    ({"MIQPS_MAX_FLIP_SHARE": "1.5"}, "MIQPS_MAX_FLIP_SHARE='1.5': must be at most 1"),
-    ({"MIQPS_ALLOW_PRIVATE": "perhaps"}, "MIQPS_ALLOW_PRIVATE='perhaps': not a yes/no value"),
-    ({"MIQPS_ON_BUG": "ignore"}, "MIQPS_ON_BUG='ignore': must be one of stop, retry"),
-    ({"MIQPS_AGENTS": "probe,fetch"}, "MIQPS_AGENTS='probe,fetch': must be one of"),
-    ({"MIQPS_AGENTS": ","}, "MIQPS_AGENTS=',': must name at least one item"),
-    ({"MIQPS_STOP_TIMEOUT": "1"}, "MIQPS_STOP_TIMEOUT='1': must be at least 5"),
-    ({"MIQPS_LEARN_SAMPLES": "2"},
-     "min_conclusive cannot exceed samples (from MIQPS_LEARN_SAMPLES='2')"),
-    ({"MIQPS_PARTITIONS": "x", "MIQPS_PROBE_RATE": "-1"},
-     "MIQPS_PARTITIONS='x': not an integer; MIQPS_PROBE_RATE='-1': must be at least"),
-])
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"MIQPS_PARTITIONS": "abc"}, "MIQPS_PARTITIONS='abc': not an integer"),
+        ({"MIQPS_PARTITIONS": "0"}, "MIQPS_PARTITIONS='0': must be at least 1"),
+        ({"MIQPS_BATCH_WAIT": "soon"}, "MIQPS_BATCH_WAIT='soon': not a number"),
+        ({"MIQPS_RARE_AFTER": "nan"}, "MIQPS_RARE_AFTER='nan': not a finite number"),
+        ({"MIQPS_MAX_FLIP_SHARE": "1.5"}, "MIQPS_MAX_FLIP_SHARE='1.5': must be at most 1"),
+        ({"MIQPS_ALLOW_PRIVATE": "perhaps"}, "MIQPS_ALLOW_PRIVATE='perhaps': not a yes/no value"),
+        ({"MIQPS_ON_BUG": "ignore"}, "MIQPS_ON_BUG='ignore': must be one of stop, retry"),
+        ({"MIQPS_AGENTS": "probe,fetch"}, "MIQPS_AGENTS='probe,fetch': must be one of"),
+        ({"MIQPS_AGENTS": ","}, "MIQPS_AGENTS=',': must name at least one item"),
+        ({"MIQPS_STOP_TIMEOUT": "1"}, "MIQPS_STOP_TIMEOUT='1': must be at least 5"),
+        (
+            {"MIQPS_LEARN_SAMPLES": "2"},
+            "min_conclusive cannot exceed samples (from MIQPS_LEARN_SAMPLES='2')",
+        ),
+        (
+            {"MIQPS_PARTITIONS": "x", "MIQPS_PROBE_RATE": "-1"},
+            "MIQPS_PARTITIONS='x': not an integer; MIQPS_PROBE_RATE='-1': must be at least",
+        ),
+    ],
+)
 def test_a_bad_value_is_an_error_naming_its_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(SettingsError) as caught:
         Settings.from_env(env)
@@ -135,8 +153,9 @@ def test_defaults_of_the_error_policy_and_the_probe_retry() -> None:
 
 
 def test_topic_prefix_applies_to_the_names_not_set_one_by_one() -> None:
-    topics = Settings.from_env({"MIQPS_TOPIC_PREFIX": "staging.",
-                                "MIQPS_TOPIC_MAPS": "shared.maps"}).topics
+    topics = Settings.from_env(
+        {"MIQPS_TOPIC_PREFIX": "staging.", "MIQPS_TOPIC_MAPS": "shared.maps"}
+    ).topics
     assert topics.maps == "shared.maps" and topics.raw == "staging.urls.raw"
     assert Topics.ENV["raw"] == "MIQPS_TOPIC_RAW" and set(Topics.ENV) == set(topics.all())
 
@@ -145,19 +164,32 @@ def test_worker_options_override_the_environment(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("MIQPS_PARTITIONS", "3")
     monkeypatch.setenv("MIQPS_PROXY", "http://env.test:1")
     monkeypatch.setenv("MIQPS_AGENTS", "probe")
-    args = worker_parser().parse_args(["--partitions", "6", "--allow-private",
-                                       "--topic-prefix", "t.", "--stop-timeout", "12",
-                                       "--on-bug", "retry"])
+    args = worker_parser().parse_args(
+        [
+            "--partitions",
+            "6",
+            "--allow-private",
+            "--topic-prefix",
+            "t.",
+            "--stop-timeout",
+            "12",
+            "--on-bug",
+            "retry",
+        ]
+    )
     settings = _settings(args)
     assert (settings.partitions, settings.proxy, settings.allow_private) == (
-        6, "http://env.test:1", True)
-    assert (settings.agents, settings.stop_timeout, settings.on_bug) == (
-        ("probe",), 12.0, "retry")
+        6,
+        "http://env.test:1",
+        True,
+    )
+    assert (settings.agents, settings.stop_timeout, settings.on_bug) == (("probe",), 12.0, "retry")
     assert settings.topics.raw == "t.urls.raw"
 
 
 def test_bad_settings_end_the_command_with_the_variable_named(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("MIQPS_PARTITIONS", "abc")
     with pytest.raises(SystemExit) as exited:
         _settings(worker_parser().parse_args([]))
@@ -170,7 +202,7 @@ def test_bad_settings_end_the_command_with_the_variable_named(
 
 def documented_settings() -> str:
     text = (REPO / "docs" / "STREAMS.md").read_text("utf-8")
-    return text[text.index("| variable | default | meaning |"):]
+    return text[text.index("| variable | default | meaning |") :]
 
 
 def test_the_docs_list_every_variable_and_only_those() -> None:
@@ -188,6 +220,9 @@ def test_docker_compose_sets_only_declared_variables() -> None:
     names = {variable.name for variable in variables()}
     for service in compose["services"].values():
         if "miqps" in str(service.get("command", "")):
-            used = {key for key in service.get("environment", {})
-                    if key.startswith(("MIQPS_", "KAFKA_BOOTSTRAP"))}
+            used = {
+                key
+                for key in service.get("environment", {})
+                if key.startswith(("MIQPS_", "KAFKA_BOOTSTRAP"))
+            }
             assert used <= names

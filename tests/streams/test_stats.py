@@ -14,8 +14,14 @@ from streams.stats import (
 )
 from tests.streams.support import assert_valid
 
-POLICY = LearningPolicy(min_distinct_values=3, saturation_urls=10, rare_after=60.0,
-                        retry_after=300.0, max_pool_urls=8, urls_per_pattern=2)
+POLICY = LearningPolicy(
+    min_distinct_values=3,
+    saturation_urls=10,
+    rare_after=60.0,
+    retry_after=300.0,
+    max_pool_urls=8,
+    urls_per_pattern=2,
+)
 ALLOWLIST = frozenset({"variant"})
 
 
@@ -44,8 +50,9 @@ def test_a_pattern_is_due_once_every_parameter_has_enough_distinct_values() -> N
     assert len(request.urls) == 4
     for second in range(5, 200):
         observe(stats, f"http://a.example/p?id={second}&utm_source=w{second}", float(second))
-        assert stats.due(float(second), POLICY, ALLOWLIST, unlearned,
-                         trigger="/p?id&utm_source") == {}, "one request, never a storm"
+        assert (
+            stats.due(float(second), POLICY, ALLOWLIST, unlearned, trigger="/p?id&utm_source") == {}
+        ), "one request, never a storm"
 
 
 def test_sibling_patterns_join_the_request_their_pooled_evidence_allows() -> None:
@@ -63,8 +70,9 @@ def test_low_cardinality_parameters_saturate_and_allowlisted_ones_need_nothing()
         observe(stats, f"http://a.example/p?id={number}&sort=asc&variant=1", 0.0)
     assert stats.due(1.0, POLICY, ALLOWLIST, unlearned, trigger="/p?id&sort&variant") == {}
     observe(stats, "http://a.example/p?id=1&sort=asc&variant=1", 1.0, count=9)
-    assert stats.due(2.0, POLICY, ALLOWLIST, unlearned,
-                     trigger="/p?id&sort&variant") == {"/p?id&sort&variant": ENOUGH_SAMPLES}
+    assert stats.due(2.0, POLICY, ALLOWLIST, unlearned, trigger="/p?id&sort&variant") == {
+        "/p?id&sort&variant": ENOUGH_SAMPLES
+    }
 
 
 def test_rare_patterns_are_due_after_the_time_limit() -> None:
@@ -92,8 +100,7 @@ def test_re_verification_starts_a_new_round() -> None:
     assert observe(stats, "http://a.example/p?id=9", 1000.0, basis=basis)
     assert stats.patterns["/p?id"].requested_at == 0.0
     assert not observe(stats, "http://a.example/p?id=10", 1000.0, basis=basis)
-    due = stats.due(1000.0, POLICY, ALLOWLIST, lambda pattern, b: b == basis,
-                    trigger="/p?id")
+    due = stats.due(1000.0, POLICY, ALLOWLIST, lambda pattern, b: b == basis, trigger="/p?id")
     assert due == {"/p?id": REVERIFY}
     assert stats.request(due, 1000.0).patterns["/p?id"].basis == basis
 
@@ -127,12 +134,20 @@ def test_sample_packs_are_read_item_by_item() -> None:
     from miqps.urls import InvalidURL
     from streams.messages import BadInput, read_observation, read_sample_items
 
-    value = orjson.dumps([
-        {"kind": "url", "domain": "a.example", "pattern": "/p?id",
-         "url": "http://a.example/p?id=1", "count": 2, "basis": ""},
-        {"kind": "count", "domain": "a.example", "pattern": "/p?id", "count": 5, "basis": ""},
-        {"kind": "due", "domain": "a.example", "shape": "/p"},
-    ])
+    value = orjson.dumps(
+        [
+            {
+                "kind": "url",
+                "domain": "a.example",
+                "pattern": "/p?id",
+                "url": "http://a.example/p?id=1",
+                "count": 2,
+                "basis": "",
+            },
+            {"kind": "count", "domain": "a.example", "pattern": "/p?id", "count": 5, "basis": ""},
+            {"kind": "due", "domain": "a.example", "shape": "/p"},
+        ]
+    )
     assert_valid("pattern-sample", orjson.loads(value))
     url, count, due = (read_observation(item) for item in read_sample_items(value))
     assert url.url is not None and url.count == 2 and url.shape == "/p"
@@ -143,8 +158,16 @@ def test_sample_packs_are_read_item_by_item() -> None:
     with pytest.raises(BadInput):
         read_observation({"kind": "other", "domain": "a.example"})
     with pytest.raises(InvalidURL):
-        read_observation({"kind": "url", "domain": "a.example", "pattern": "/p?id",
-                          "url": "ftp://a.example/", "count": 1, "basis": ""})
+        read_observation(
+            {
+                "kind": "url",
+                "domain": "a.example",
+                "pattern": "/p?id",
+                "url": "ftp://a.example/",
+                "count": 1,
+                "basis": "",
+            }
+        )
 
 
 def test_each_retry_waits_twice_as_long_as_the_one_before() -> None:
@@ -160,8 +183,15 @@ def test_each_retry_waits_twice_as_long_as_the_one_before() -> None:
 
 
 def test_records_written_before_requests_were_counted_still_load() -> None:
-    old = orjson.dumps({"d": "a.example", "s": "/p", "p": {"/p?id": [5.0, 2, 70.0, ""]},
-                        "v": {}, "u": [["/p?id", "http://a.example/p?id=1"]]})
+    old = orjson.dumps(
+        {
+            "d": "a.example",
+            "s": "/p",
+            "p": {"/p?id": [5.0, 2, 70.0, ""]},
+            "v": {},
+            "u": [["/p?id", "http://a.example/p?id=1"]],
+        }
+    )
     state = ShapeStats.loads(old).patterns["/p?id"]
     assert (state.requested_at, state.requests) == (70.0, 0)
     assert state.waiting(370.0, POLICY)
@@ -172,19 +202,21 @@ def test_malformed_samples_and_requests_are_bad_input_not_other_errors() -> None
 
     from streams.messages import BadInput, read_observation
 
-    for item in ({"kind": "url"}, {"kind": "count", "domain": "a.example", "pattern": 3},
-                 {"kind": "count", "domain": "a.example", "pattern": "/p?id", "count": "2",
-                  "basis": ""},
-                 {"kind": "url", "domain": "a.example", "pattern": "/p?id", "count": 1,
-                  "basis": ""},
-                 {"kind": "count", "domain": "a.example", "pattern": "/p?id", "count": 1}):
+    for item in (
+        {"kind": "url"},
+        {"kind": "count", "domain": "a.example", "pattern": 3},
+        {"kind": "count", "domain": "a.example", "pattern": "/p?id", "count": "2", "basis": ""},
+        {"kind": "url", "domain": "a.example", "pattern": "/p?id", "count": 1, "basis": ""},
+        {"kind": "count", "domain": "a.example", "pattern": "/p?id", "count": 1},
+    ):
         with pytest.raises(BadInput):
             read_observation(item)
-    documents: list[object] = [[], {"domain": "a.example"},
-                     {"domain": "a.example", "shape": "/p", "patterns": {"/p?id": 1},
-                      "urls": []},
-                     {"domain": "a.example", "shape": "/p", "patterns": {}, "urls": [],
-                      "requested_at": "now"}]
+    documents: list[object] = [
+        [],
+        {"domain": "a.example"},
+        {"domain": "a.example", "shape": "/p", "patterns": {"/p?id": 1}, "urls": []},
+        {"domain": "a.example", "shape": "/p", "patterns": {}, "urls": [], "requested_at": "now"},
+    ]
     for document in documents:
         with pytest.raises(BadInput):
             ProbeRequest.from_bytes(orjson.dumps(document))

@@ -30,13 +30,20 @@ SHAPES_PER_REBALANCE = 2
 
 
 @pytest.fixture
-def settings(bootstrap: str, drifting_web: tuple[DriftingSite, str],
-             tmp_path: Path) -> Iterator[Settings]:
+def settings(
+    bootstrap: str, drifting_web: tuple[DriftingSite, str], tmp_path: Path
+) -> Iterator[Settings]:
     _, proxy = drifting_web
     base = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap})
-    made = isolated_settings(base, "faults", tmp_path / "state", proxy=proxy, partitions=4,
-                             probe_rate_per_host=100.0,
-                             policy=LearningPolicy(rare_after=2.0, retry_after=8.0))
+    made = isolated_settings(
+        base,
+        "faults",
+        tmp_path / "state",
+        proxy=proxy,
+        partitions=4,
+        probe_rate_per_host=100.0,
+        policy=LearningPolicy(rare_after=2.0, retry_after=8.0),
+    )
     ensure_topics(made)
     yield made
     delete_topics(made)
@@ -74,8 +81,9 @@ def word(number: int) -> str:
 
 
 def urls_of_shapes(first: int, count: int) -> list[bytes]:
-    return [f"http://drift.test/{word(n)}?id={n}&ref=r{n}".encode()
-            for n in range(first, first + count)]
+    return [
+        f"http://drift.test/{word(n)}?id={n}&ref=r{n}".encode() for n in range(first, first + count)
+    ]
 
 
 def answered(reader: TopicReader) -> set[str]:
@@ -91,16 +99,20 @@ def requested(reader: TopicReader) -> list[dict[str, Any]]:
 def pattern_stats_dead_letters(settings: Settings) -> list[dict[str, Any]]:
     with TopicReader(settings, settings.topics.dlq) as dead:
         dead.poll(2.0)
-        return [orjson.loads(value) for _, value, _ in dead.records
-                if value and orjson.loads(value).get("stage") == "pattern-stats"]
+        return [
+            orjson.loads(value)
+            for _, value, _ in dead.records
+            if value and orjson.loads(value).get("stage") == "pattern-stats"
+        ]
 
 
 def test_a_bug_stops_the_worker_without_dead_lettering_or_losing_valid_samples(
     settings: Settings, tmp_path: Path
 ) -> None:
     updates = TopicReader(settings, settings.topics.map_updates)
-    buggy = WorkerProcess(settings, "canonicalize,probe", tmp_path / "buggy.log",
-                          with_bug("always")).start()
+    buggy = WorkerProcess(
+        settings, "canonicalize,probe", tmp_path / "buggy.log", with_bug("always")
+    ).start()
     worker: WorkerProcess | None = None
     try:
         produce(settings, settings.topics.raw, urls_of_shapes(0, 3))
@@ -111,8 +123,11 @@ def test_a_bug_stops_the_worker_without_dead_lettering_or_losing_valid_samples(
         assert "planted bug" in log and "Traceback" in log
         assert pattern_stats_dead_letters(settings) == []
         worker = WorkerProcess(settings, "canonicalize,probe", tmp_path / "worker.log").start()
-        wait_until(lambda: len(answered(updates)) >= 3, 120,
-                   "the samples the bug left unacknowledged to be learned after a restart")
+        wait_until(
+            lambda: len(answered(updates)) >= 3,
+            120,
+            "the samples the bug left unacknowledged to be learned after a restart",
+        )
         assert answered(updates) == {f"/{word(n)}?id&ref" for n in range(3)}
     finally:
         buggy.stop()
@@ -125,8 +140,9 @@ def test_with_retry_a_passing_bug_costs_a_backoff_and_no_sample(
     settings: Settings, tmp_path: Path
 ) -> None:
     updates = TopicReader(settings, settings.topics.map_updates)
-    worker = WorkerProcess(settings, "canonicalize,probe", tmp_path / "worker.log",
-                           with_bug("2", MIQPS_ON_BUG="retry")).start()
+    worker = WorkerProcess(
+        settings, "canonicalize,probe", tmp_path / "worker.log", with_bug("2", MIQPS_ON_BUG="retry")
+    ).start()
     try:
         produce(settings, settings.topics.raw, urls_of_shapes(0, 3))
         wait_until(lambda: len(answered(updates)) >= 3, 120, "the samples to be learned")
@@ -145,10 +161,17 @@ def test_every_pattern_is_answered_through_20_rebalances_and_lost_requests(
 ) -> None:
     requests = TopicReader(settings, settings.topics.probe_requests)
     updates = TopicReader(settings, settings.topics.map_updates)
-    canonicalizer = WorkerProcess(settings.with_overrides(state_dir=tmp_path / "c"),
-                                  "canonicalize", tmp_path / "canonicalizer.log").start()
-    prober = WorkerProcess(settings.with_overrides(state_dir=tmp_path / "p"), "probe",
-                           tmp_path / "prober.log", LOSES_ITS_FIRST_REQUESTS).start()
+    canonicalizer = WorkerProcess(
+        settings.with_overrides(state_dir=tmp_path / "c"),
+        "canonicalize",
+        tmp_path / "canonicalizer.log",
+    ).start()
+    prober = WorkerProcess(
+        settings.with_overrides(state_dir=tmp_path / "p"),
+        "probe",
+        tmp_path / "prober.log",
+        LOSES_ITS_FIRST_REQUESTS,
+    ).start()
     sent = 0
 
     def send_new_shapes() -> None:
@@ -161,9 +184,12 @@ def test_every_pattern_is_answered_through_20_rebalances_and_lost_requests(
         for worker in (canonicalizer, prober):
             wait_until(ready(worker), 90, "a worker")
         for cycle in range(10):
-            extra = WorkerProcess(settings.with_overrides(state_dir=tmp_path / f"x{cycle}"),
-                                  "probe", tmp_path / f"extra{cycle}.log",
-                                  LOSES_ITS_FIRST_REQUESTS).start()
+            extra = WorkerProcess(
+                settings.with_overrides(state_dir=tmp_path / f"x{cycle}"),
+                "probe",
+                tmp_path / f"extra{cycle}.log",
+                LOSES_ITS_FIRST_REQUESTS,
+            ).start()
             send_new_shapes()  # their requests come due while the group rebalances
             wait_until(ready(extra), 90, "the extra prober")
             rebalances += 1
@@ -174,8 +200,7 @@ def test_every_pattern_is_answered_through_20_rebalances_and_lost_requests(
         sent_patterns = {f"/{word(n)}?id&ref" for n in range(sent)}
 
         def all_answered() -> bool:
-            asked = {pattern for request in requested(requests)
-                     for pattern in request["patterns"]}
+            asked = {pattern for request in requested(requests) for pattern in request["patterns"]}
             return asked <= answered(updates) and sent_patterns <= answered(updates)
 
         wait_until(all_answered, 150, "every pattern sent to be requested and answered")
@@ -187,10 +212,13 @@ def test_every_pattern_is_answered_through_20_rebalances_and_lost_requests(
         requests.close()
         updates.close()
     patterns = {pattern for request in asked for pattern in request["patterns"]}
-    again = sum(1 for request in asked for info in request["patterns"].values()
-                if info["reason"] == "retry")
-    print(f"\n{rebalances} rebalances; {sent} new shapes sent; {len(patterns)} patterns "
-          f"requested in {len(asked)} requests, {again} of them sent again; all answered")
+    again = sum(
+        1 for request in asked for info in request["patterns"].values() if info["reason"] == "retry"
+    )
+    print(
+        f"\n{rebalances} rebalances; {sent} new shapes sent; {len(patterns)} patterns "
+        f"requested in {len(asked)} requests, {again} of them sent again; all answered"
+    )
     assert rebalances == 20
     assert again >= 1, "every probe worker drops the first requests it takes"
 
@@ -198,16 +226,27 @@ def test_every_pattern_is_answered_through_20_rebalances_and_lost_requests(
 def test_bad_samples_and_requests_are_dead_lettered_and_the_good_ones_learned(
     settings: Settings, tmp_path: Path
 ) -> None:
-    good = {"kind": "url", "domain": "drift.test", "pattern": "/p?id&ref",
-            "url": "http://drift.test/p?id=1&ref=r1", "count": 1, "basis": ""}
+    good = {
+        "kind": "url",
+        "domain": "drift.test",
+        "pattern": "/p?id&ref",
+        "url": "http://drift.test/p?id=1&ref=r1",
+        "count": 1,
+        "basis": "",
+    }
     bad_item = {"kind": "url", "domain": "drift.test", "pattern": "/p?id", "count": 1}
     updates = TopicReader(settings, settings.topics.map_updates)
     worker = WorkerProcess(settings, "canonicalize,probe", tmp_path / "worker.log").start()
     try:
-        produce(settings, settings.topics.samples,
-                [b"not a pack", orjson.dumps([bad_item, good])], [b"drift.test"] * 2)
-        produce(settings, settings.topics.probe_requests, [b'{"domain": "drift.test"}'],
-                [b"drift.test"])
+        produce(
+            settings,
+            settings.topics.samples,
+            [b"not a pack", orjson.dumps([bad_item, good])],
+            [b"drift.test"] * 2,
+        )
+        produce(
+            settings, settings.topics.probe_requests, [b'{"domain": "drift.test"}'], [b"drift.test"]
+        )
         wait_until(lambda: "/p?id&ref" in answered(updates), 120, "the good sample learned")
         with TopicReader(settings, settings.topics.dlq) as dead:
             wait_until(lambda: dead.wait_for(3, 0.5), 30, "three dead letters")
@@ -218,6 +257,8 @@ def test_bad_samples_and_requests_are_dead_lettered_and_the_good_ones_learned(
     for letter in letters:
         assert_valid("urls-dlq", letter)
     originals = {(letter["stage"], base64.b64decode(letter["original"])) for letter in letters}
-    assert originals == {("pattern-stats", b"not a pack"),
-                         ("pattern-stats", orjson.dumps(bad_item)),
-                         ("probe", b'{"domain": "drift.test"}')}
+    assert originals == {
+        ("pattern-stats", b"not a pack"),
+        ("pattern-stats", orjson.dumps(bad_item)),
+        ("probe", b'{"domain": "drift.test"}'),
+    }

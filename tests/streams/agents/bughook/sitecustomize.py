@@ -24,20 +24,21 @@ _apply = pattern_processor.PatternStatsProcessor.apply
 _handle = probing.Probing.handle
 
 
-def _buggy_apply(self: pattern_processor.PatternStatsProcessor, *args: Any,
-                 **kwargs: Any) -> pattern_processor.Step:
+def _buggy_apply(
+    self: pattern_processor.PatternStatsProcessor, *args: Any, **kwargs: Any
+) -> pattern_processor.Step:
     _calls["apply"] += 1
     if _bugs == "always" or _calls["apply"] <= int(_bugs or 0):
         raise AttributeError("'NoneType' object has no attribute 'patterns' (planted bug)")
     return _apply(self, *args, **kwargs)
 
 
-async def _losing_handle(self: probing.Probing, requests: Iterable[ProbeRequest],
-                         *args: Any, **kwargs: Any) -> list[probing.ProbeOutcome]:
+async def _losing_handle(
+    self: probing.Probing, requests: Iterable[ProbeRequest], *args: Any, **kwargs: Any
+) -> list[probing.ProbeOutcome]:
     _calls["handle"] += 1
     if _calls["handle"] <= _lost:
-        print(f"planted loss: probe requests dropped: {[r.shape for r in requests]}",
-              flush=True)
+        print(f"planted loss: probe requests dropped: {[r.shape for r in requests]}", flush=True)
         return []
     return await _handle(self, requests, *args, **kwargs)
 
