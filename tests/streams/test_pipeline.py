@@ -29,6 +29,7 @@ from simweb.server import SimWeb
 from simweb.sites import Site, build_sites
 from streams.clients import read_compacted
 from streams.kafka import ensure_topics
+from streams.messages import ONE_PAGE, UNREACHABLE
 from streams.partitioning import key_partition
 from streams.settings import LearningPolicy, Settings
 from streams.tables import changelog_topics
@@ -196,9 +197,21 @@ def test_end_to_end_learns_maps_and_emits_every_url(
         if (document["domain"], document["pattern"]) in learned:
             assert document["status"] == "learned", document
             assert document["map_version"] >= 1
-    learned_share = sum(d["status"] == "learned" for d in second if d["kept"] or d["dropped"])
-    learned_share /= sum(1 for d in second if d["kept"] or d["dropped"])
-    assert learned_share > 0.8, learned_share
+    # A pattern whose every probe was evidence of nothing (a client-side shell, every fetch
+    # failed, a bot wall) stays provisional by design; the audit says so, and such patterns
+    # are left out of the share, which measures how much of the learnable stream is learned.
+    unlearnable = {
+        (audit["domain"], audit["pattern"])
+        for audit in documents(updates)
+        if audit["reason"] in (UNREACHABLE, ONE_PAGE)
+    } - learned
+    with_query = [
+        d
+        for d in second
+        if (d["kept"] or d["dropped"]) and (d["domain"], d["pattern"]) not in unlearnable
+    ]
+    learned_share = sum(d["status"] == "learned" for d in with_query) / len(with_query)
+    assert learned_share > 0.8, (learned_share, len(unlearnable))
 
     pages_of: dict[str, set[str]] = defaultdict(set)
     for document in second:
