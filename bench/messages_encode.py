@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import timeit
 from collections.abc import Callable
+from typing import Literal
 
 import orjson
 
@@ -41,32 +42,26 @@ def as_dict() -> bytes:
     )
 
 
+FIELDS: tuple[str, str, str, str, tuple[str, ...], tuple[str, ...], Literal["learned"], int, None]
+FIELDS = (
+    URL,
+    CANONICAL,
+    "shop.example",
+    "/p/*?id&utm_source",
+    ("id",),
+    ("utm_source",),
+    "learned",
+    3,
+    None,
+)
+
+
 def as_record() -> bytes:
-    return CanonicalOutput(
-        URL,
-        CANONICAL,
-        "shop.example",
-        "/p/*?id&utm_source",
-        ("id",),
-        ("utm_source",),
-        "learned",
-        3,
-        None,
-    ).to_bytes()
+    return CanonicalOutput(*FIELDS).to_bytes()
 
 
 def as_encoded() -> bytes:
-    return CanonicalOutput.encode(
-        URL,
-        CANONICAL,
-        "shop.example",
-        "/p/*?id&utm_source",
-        ("id",),
-        ("utm_source",),
-        "learned",
-        3,
-        None,
-    )
+    return CanonicalOutput.encode(*FIELDS)
 
 
 def microseconds(variants: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:

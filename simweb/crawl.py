@@ -26,7 +26,7 @@ from dataclasses import replace
 from html import escape
 from urllib.parse import urlencode
 
-from simweb.render import kit, render_document
+from simweb.render import kit
 from simweb.resolve import Page
 from simweb.server import SimWeb
 from simweb.sites import NoiseParam, PageKind, Role, Route, Site, build_sites
@@ -74,7 +74,7 @@ class CrawlWeb(SimWeb):
         rng: random.Random,
         request_url: str,
     ) -> str:
-        html = render_document(site, page, main, echo, rng, request_url)
+        html = super().document(site, page, main, echo, rng, request_url)
         links = "".join(
             f'<li><a href="{escape(href)}">{escape(href)}</a></li>'
             for href in crawl_links(site, page)
