@@ -26,7 +26,7 @@ import asyncio
 import random
 import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from miqps.canonical import StaticLayers
@@ -470,15 +470,12 @@ class Learner:
         samples = sorted(urls, key=lambda u: u.url)
         random.Random(f"{self.config.seed}:{key}").shuffle(samples)
         samples.sort(key=lambda u: not self.prober.has_snapshot(u.url))
-        budget = self.config.verify_samples
+        unconfirmed = DefaultsToConfirm(defaults)
         attempts = 0
         forms: set[frozenset[str]] = set()
-        for url in samples:
-            removed = _removed(url, kept, defaults)
-            if not removed or (verification.samples >= budget and removed in forms):
-                continue
-            if verification.samples >= budget + 1 or attempts >= budget + 2:
-                break
+
+        async def verify(url: NormalizedURL, removed: frozenset[str]) -> None:
+            nonlocal attempts
             attempts += 1
             if removed in pool.unchanged_removals.get(url.url, ()):
                 outcome = Outcome.UNCHANGED
@@ -486,18 +483,33 @@ class Learner:
                 outcome = await self.prober.compare(pool.template, url.url, url.without(removed))
             if outcome is Outcome.INCONCLUSIVE:
                 verification.inconclusive += 1
-                continue
+                return
             forms.add(removed)
             verification.samples += 1
-            if outcome is Outcome.CHANGED:
-                verification.changed += 1
-                restored = await self._repair(pool, url, sorted(removed))
-                pool.restore_contexts.extend((name, frozenset(kept)) for name in restored)
-                verification.restored.extend(restored)
-                for name in restored:
-                    kept.add(name)
-                    defaults.pop(name, None)
-                    evidence[name].decision, evidence[name].layer = "keep", Layer.VERIFICATION
+            if outcome is Outcome.UNCHANGED:
+                unconfirmed.confirmed_by(url, removed)
+                return
+            verification.changed += 1
+            restored = await self._repair(pool, url, sorted(removed))
+            pool.restore_contexts.extend((name, frozenset(kept)) for name in restored)
+            verification.restored.extend(restored)
+            for name in restored:
+                kept.add(name)
+                defaults.pop(name, None)
+                evidence[name].decision, evidence[name].layer = "keep", Layer.VERIFICATION
+
+        for url in unconfirmed.carriers(samples):
+            if unconfirmed.wanted(url, defaults):
+                await verify(url, _removed(url, kept, defaults))
+        budget = self.config.verify_samples
+        for url in samples:
+            removed = _removed(url, kept, defaults)
+            if not removed or (verification.samples >= budget and removed in forms):
+                continue
+            if verification.samples >= budget + 1 or attempts >= budget + 2:
+                break
+            await verify(url, removed)
+        unconfirmed.withdraw_from(defaults)
         if attempts and verification.samples == 0:
             defaults.clear()
             for name in names:
@@ -562,6 +574,45 @@ class Learner:
             if outcome is Outcome.INCONCLUSIVE:
                 break
         return order
+
+
+class DefaultsToConfirm:
+    """The default values of one pattern that no URL of that pattern has yet shown to be
+    harmless to leave out. A default is confirmed over the whole path shape, often on URLs
+    where another parameter stands in for it (``id=7`` is harmless beside its alias
+    ``pid=7``), so it is applied in a pattern only after a URL of that very pattern, carrying
+    the value, showed the same page in its canonical form; otherwise the pattern keeps it."""
+
+    TRIES = 2
+
+    def __init__(self, defaults: Mapping[str, Iterable[str]]) -> None:
+        self.pending = {(name, pair) for name, pairs in defaults.items() for pair in pairs}
+
+    def carriers(self, urls: Sequence[NormalizedURL]) -> list[NormalizedURL]:
+        """Up to :attr:`TRIES` URLs carrying each pending value, in the order of ``urls``."""
+        chosen: dict[str, NormalizedURL] = {}
+        for name, pair in sorted(self.pending):
+            found = [url for url in urls if url.value_of(name) == pair][: self.TRIES]
+            chosen.update((url.url, url) for url in found)
+        return list(chosen.values())
+
+    def wanted(self, url: NormalizedURL, defaults: Mapping[str, Iterable[str]]) -> bool:
+        """``url`` still carries a pending value that the pattern still elides."""
+        return any(
+            url.value_of(name) == pair and pair in defaults.get(name, ())
+            for name, pair in self.pending
+        )
+
+    def confirmed_by(self, url: NormalizedURL, removed: Iterable[str]) -> None:
+        for name in removed:
+            self.pending.discard((name, url.value_of(name)))
+
+    def withdraw_from(self, defaults: dict[str, list[str]]) -> None:
+        for name, pair in self.pending:
+            if pair in defaults.get(name, ()):
+                defaults[name].remove(pair)
+                if not defaults[name]:
+                    del defaults[name]
 
 
 # Layers that keep a parameter because it shows content, rather than for lack of evidence.

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from miqps.learner import DomainReport, Learner, group_by_domain
+from miqps.learner import DefaultsToConfirm, DomainReport, Learner, group_by_domain
 from miqps.maps import (
     DomainMap,
     GateVerdict,
@@ -294,16 +294,19 @@ async def _decide_from_prior(
     values left out), or None to let the learner decide."""
     kept = frozenset(name for name, evidence in prior.items() if evidence.decision == "keep")
     dropped = frozenset(prior) - kept
-    defaults = frozenset(value for name in kept for value in prior[name].default_values)
+    defaults = {name: list(prior[name].default_values) for name in kept}
     verification = Verification()
-    if dropped or defaults:
+    if dropped or any(defaults.values()):
         if not urls:
             return None
         template = f"{domain}{path_shape(urls[0].path)}"
         samples = sorted(urls, key=lambda url: url.url)
         random.Random(f"{learner.config.seed}:{pattern}").shuffle(samples)
-        for url in samples[: learner.config.verify_samples]:
-            canonical = {name for name in kept if url.value_of(name) not in defaults}
+        unconfirmed = DefaultsToConfirm(defaults)
+        checked = unconfirmed.carriers(samples)
+        checked += [url for url in samples[: learner.config.verify_samples] if url not in checked]
+        for url in checked:
+            canonical = {name for name in kept if url.value_of(name) not in defaults[name]}
             outcome = await learner.prober.compare(template, url.url, url.with_only(canonical))
             if outcome is Outcome.CHANGED:
                 return None
@@ -311,8 +314,12 @@ async def _decide_from_prior(
                 verification.inconclusive += 1
             else:
                 verification.samples += 1
+                unconfirmed.confirmed_by(url, kept - canonical)
         if verification.samples == 0:
             return None
+        unconfirmed.withdraw_from(defaults)
+        for name in kept:
+            prior[name].default_values = defaults.get(name, [])
     return PatternDecision(kept, dropped, prior, verification, utc_now(), len(urls))
 
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler
+from collections.abc import Iterator
+from html import escape
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qsl, urlsplit
 
 
 class CountingListener:
@@ -61,3 +64,35 @@ def send_html(handler: BaseHTTPRequestHandler, status: int, body: bytes) -> None
     handler.send_header("Content-Length", str(len(body)))
     handler.end_headers()
     handler.wfile.write(body)
+
+
+def serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threading HTTP server on loopback for ``handler``: yields its URL (to use as the
+    fetcher's proxy) once, then shuts it down."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+class AliasShop(BaseHTTPRequestHandler):
+    """Products under ``/p?id=N``, ``/p?pid=N`` or both (aliases); ``/p`` without either
+    is the home page."""
+
+    @staticmethod
+    def page(url: str) -> str:
+        """The page ``url`` shows: a product number, or ``home``."""
+        query = dict(parse_qsl(urlsplit(url).query))
+        return query.get("id") or query.get("pid") or "home"
+
+    def do_GET(self) -> None:
+        item = self.page(self.path)
+        title = "Welcome to our shop" if item == "home" else f"Product {escape(item)}"
+        send_html(
+            self, 200, f"<html><body><h1>{title}</h1><p>Fine goods.</p></body></html>".encode()
+        )
+
+    def log_message(self, format: str, *args: object) -> None:
+        return

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from html import escape
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
 
 import pytest
@@ -19,11 +18,11 @@ from miqps.maps import Layer, anomaly_gate, merge_update
 from miqps.prober import Outcome, PageProber
 from miqps.urls import parse
 from simweb.corpus import generate_corpus
-from simweb.resolve import match_route
+from simweb.resolve import match_route, page_key
 from simweb.server import SimWeb
 from simweb.sites import Role, build_sites
 from tests.miqps.conftest import LearnedRun, learn_on
-from tests.miqps.loopback import send_html
+from tests.miqps.loopback import AliasShop, send_html, serve
 
 CONTENT_ROLES = {
     Role.IDENTITY,
@@ -42,6 +41,20 @@ def test_no_two_pages_are_ever_merged(tuning_run: LearnedRun) -> None:
         pages_by_canonical[canonical].add(entry.content_key)
     merged = {c: keys for c, keys in pages_by_canonical.items() if len(keys) > 1}
     assert not merged, list(merged.items())[:5]
+
+
+def test_every_canonical_url_shows_the_page_of_its_url(tuning_run: LearnedRun) -> None:
+    """A canonical URL is fetched in place of the URL: it must show the same page, even when
+    no other URL of the corpus shares it (``/product?pid=7`` must not become ``/product``)."""
+    sites = {site.host: site for site in tuning_run.sites}
+    wrong = []
+    for entry in tuning_run.corpus:
+        canonical = urlsplit(tuning_run.canonicalizer.canonical_url(parse(entry.url)))
+        assert canonical.hostname is not None
+        shown = page_key(sites[canonical.hostname], canonical.path, canonical.query)
+        if shown != entry.content_key:
+            wrong.append((entry.url, canonical.geturl(), entry.content_key, shown))
+    assert not wrong, wrong[:5]
 
 
 def test_learning_removes_most_redundant_urls(tuning_run: LearnedRun) -> None:
@@ -322,23 +335,14 @@ class _HomePageOnly(_SamePageForEverything):
         send_html(self, 200 if home else 404, body)
 
 
-def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
 @pytest.fixture
 def broken_site_proxy() -> Iterator[str]:
-    yield from _serve(_SamePageForEverything)
+    yield from serve(_SamePageForEverything)
 
 
 @pytest.fixture
 def query_ignoring_proxy() -> Iterator[str]:
-    yield from _serve(_QueryIgnored)
+    yield from serve(_QueryIgnored)
 
 
 def test_anomaly_gate_rejects_a_site_that_starts_ignoring_its_queries(
@@ -383,7 +387,7 @@ def test_a_site_whose_urls_are_all_its_home_page_is_still_learned() -> None:
     urls = [parse(f"http://home.test/?utm_source=s{n}&gclid=g{n}") for n in range(8)]
 
     async def learn() -> None:
-        for proxy in _serve(_HomePageOnly):
+        for proxy in serve(_HomePageOnly):
             async with Fetcher(FetchConfig(proxy=proxy)) as fetcher:
                 home, report = await Learner(PageProber(fetcher)).learn_domain("home.test", urls)
             assert not report.one_page
@@ -474,7 +478,7 @@ def test_an_app_shell_answering_every_url_of_a_route_keeps_its_parameters() -> N
     urls += [parse(f"http://spa.test/p/{n}?utm_source=s{n}") for n in range(8)]
 
     async def learn() -> None:
-        for proxy in _serve(_AppShellBesideRealPages):
+        for proxy in serve(_AppShellBesideRealPages):
             async with Fetcher(FetchConfig(proxy=proxy)) as fetcher:
                 spa, report = await Learner(PageProber(fetcher)).learn_domain("spa.test", urls)
             assert not report.one_page
@@ -482,3 +486,32 @@ def test_an_app_shell_answering_every_url_of_a_route_keeps_its_parameters() -> N
             assert spa.patterns["/p/*?utm_source"].dropped == {"utm_source"}
 
     asyncio.run(learn())
+
+
+def test_a_default_confirmed_beside_an_alias_is_not_applied_without_it() -> None:
+    """``pid=1`` is harmless to leave out of ``?id=1&pid=1`` (the alias says the same), which
+    makes it look like a default value of ``pid``. ``?pid=1&ref=footer`` loses ``ref`` and
+    lands in the pattern ``?pid``, whose own URLs never carried ``pid=1``: eliding it there
+    would show the home page instead of the product."""
+    texts = [f"/p?id=1&pid=1&utm_source=s{n}" for n in range(12)]
+    texts += [f"/p?pid={n}" for n in range(2, 14)] + [f"/p?id={n}" for n in range(2, 14)]
+    texts += ["/p?pid=1&ref=footer"]
+    urls = [parse("http://alias.test" + text) for text in texts]
+
+    async def learn(proxy: str, seed: int) -> list[tuple[str, str]]:
+        async with Fetcher(FetchConfig(proxy=proxy, per_host_rate=500)) as fetcher:
+            learner = Learner(PageProber(fetcher), LearnConfig(seed=seed))
+            learned, _ = await learner.learn_domain("alias.test", urls)
+        canonicalizer = Canonicalizer()
+        canonicalizer.update(merge_update(None, learned))
+        return [
+            (url.url, canonical)
+            for url in urls
+            if AliasShop.page(canonical := canonicalizer.canonical_url(url))
+            != AliasShop.page(url.url)
+        ]
+
+    for proxy in serve(AliasShop):
+        for seed in range(3):
+            wrong = asyncio.run(learn(proxy, seed))
+            assert not wrong, (seed, wrong)

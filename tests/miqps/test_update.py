@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 import pytest
 
-from miqps.fetch import Fetcher
+from miqps.canonical import Canonicalizer
+from miqps.fetch import FetchConfig, Fetcher
 from miqps.learner import LearnConfig, Learner
-from miqps.maps import DomainMap
+from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification, utc_now
 from miqps.prober import PageProber
 from miqps.update import MapUpdate, Request, Why, update_all, update_map
 from miqps.urls import NormalizedURL, parse
 from tests.miqps.drifting import DriftingSite
+from tests.miqps.loopback import AliasShop, serve
 
 DOMAIN = "drift.test"
 PATTERN = "/p?id&ref"
@@ -96,6 +99,37 @@ async def test_a_new_combination_is_decided_from_the_maps_evidence(fetcher: Fetc
     assert entry.decision.kept == {"id"} and entry.decision.dropped == {"ref", "utm_source"}
     assert learned.report is None, "the learner did not run"
     assert learned.fetches <= 2 * LearnConfig().verify_samples
+
+
+def test_a_default_from_another_pattern_is_elided_only_once_this_pattern_confirms_it() -> None:
+    """The map learned ``pid=1`` as a default beside the alias ``id``; a new pattern without
+    ``id`` decided from that evidence must not leave ``pid=1`` out unless one of its own URLs
+    carrying it shows the same page without it (here it shows the home page)."""
+    evidence = {
+        "id": ParamEvidence("keep", Layer.LEARNED, 5, 2, 3),
+        "pid": ParamEvidence("keep", Layer.LEARNED, 5, 2, 3, default_values=["pid=1"]),
+        "utm_source": ParamEvidence("drop", Layer.LEARNED, 6, 0, 6),
+    }
+    decision = PatternDecision(
+        frozenset({"id", "pid"}), frozenset({"utm_source"}), evidence, Verification(1), utc_now()
+    )
+    current = DomainMap("alias.test", 1, utc_now(), {"/p?id&pid&utm_source": decision})
+    pattern = "/p?pid&utm_source"
+    texts = [f"/p?pid={n}&utm_source=s{n}" for n in range(2, 9)] + ["/p?pid=1&utm_source=x"]
+    urls = [parse("http://alias.test" + text) for text in texts]
+
+    async def learn(proxy: str) -> MapUpdate:
+        async with Fetcher(FetchConfig(proxy=proxy, per_host_rate=500.0)) as fetcher:
+            learner = Learner(PageProber(fetcher), LearnConfig())
+            return await update_map(learner, "alias.test", current, urls, {pattern: Request()})
+
+    for proxy in serve(AliasShop):
+        learned = asyncio.run(learn(proxy))
+    assert learned.published is not None
+    canonicalizer = Canonicalizer()
+    canonicalizer.update(learned.published)
+    for url in urls:
+        assert AliasShop.page(canonicalizer.canonical_url(url)) == AliasShop.page(url.url), url
 
 
 async def test_a_default_the_site_dropped_is_withdrawn_from_the_shapes_other_patterns(
