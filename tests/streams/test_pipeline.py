@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 import pytest
@@ -25,6 +26,7 @@ import pytest
 from miqps.maps import DomainMap
 from miqps.urls import parse
 from simweb.corpus import CorpusURL, generate_corpus
+from simweb.resolve import page_key
 from simweb.server import SimWeb
 from simweb.sites import Site, build_sites
 from streams.clients import read_compacted
@@ -71,6 +73,13 @@ def enveloped(corpus: list[CorpusURL], run: int, start: int = 0) -> list[bytes]:
         orjson.dumps({"url": item.url, "run": run, "seq": start + number})
         for number, item in enumerate(corpus)
     ]
+
+
+def shown_page(sites: dict[str, Site], url: str) -> str:
+    """The content key of the page ``url`` shows on the simulated web."""
+    split = urlsplit(url)
+    assert split.hostname is not None
+    return page_key(sites[split.hostname], split.path, split.query)
 
 
 def read_maps_cli(settings: Settings) -> dict[str, DomainMap]:
@@ -217,7 +226,19 @@ def test_end_to_end_learns_maps_and_emits_every_url(
     for document in second:
         pages_of[document["canonical_url"]].add(truth[document["url"]])
     merged = {url: pages for url, pages in pages_of.items() if len(pages) > 1}
-    assert not merged, f"canonical URLs that merge different pages: {list(merged.items())[:3]}"
+    merging = [
+        {key: d[key] for key in ("url", "kept", "dropped", "status", "map_version", "pattern")}
+        for d in second
+        if d["canonical_url"] in merged
+    ]
+    assert not merged, f"canonical URLs that merge different pages: {merging[:6]}"
+    sites = {site.host: site for site in web.sites}
+    elsewhere = [
+        (document["url"], document["canonical_url"])
+        for document in second
+        if shown_page(sites, document["canonical_url"]) != truth[document["url"]]
+    ]
+    assert not elsewhere, f"canonical URLs that show another page: {elsewhere[:5]}"
     raw_urls = {d["url"] for d in second}
     assert len(pages_of) < len(raw_urls), "learned maps collapse duplicate URLs"
 
