@@ -39,7 +39,7 @@ from miqps.prober import PageProber
 from miqps.update import update_all
 from miqps.urls import InvalidURL, parse
 from simweb.corpus import CorpusURL, generate_corpus, url_traps
-from simweb.resolve import match_route, split_matrix, split_target
+from simweb.resolve import match_route, page_key, split_matrix, split_target
 from simweb.server import SimWeb
 from simweb.sites import FAMILIES, MATRIX_MARK, TRAPS, Site, build_sites, param_roles
 
@@ -54,6 +54,7 @@ class Quality:
     false_merge_share: float
     missed: int
     missed_share: float
+    another_page: int | None
     fetches_per_url: float | None
     seconds: float
 
@@ -65,7 +66,10 @@ def score(
     *,
     fetches: int | None = None,
     extra_seconds: float = 0.0,
+    shown: Callable[[str], str] | None = None,
 ) -> Quality:
+    """``shown`` gives the page a URL shows (its content key); with it, the canonical URLs
+    that show a page other than their URL's are counted too."""
     truth = {entry.url: entry.content_key for entry in corpus}
     started = time.perf_counter()
     canon = {url: canonical(url) for url in truth}
@@ -84,6 +88,11 @@ def score(
         canonicals_per_page[truth[url]].add(canonical_url)
     missed = sum(len(c) - 1 for c in canonicals_per_page.values())
     redundant = distinct - pages
+    another_page = None
+    if shown is not None:
+        another_page = sum(
+            shown(canonical_url) != truth[url] for url, canonical_url in canon.items()
+        )
     return Quality(
         method=method,
         collapsed=1 - len(groups) / distinct,
@@ -93,6 +102,7 @@ def score(
         false_merge_share=false_merges / distinct,
         missed=missed,
         missed_share=missed / distinct,
+        another_page=another_page,
         fetches_per_url=None if fetches is None else fetches / distinct,
         seconds=seconds,
     )
@@ -152,6 +162,22 @@ def drop_neutral_matrix(site: Site, text: str) -> str:
     return text[:start] + "/".join(segments) + text[start + len(path) :]
 
 
+def page_shown(sites: Sequence[Site]) -> Callable[[str], str]:
+    """The content key of the page a URL shows on the simulated web (redirects followed),
+    or an empty string for a URL that is not on it."""
+    by_host = {site.host: site for site in sites}
+
+    def shown(text: str) -> str:
+        try:
+            host, path, query = split_target(text)
+        except ValueError:
+            return ""
+        site = by_host.get(host)
+        return "" if site is None else page_key(site, path, query)
+
+    return shown
+
+
 def parameter_oracle(sites: Sequence[Site]) -> Callable[[str], str]:
     """The best any per-parameter canonicalizer can do, from the simulated web's ground truth:
     drop every neutral parameter (query or matrix) and every default value, and one of two
@@ -203,16 +229,17 @@ def baselines() -> list[tuple[str, Callable[[str], str]]]:
 
 def format_table(rows: Sequence[Quality]) -> str:
     header = (
-        "| method | collapsed (ideal) | redundant removed | false merges | missed duplicates "
-        "| fetches / distinct URL | seconds |"
+        "| method | collapsed (ideal) | redundant removed | false merges | shows another page "
+        "| missed duplicates | fetches / distinct URL | seconds |"
     )
-    lines = [header, "|---|---|---|---|---|---|---|"]
+    lines = [header, "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         fetches = "—" if row.fetches_per_url is None else f"{row.fetches_per_url:.3f}"
+        another = "—" if row.another_page is None else str(row.another_page)
         lines.append(
             f"| {row.method} | {row.collapsed:.1%} ({row.ideal:.1%}) "
             f"| {row.redundant_removed:.1%} "
-            f"| {row.false_merges} ({row.false_merge_share:.3%}) "
+            f"| {row.false_merges} ({row.false_merge_share:.3%}) | {another} "
             f"| {row.missed} ({row.missed_share:.2%}) | {fetches} | {row.seconds:.1f} |"
         )
     return "\n".join(lines)
@@ -281,9 +308,20 @@ def score_run(
     answers = {
         entry.url: line or entry.url for entry, line in zip(corpus, canonical_lines, strict=True)
     }
-    rows = [score(name, corpus, function) for name, function in baselines()]
-    rows.append(score("ceiling: per-parameter oracle", corpus, parameter_oracle(sites)))
-    rows.append(score("miqps learn + canonicalize", corpus, answers.__getitem__, fetches=fetches))
+    shown = page_shown(sites)
+    rows = [score(name, corpus, function, shown=shown) for name, function in baselines()]
+    rows.append(
+        score("ceiling: per-parameter oracle", corpus, parameter_oracle(sites), shown=shown)
+    )
+    rows.append(
+        score(
+            "miqps learn + canonicalize",
+            corpus,
+            answers.__getitem__,
+            fetches=fetches,
+            shown=shown,
+        )
+    )
     print(format_table(rows))
     print()
     print(
@@ -347,9 +385,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     def prior_only(url: str) -> str:
         return cold.canonical_url(parse(url))
 
-    rows = [score(name, corpus, function) for name, function in baselines()]
-    rows.append(score("ceiling: per-parameter oracle", corpus, parameter_oracle(sites)))
-    rows.append(score("miqps, cold-start prior only", corpus, _safe(prior_only)))
+    shown = page_shown(sites)
+    rows = [score(name, corpus, function, shown=shown) for name, function in baselines()]
+    rows.append(
+        score("ceiling: per-parameter oracle", corpus, parameter_oracle(sites), shown=shown)
+    )
+    rows.append(score("miqps, cold-start prior only", corpus, _safe(prior_only), shown=shown))
     rows.append(
         score(
             "miqps, learned maps",
@@ -357,6 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _safe(with_maps),
             fetches=fetches,
             extra_seconds=learn_seconds,
+            shown=shown,
         )
     )
     distinct = len({entry.url for entry in corpus})

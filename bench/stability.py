@@ -16,7 +16,7 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from bench.quality import Quality, format_table, learn_maps, score
+from bench.quality import Quality, format_table, learn_maps, page_shown, score
 from miqps.canonical import Canonicalizer
 from miqps.fetch import FetchConfig
 from miqps.learner import LearnConfig
@@ -56,7 +56,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return url
 
         rows.append(
-            score(f"run {run + 1}", corpus, canonical, fetches=fetches, extra_seconds=seconds)
+            score(
+                f"run {run + 1}",
+                corpus,
+                canonical,
+                fetches=fetches,
+                extra_seconds=seconds,
+                shown=page_shown(sites),
+            )
         )
         print(format_table(rows[-1:]).splitlines()[-1], flush=True)
     removed = [row.redundant_removed for row in rows]
@@ -65,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"redundant removed: min {min(removed):.2%}, max {max(removed):.2%}, "
         f"spread {100 * (max(removed) - min(removed)):.2f} points; "
-        f"false merges per run: {[row.false_merges for row in rows]}"
+        f"false merges per run: {[row.false_merges for row in rows]}; "
+        f"canonical URLs showing another page per run: {[row.another_page for row in rows]}"
     )
     return 0
 

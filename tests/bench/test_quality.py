@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.quality import parameter_oracle, score, trap_rows
+from bench.quality import page_shown, parameter_oracle, score, trap_rows
 from simweb.corpus import generate_corpus
 from simweb.sites import TRAPS, Display, build_sites, route_traps
 from tests.simweb.support import item_url
@@ -43,3 +43,13 @@ def test_oracle_keeps_image_only_variants_and_is_exact_on_the_corpus() -> None:
     matrix_row = next(r for r in rows if r.startswith("| matrix-session |"))
     oracle_missed, raw_missed = matrix_row.split("|")[4].split(" / ")
     assert int(oracle_missed.split()[0]) < int(raw_missed.split()[0])
+
+
+def test_page_shown_counts_canonical_urls_that_show_another_page() -> None:
+    sites = build_sites("validation", 6)
+    corpus = generate_corpus(sites, 300, seed=2)
+    shown = page_shown(sites)
+    assert score("oracle", corpus, parameter_oracle(sites), shown=shown).another_page == 0
+    assert score("raw", corpus, lambda url: url, shown=shown).another_page == 0
+    bare = score("no query", corpus, lambda url: url.partition("?")[0], shown=shown)
+    assert bare.another_page is not None and bare.another_page > len(corpus) // 10
