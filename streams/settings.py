@@ -31,6 +31,7 @@ from typing import (
 
 from miqps.fetch import FetchConfig
 from miqps.learner import LearnConfig
+from miqps.sampling import SamplingRule
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -213,20 +214,24 @@ class Topics:
 Topics.ENV = {item.name: item.metadata[ENV_KEY].name for item in fields(Topics)}
 
 
+DEFAULT_SAMPLING = SamplingRule()
+
+
 @dataclass(frozen=True, slots=True)
 class LearningPolicy:
-    """When the canonicalizer asks for a pattern to be probed."""
+    """When the canonicalizer asks for a pattern to be probed. The fields that make the
+    core's :class:`~miqps.sampling.SamplingRule` (:attr:`sampling`) take its defaults."""
 
     min_distinct_values: int = setting(
         "MIQPS_MIN_DISTINCT_VALUES",
         "distinct values of each parameter a pattern waits for",
-        6,
+        DEFAULT_SAMPLING.min_distinct_values,
         minimum=1,
     )
     saturation_urls: int = setting(
         "MIQPS_SATURATION_URLS",
         "URLs after which a parameter has shown all its values",
-        24,
+        DEFAULT_SAMPLING.saturation_urls,
         minimum=1,
     )
     rare_after: float = setting(
@@ -248,14 +253,29 @@ class LearningPolicy:
         minimum=1,
     )
     max_pool_urls: int = setting(
-        "MIQPS_MAX_POOL_URLS", "sample URLs kept per path shape", 64, minimum=1
+        "MIQPS_MAX_POOL_URLS",
+        "sample URLs kept per path shape",
+        DEFAULT_SAMPLING.max_pool_urls,
+        minimum=1,
     )
     urls_per_pattern: int = setting(
-        "MIQPS_URLS_PER_PATTERN", "sample URLs kept per pattern", 3, minimum=1
+        "MIQPS_URLS_PER_PATTERN",
+        "sample URLs kept per pattern",
+        DEFAULT_SAMPLING.urls_per_pattern,
+        minimum=1,
     )
     max_patterns_per_shape: int = setting(
         "MIQPS_MAX_PATTERNS_PER_SHAPE", "patterns tracked per path shape", 256, minimum=1
     )
+
+    @property
+    def sampling(self) -> SamplingRule:
+        return SamplingRule(
+            min_distinct_values=self.min_distinct_values,
+            saturation_urls=self.saturation_urls,
+            max_pool_urls=self.max_pool_urls,
+            urls_per_pattern=self.urls_per_pattern,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,15 +3,15 @@
 One record per (domain, path shape), because the learner pools evidence per shape: tracking
 parameters appear in every combination, so patterns multiply while each holds few URLs.
 The record keeps, per pattern, when it was first seen, how many URLs it had and when it was
-last requested; per parameter, the digests of up to ``min_distinct_values`` distinct
-values; and a bounded pool of sample URLs that bring those values.
+last requested, and the shape's :class:`~miqps.sampling.SamplePool`: the sample URLs and
+the distinct values they brought, kept by the core's sampling rule.
 
-A pattern is requested once it is *ready* (every parameter that is not allowlisted has
-enough distinct values, or has been seen often enough to show it has no more), or once it
-is older than ``rare_after``. A request is sent once; another only if the map still does
-not have the pattern after ``retry_after``, then after twice as long, and so on (up to
-``2 ** MAX_RETRY_DOUBLINGS`` times ``retry_after``), so a request lost on its way is sent
-again soon while a site that cannot be learned is not asked over and over.
+A pattern is requested once it is *ready* (:meth:`~miqps.sampling.SamplePool.ready`: enough
+evidence for the learner), or once it is older than ``rare_after``. A request is sent once;
+another only if the map still does not have the pattern after ``retry_after``, then after
+twice as long, and so on (up to ``2 ** MAX_RETRY_DOUBLINGS`` times ``retry_after``), so a
+request lost on its way is sent again soon while a site that cannot be learned is not asked
+over and over.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Final
 
 import orjson
-import xxhash
 
-from miqps.urls import NormalizedURL, split_pattern
+from miqps.sampling import SamplePool, urls_per_name
+from miqps.urls import NormalizedURL
 from streams.messages import ProbeRequest, RequestedPattern, RequestReason
 from streams.messages import shape_of as shape_of
 from streams.settings import LearningPolicy
@@ -37,10 +37,6 @@ RETRY: Final = "retry"
 
 def stats_key(domain: str, shape: str) -> bytes:
     return f"{domain}\t{shape}".encode()
-
-
-def value_digest(value: str) -> int:
-    return xxhash.xxh3_64_intdigest(value.encode("utf-8", "surrogatepass"))
 
 
 MAX_RETRY_DOUBLINGS = 7
@@ -67,8 +63,7 @@ class ShapeStats:
     domain: str
     shape: str
     patterns: dict[str, PatternState] = field(default_factory=dict)
-    values: dict[str, list[int]] = field(default_factory=dict)
-    pool: list[tuple[str, str]] = field(default_factory=list)
+    pool: SamplePool = field(default_factory=SamplePool)
 
     def dumps(self) -> bytes:
         return orjson.dumps(
@@ -79,8 +74,8 @@ class ShapeStats:
                     key: [st.first_seen, st.urls, st.requested_at, st.basis, st.requests]
                     for key, st in self.patterns.items()
                 },
-                "v": self.values,
-                "u": self.pool,
+                "v": self.pool.values,
+                "u": self.pool.samples,
             }
         )
 
@@ -92,8 +87,7 @@ class ShapeStats:
             shape=doc["s"],
             # Records written before the request count was kept have four fields.
             patterns={key: PatternState(*fields) for key, fields in doc["p"].items()},
-            values=doc["v"],
-            pool=[(pattern, url) for pattern, url in doc["u"]],
+            pool=SamplePool(doc["v"], [(pattern, url) for pattern, url in doc["u"]]),
         )
 
     def next_deadline(
@@ -106,8 +100,8 @@ class ShapeStats:
         never-requested one at its time limit, a requested one once its retry delay is over
         (its request may have been lost). None when no pattern waits for a time."""
         deadlines: list[float] = []
-        sampled = {pattern for pattern, _ in self.pool}
-        occurrences: dict[str, int] | None = None
+        sampled = self.pool.patterns()
+        seen: dict[str, int] | None = None
         for pattern, state in self.patterns.items():
             if pattern not in sampled or not needs_learning(pattern, state.basis):
                 continue
@@ -117,9 +111,9 @@ class ShapeStats:
                 continue
             retry_at = state.requested_at + state.retry_delay(policy)
             if retry_at < time_limit:
-                if occurrences is None:
-                    occurrences = self.occurrences()
-                if not self.ready(pattern, policy, allowlist, occurrences):
+                if seen is None:
+                    seen = self.urls_per_name()
+                if not self.pool.ready(pattern, seen, policy.sampling, allowlist):
                     retry_at = time_limit
             deadlines.append(retry_at)
         return min(deadlines) if deadlines else None
@@ -148,94 +142,21 @@ class ShapeStats:
             started = True
         state.urls += max(count, 0)
         if url is not None:
-            self._consider(pattern, url, policy, allowlist)
+            self.pool.consider(pattern, url, policy.sampling, allowlist)
         return started
 
-    def _consider(
-        self, pattern: str, url: NormalizedURL, policy: LearningPolicy, allowlist: frozenset[str]
-    ) -> None:
-        text = url.url
-        if any(sample == text for _, sample in self.pool):
-            return
-        own = sum(1 for key, _ in self.pool if key == pattern)
-        fresh: list[tuple[str, int]] = []
-        for name in url.names:
-            value = url.value_of(name)
-            if name in allowlist:
-                continue
-            seen = self.values.get(name, ())
-            digest = value_digest(value)
-            if len(seen) < policy.min_distinct_values and digest not in seen:
-                fresh.append((name, digest))
-        if own >= policy.urls_per_pattern and not fresh:
-            return
-        if len(self.pool) >= policy.max_pool_urls:
-            if own:
-                return
-            self._make_room()
-        self.pool.append((pattern, text))
-        for name, digest in fresh:
-            seen_list = self.values.setdefault(name, [])
-            if digest not in seen_list:
-                seen_list.append(digest)
-
-    def _make_room(self) -> None:
-        """Drop one sample of the pattern with the most samples, keeping its first."""
-        counts: dict[str, int] = {}
-        for key, _ in self.pool:
-            counts[key] = counts.get(key, 0) + 1
-        richest = max(counts, key=lambda key: counts[key])
-        for index in range(len(self.pool) - 1, -1, -1):
-            if self.pool[index][0] == richest:
-                del self.pool[index]
-                return
-
-    def samples_of(self, pattern: str) -> int:
-        return sum(1 for key, _ in self.pool if key == pattern)
-
-    def ready(
-        self,
-        pattern: str,
-        policy: LearningPolicy,
-        allowlist: frozenset[str],
-        occurrences: dict[str, int] | None = None,
-    ) -> bool:
-        """Enough distinct values of every parameter, or seen so often there are no more."""
-        if not self.samples_of(pattern):
-            return False
-        for name in split_pattern(pattern)[1]:
-            if name in allowlist:
-                continue
-            if len(self.values.get(name, ())) >= policy.min_distinct_values:
-                continue
-            if occurrences is None:
-                occurrences = self.occurrences()
-            if occurrences.get(name, 0) >= policy.saturation_urls:
-                continue
-            return False
-        return True
-
-    def occurrences(self) -> dict[str, int]:
+    def urls_per_name(self) -> dict[str, int]:
         """URLs seen per parameter name, over the patterns of this shape."""
-        counts: dict[str, int] = {}
-        for key, state in self.patterns.items():
-            for name in split_pattern(key)[1]:
-                counts[name] = counts.get(name, 0) + state.urls
-        return counts
+        return urls_per_name((pattern, state.urls) for pattern, state in self.patterns.items())
 
     def _reason(
-        self,
-        pattern: str,
-        now: float,
-        policy: LearningPolicy,
-        allowlist: frozenset[str],
-        occurrences: dict[str, int] | None,
+        self, pattern: str, ready: bool, now: float, policy: LearningPolicy
     ) -> RequestReason | None:
         state = self.patterns[pattern]
         reason: RequestReason
-        if self.ready(pattern, policy, allowlist, occurrences):
+        if ready:
             reason = ENOUGH_SAMPLES
-        elif now - state.first_seen >= policy.rare_after and self.samples_of(pattern):
+        elif now - state.first_seen >= policy.rare_after and self.pool.samples_of(pattern):
             reason = TIME_LIMIT
         else:
             return None
@@ -263,20 +184,23 @@ class ShapeStats:
             state = self.patterns[pattern]
             return state.waiting(now, policy) and needs_learning(pattern, state.basis)
 
-        occurrences: dict[str, int] | None = None
-        if trigger is not None:
-            if trigger not in self.patterns or not eligible(trigger):
-                return {}
-            occurrences = self.occurrences()
-            if self._reason(trigger, now, policy, allowlist, occurrences) is None:
-                return {}
+        if trigger is not None and (trigger not in self.patterns or not eligible(trigger)):
+            return {}
+        rule, seen = policy.sampling, self.urls_per_name()
+
+        def reason(pattern: str) -> RequestReason | None:
+            ready = self.pool.ready(pattern, seen, rule, allowlist)
+            return self._reason(pattern, ready, now, policy)
+
+        if trigger is not None and reason(trigger) is None:
+            return {}
         due: dict[str, RequestReason] = {}
         for pattern in self.patterns:
             if not eligible(pattern):
                 continue
-            reason = self._reason(pattern, now, policy, allowlist, occurrences)
-            if reason is not None:
-                due[pattern] = reason
+            found = reason(pattern)
+            if found is not None:
+                due[pattern] = found
         return due
 
     def request(self, due: dict[str, RequestReason], now: float | None = None) -> ProbeRequest:
@@ -288,6 +212,4 @@ class ShapeStats:
             patterns[pattern] = RequestedPattern(reason, state.basis, state.urls, state.first_seen)
             state.requested_at = now
             state.requests += 1
-        return ProbeRequest(
-            self.domain, self.shape, patterns, tuple(url for _, url in self.pool), now
-        )
+        return ProbeRequest(self.domain, self.shape, patterns, self.pool.urls(), now)

@@ -1,5 +1,6 @@
 import orjson
 
+from miqps.sampling import SamplingRule
 from miqps.urls import parse
 from streams.messages import ProbeRequest
 from streams.settings import LearningPolicy
@@ -105,20 +106,6 @@ def test_re_verification_starts_a_new_round() -> None:
     assert stats.request(due, 1000.0).patterns["/p?id"].basis == basis
 
 
-def test_the_pool_is_bounded_but_every_pattern_keeps_a_sample() -> None:
-    stats = ShapeStats("a.example", "/p")
-    for number in range(20):
-        observe(stats, f"http://a.example/p?id={number}&q{number}={number}", 0.0)
-    assert len(stats.pool) == POLICY.max_pool_urls
-    observe(stats, "http://a.example/p?id=1&page=2", 0.0)
-    assert len(stats.pool) == POLICY.max_pool_urls
-    assert stats.samples_of("/p?id&page") == 1
-    assert len(stats.values["id"]) == POLICY.min_distinct_values
-    for number in range(5):
-        observe(stats, f"http://a.example/p?id={number}&q0={number}", 0.0)
-    assert stats.samples_of("/p?id&q0") == 1, "a pattern with a sample gets no more when full"
-
-
 def test_state_survives_serialization() -> None:
     stats = ShapeStats("a.example", "/p")
     observe(stats, "http://a.example/p?id=1&utm_source=x", 5.0)
@@ -195,6 +182,38 @@ def test_records_written_before_requests_were_counted_still_load() -> None:
     state = ShapeStats.loads(old).patterns["/p?id"]
     assert (state.requested_at, state.requests) == (70.0, 0)
     assert state.waiting(370.0, POLICY)
+
+
+def test_a_record_written_before_the_pool_moved_to_the_core_keeps_its_pool() -> None:
+    old = (
+        b'{"d":"a.example","s":"/p","p":{"/p?id&sort":[5.0,3,70.0,"",1],'
+        b'"/p?id&ref":[5.0,1,0.0,"",0],"/p?sort&variant":[5.0,9,0.0,"",0]},'
+        b'"v":{"id":[9047190719474731810,2062343013187549633,16804225192622926924],'
+        b'"sort":[15462139047006935752],"ref":[3943960303782531269]},'
+        b'"u":[["/p?id&sort","http://a.example/p?id=1&sort=asc"],'
+        b'["/p?id&sort","http://a.example/p?id=2&sort=asc"],'
+        b'["/p?id&sort","http://a.example/p?id=3&sort=asc"],'
+        b'["/p?id&ref","http://a.example/p?id=4&ref=x"],'
+        b'["/p?sort&variant","http://a.example/p?sort=asc&variant=2"]]}'
+    )
+    stats = ShapeStats.loads(old)
+    assert stats.dumps() == old
+    assert stats.pool.samples_of("/p?id&sort") == 3
+    seen = stats.urls_per_name()
+    ready = {p for p in stats.patterns if stats.pool.ready(p, seen, POLICY.sampling, ALLOWLIST)}
+    assert ready == {"/p?id&sort", "/p?sort&variant"}
+    assert stats.due(30.0, POLICY, ALLOWLIST, unlearned, trigger="/p?sort&variant") == {
+        "/p?sort&variant": ENOUGH_SAMPLES
+    }
+    observe(stats, "http://a.example/p?id=4&ref=x", 31.0)
+    assert stats.pool.samples_of("/p?id&ref") == 1, "a stored URL is known after a reload"
+
+
+def test_the_policy_gives_the_core_its_sampling_rule() -> None:
+    assert LearningPolicy().sampling == SamplingRule()
+    assert POLICY.sampling == SamplingRule(
+        min_distinct_values=3, saturation_urls=10, max_pool_urls=8, urls_per_pattern=2
+    )
 
 
 def test_malformed_samples_and_requests_are_bad_input_not_other_errors() -> None:
