@@ -498,9 +498,6 @@ class Learner:
                 defaults.pop(name, None)
                 evidence[name].decision, evidence[name].layer = "keep", Layer.VERIFICATION
 
-        for url in unconfirmed.carriers(samples):
-            if unconfirmed.wanted(url, defaults):
-                await verify(url, _removed(url, kept, defaults))
         budget = self.config.verify_samples
         for url in samples:
             removed = _removed(url, kept, defaults)
@@ -509,6 +506,9 @@ class Learner:
             if verification.samples >= budget + 1 or attempts >= budget + 2:
                 break
             await verify(url, removed)
+        for url in unconfirmed.carriers(samples):
+            if unconfirmed.wanted(url, defaults):
+                await verify(url, _removed(url, kept, defaults))
         unconfirmed.withdraw_from(defaults)
         if attempts and verification.samples == 0:
             defaults.clear()
