@@ -303,9 +303,10 @@ async def _decide_from_prior(
         samples = sorted(urls, key=lambda url: url.url)
         random.Random(f"{learner.config.seed}:{pattern}").shuffle(samples)
         unconfirmed = DefaultsToConfirm(defaults)
-        checked = unconfirmed.carriers(samples)
-        checked += [url for url in samples[: learner.config.verify_samples] if url not in checked]
-        for url in checked:
+        budget = samples[: learner.config.verify_samples]
+        for url in budget + [url for url in unconfirmed.carriers(samples) if url not in budget]:
+            if url not in budget and not unconfirmed.wanted(url, defaults):
+                continue
             canonical = {name for name in kept if url.value_of(name) not in defaults[name]}
             outcome = await learner.prober.compare(template, url.url, url.with_only(canonical))
             if outcome is Outcome.CHANGED:
