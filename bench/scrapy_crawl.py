@@ -10,7 +10,7 @@ crawl requested, then crawl again with the add-on (and once more with
 ``MIQPS_REWRITE_REQUESTS``). An item is lost when a page the crawl was sent to (fetched or
 filtered as a duplicate) is among no item scraped, by ``simweb.corpus.content_key_for``.
 It prints figures and the saving; the target (at least 40% fewer pages, 0 lost) is not
-asserted here (``tests/streams/test_scrapy.py`` asserts 0 lost and fewer pages).
+asserted here (``tests/miqps/test_scrapy.py`` asserts 0 lost and fewer pages).
 """
 
 from __future__ import annotations

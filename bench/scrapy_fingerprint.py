@@ -1,4 +1,4 @@
-"""CPU cost of the Scrapy add-on: fingerprinting requests with ``streams.scrapy`` against
+"""CPU cost of the Scrapy add-on: fingerprinting requests with ``miqps.scrapy`` against
 Scrapy's default fingerprinter, on the same requests in the same run::
 
     .venv/bin/python -m bench.scrapy_fingerprint [--requests 100000] [--repeat 3]
@@ -27,10 +27,10 @@ from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 from scrapy.utils.test import get_crawler
 
+from miqps.scrapy import MapsRequestFingerprinter
 from simweb.corpus import generate_corpus
 from simweb.server import SimWeb
 from simweb.sites import Site, build_sites
-from streams.scrapy import MapsRequestFingerprinter
 
 
 def learn_maps(sites: list[Site], directory: Path) -> Path:
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         f"({baseline / len(urls) * 1e6:.2f} us/request)"
     )
     print(
-        f"  streams.scrapy fingerprinter:   {with_addon:.3f} s "
+        f"  miqps.scrapy fingerprinter:   {with_addon:.3f} s "
         f"({with_addon / len(urls) * 1e6:.2f} us/request)"
     )
     print(

@@ -70,7 +70,7 @@ def crawl(config: dict[str, Any]) -> dict[str, Any]:
         "LOG_INSTALL_ROOT_HANDLER": False,
     }
     if config["maps"]:
-        settings["ADDONS"] = {"streams.scrapy.Addon": 600}
+        settings["ADDONS"] = {"miqps.scrapy.Addon": 600}
         settings["MIQPS_MAPS"] = config["maps"]
         settings["MIQPS_REWRITE_REQUESTS"] = config.get("rewrite", False)
     items: list[tuple[str, str]] = []

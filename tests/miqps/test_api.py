@@ -114,11 +114,19 @@ def test_canonicalize_many_is_lazy_ordered_and_reports_invalid_urls(maps_file: P
     assert all(error.reason for _, error in errors)
 
 
-def test_importing_miqps_imports_no_kafka() -> None:
+@pytest.mark.parametrize(
+    ("imports", "not_loaded"),
+    [
+        # The Scrapy add-on is an optional extra: importing miqps loads no Scrapy either.
+        ("import miqps; from miqps import Canonicalizer", ("scrapy", "twisted")),
+        ("import miqps.scrapy; from miqps.scrapy import Addon", ()),
+    ],
+)
+def test_importing_miqps_imports_no_kafka(imports: str, not_loaded: tuple[str, ...]) -> None:
+    kafka = ("confluent_kafka", "aiokafka", "faust", "mode", "streams")
     code = (
-        "import sys, miqps; from miqps import Canonicalizer; "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('confluent_kafka', 'aiokafka', 'faust', 'mode', 'streams')))"
+        f"import sys; {imports}; "
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {kafka + not_loaded!r}))"
     )
     result = subprocess.run(
         [sys.executable, "-c", code],
