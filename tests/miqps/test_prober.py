@@ -7,7 +7,7 @@ import threading
 import zlib
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 from urllib.parse import parse_qsl, urlsplit
 
@@ -19,7 +19,7 @@ from miqps.fetch import FetchConfig, Fetcher
 from miqps.learner import Learner
 from miqps.prober import Comparison, Outcome, PageProber
 from miqps.urls import parse
-from tests.miqps.loopback import send_html
+from tests.miqps.loopback import send_html, serve
 
 _ADS = (("Save big today", "On shoes"), ("Limited offer", "On boots"))
 
@@ -73,12 +73,7 @@ def repeating_ad_proxy() -> Iterator[str]:
     _RepeatingAd.fetches = Counter()
     _RepeatingAd.interstitial_every = 0
     _RepeatingAd.flip_from = 3
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _RepeatingAd)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    yield from serve(_RepeatingAd)
 
 
 def _first_ads_differ(original: str, reduced: str) -> bool:
