@@ -17,10 +17,10 @@ from miqps.learner import LearnConfig, Learner
 from miqps.maps import Layer, anomaly_gate, merge_update
 from miqps.prober import Outcome, PageProber
 from miqps.urls import parse
-from simweb.corpus import generate_corpus
+from simweb.corpus import CorpusURL, generate_corpus
 from simweb.resolve import match_route, page_key
 from simweb.server import SimWeb
-from simweb.sites import Role, build_sites
+from simweb.sites import Role, Site, build_sites
 from tests.miqps.conftest import LearnedRun, learn_on
 from tests.miqps.loopback import AliasShop, send_html, serve
 
@@ -43,17 +43,39 @@ def test_no_two_pages_are_ever_merged(tuning_run: LearnedRun) -> None:
     assert not merged, list(merged.items())[:5]
 
 
+def pages_shown_elsewhere(
+    sites: list[Site], corpus: list[CorpusURL], canonicalizer: Canonicalizer
+) -> list[tuple[str, str, str, str]]:
+    """The corpus URLs whose canonical URL, fetched, shows another page than their own."""
+    by_host = {site.host: site for site in sites}
+    wrong = []
+    for entry in corpus:
+        canonical = urlsplit(canonicalizer.canonical_url(parse(entry.url)))
+        assert canonical.hostname is not None
+        shown = page_key(by_host[canonical.hostname], canonical.path, canonical.query)
+        if shown != entry.content_key:
+            wrong.append((entry.url, canonical.geturl(), entry.content_key, shown))
+    return wrong
+
+
 def test_every_canonical_url_shows_the_page_of_its_url(tuning_run: LearnedRun) -> None:
     """A canonical URL is fetched in place of the URL: it must show the same page, even when
     no other URL of the corpus shares it (``/product?pid=7`` must not become ``/product``)."""
-    sites = {site.host: site for site in tuning_run.sites}
-    wrong = []
-    for entry in tuning_run.corpus:
-        canonical = urlsplit(tuning_run.canonicalizer.canonical_url(parse(entry.url)))
-        assert canonical.hostname is not None
-        shown = page_key(sites[canonical.hostname], canonical.path, canonical.query)
-        if shown != entry.content_key:
-            wrong.append((entry.url, canonical.geturl(), entry.content_key, shown))
+    wrong = pages_shown_elsewhere(tuning_run.sites, tuning_run.corpus, tuning_run.canonicalizer)
+    assert not wrong, wrong[:5]
+
+
+def test_a_popular_product_with_aliases_keeps_its_identifier() -> None:
+    """A shop whose best seller (``id=64210&pid=64210``) makes its identifiers look like they
+    have a default value: its URLs must not canonicalize to the bare ``/product``."""
+    sites = build_sites("tuning", 3, seed=0)
+    corpus = [e for e in generate_corpus(sites, 250, seed=0) if "-shop." in e.url]
+    with SimWeb(sites, seed=0, rate_limit_per_second=0, flaky_rate=0.0) as web:
+        fetch_config = FetchConfig(proxy=web.proxy_url, per_host_rate=500)
+        maps, _, _, _ = learn_on(web, corpus, LearnConfig(), fetch_config)
+    canonicalizer = Canonicalizer()
+    canonicalizer.load({d: merge_update(None, m) for d, m in maps.items()})
+    wrong = pages_shown_elsewhere(sites, corpus, canonicalizer)
     assert not wrong, wrong[:5]
 
 
