@@ -19,6 +19,7 @@ import pytest
 
 from streams.kafka import ensure_topics
 from streams.settings import LearningPolicy, Settings
+from streams.stats import PatternState
 from streams.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
 from tests.streams.conftest import DriftingSite
 from tests.streams.support import assert_valid
@@ -96,6 +97,32 @@ def requested(reader: TopicReader) -> list[dict[str, Any]]:
     return [orjson.loads(value) for _, value, _ in reader.records if value]
 
 
+RESEND_GRACE_SECONDS = 30.0
+
+
+def overdue(
+    requests: list[dict[str, Any]], pending: set[str], policy: LearningPolicy, now: float
+) -> dict[str, str]:
+    """The ``pending`` patterns whose next request should have been sent more than
+    :data:`RESEND_GRACE_SECONDS` before ``now`` (wall clock): never requested at all, or
+    past the re-send delay that their number of requests so far gives."""
+    sent: dict[str, tuple[int, float]] = {}
+    for request in requests:
+        for pattern in request["patterns"]:
+            count, last = sent.get(pattern, (0, 0.0))
+            sent[pattern] = (count + 1, max(last, request["requested_at"]))
+    late = {}
+    for pattern in sorted(pending):
+        if pattern not in sent:
+            late[pattern] = "never requested"
+            continue
+        count, last = sent[pattern]
+        due = last + PatternState(first_seen=0.0, requests=count).retry_delay(policy)
+        if now - due > RESEND_GRACE_SECONDS:
+            late[pattern] = f"{count} requests, the last {now - last:.0f}s ago"
+    return late
+
+
 def pattern_stats_dead_letters(settings: Settings) -> list[dict[str, Any]]:
     with TopicReader(settings, settings.topics.dlq) as dead:
         dead.poll(2.0)
@@ -156,6 +183,7 @@ def test_with_retry_a_passing_bug_costs_a_backoff_and_no_sample(
         updates.close()
 
 
+@pytest.mark.timeout(900)
 def test_every_pattern_is_answered_through_20_rebalances_and_lost_requests(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -199,11 +227,19 @@ def test_every_pattern_is_answered_through_20_rebalances_and_lost_requests(
 
         sent_patterns = {f"/{word(n)}?id&ref" for n in range(sent)}
 
-        def all_answered() -> bool:
+        def unanswered() -> set[str]:
             asked = {pattern for request in requested(requests) for pattern in request["patterns"]}
-            return asked <= answered(updates) and sent_patterns <= answered(updates)
+            return (asked | sent_patterns) - answered(updates)
 
-        wait_until(all_answered, 150, "every pattern sent to be requested and answered")
+        # A request lost again and again is re-sent ever later (the delay doubles), so the
+        # wait follows that schedule: it fails once a pattern is past its re-send time.
+        deadline = time.monotonic() + 150
+        while pending := unanswered():
+            if time.monotonic() > deadline:
+                late = overdue(requested(requests), pending, settings.policy, time.time())
+                assert not late, f"unanswered past their re-send time: {late}"
+                deadline = time.monotonic() + 30
+            time.sleep(0.5)
         assert canonicalizer.alive() and prober.alive()
         asked = requested(requests)
     finally:
