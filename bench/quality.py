@@ -39,7 +39,7 @@ from miqps.prober import PageProber
 from miqps.update import update_all
 from miqps.urls import InvalidURL, parse
 from simweb.corpus import CorpusURL, generate_corpus, url_traps
-from simweb.resolve import match_route, page_key, split_matrix, split_target
+from simweb.resolve import match_route, page_shown, split_matrix, split_target
 from simweb.server import SimWeb
 from simweb.sites import FAMILIES, MATRIX_MARK, TRAPS, Site, build_sites, param_roles
 
@@ -160,22 +160,6 @@ def drop_neutral_matrix(site: Site, text: str) -> str:
         segments.append(MATRIX_MARK.join([head, *kept]))
     start = text.index(path, text.index("//") + 2)
     return text[:start] + "/".join(segments) + text[start + len(path) :]
-
-
-def page_shown(sites: Sequence[Site]) -> Callable[[str], str]:
-    """The content key of the page a URL shows on the simulated web (redirects followed),
-    or an empty string for a URL that is not on it."""
-    by_host = {site.host: site for site in sites}
-
-    def shown(text: str) -> str:
-        try:
-            host, path, query = split_target(text)
-        except ValueError:
-            return ""
-        site = by_host.get(host)
-        return "" if site is None else page_key(site, path, query)
-
-    return shown
 
 
 def parameter_oracle(sites: Sequence[Site]) -> Callable[[str], str]:

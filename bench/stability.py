@@ -16,12 +16,13 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from bench.quality import Quality, format_table, learn_maps, page_shown, score
+from bench.quality import Quality, format_table, learn_maps, score
 from miqps.canonical import Canonicalizer
 from miqps.fetch import FetchConfig
 from miqps.learner import LearnConfig
 from miqps.urls import InvalidURL, parse
 from simweb.corpus import generate_corpus
+from simweb.resolve import page_shown
 from simweb.server import SimWeb
 from simweb.sites import FAMILIES, build_sites
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 from urllib.parse import quote, unquote_plus
@@ -218,6 +218,22 @@ def page_key(site: Site, path: str, query: str) -> str:
     route, segment = match
     page = page_for(site, route, segment, values)
     return f"{site.host}|home" if page is None else page.key
+
+
+def page_shown(sites: Sequence[Site]) -> Callable[[str], str]:
+    """The content key of the page a URL shows on ``sites`` (redirects followed), or an
+    empty string for a URL that is not on them."""
+    by_host = {site.host: site for site in sites}
+
+    def shown(text: str) -> str:
+        try:
+            host, path, query = split_target(text)
+        except ValueError:
+            return ""
+        site = by_host.get(host)
+        return "" if site is None else page_key(site, path, query)
+
+    return shown
 
 
 def resolve(site: Site, path: str, query: str) -> Resolution:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from bench.quality import page_shown, parameter_oracle, score, trap_rows
+from bench.quality import parameter_oracle, score, trap_rows
 from simweb.corpus import generate_corpus
+from simweb.resolve import page_shown
 from simweb.sites import TRAPS, Display, build_sites, route_traps
 from tests.simweb.support import item_url
 

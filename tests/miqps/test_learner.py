@@ -18,7 +18,7 @@ from miqps.maps import Layer, anomaly_gate, merge_update
 from miqps.prober import Outcome, PageProber
 from miqps.urls import parse
 from simweb.corpus import CorpusURL, generate_corpus
-from simweb.resolve import match_route, page_key
+from simweb.resolve import match_route, page_shown
 from simweb.server import SimWeb
 from simweb.sites import Role, Site, build_sites
 from tests.miqps.conftest import LearnedRun, learn_on
@@ -47,14 +47,13 @@ def pages_shown_elsewhere(
     sites: list[Site], corpus: list[CorpusURL], canonicalizer: Canonicalizer
 ) -> list[tuple[str, str, str, str]]:
     """The corpus URLs whose canonical URL, fetched, shows another page than their own."""
-    by_host = {site.host: site for site in sites}
+    shown = page_shown(sites)
     wrong = []
     for entry in corpus:
-        canonical = urlsplit(canonicalizer.canonical_url(parse(entry.url)))
-        assert canonical.hostname is not None
-        shown = page_key(by_host[canonical.hostname], canonical.path, canonical.query)
-        if shown != entry.content_key:
-            wrong.append((entry.url, canonical.geturl(), entry.content_key, shown))
+        canonical = canonicalizer.canonical_url(parse(entry.url))
+        page = shown(canonical)
+        if page != entry.content_key:
+            wrong.append((entry.url, canonical, entry.content_key, page))
     return wrong
 
 

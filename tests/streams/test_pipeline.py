@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 import pytest
@@ -26,7 +25,7 @@ import pytest
 from miqps.maps import DomainMap
 from miqps.urls import parse
 from simweb.corpus import CorpusURL, generate_corpus
-from simweb.resolve import page_key
+from simweb.resolve import page_shown
 from simweb.server import SimWeb
 from simweb.sites import Site, build_sites
 from streams.clients import read_compacted
@@ -73,13 +72,6 @@ def enveloped(corpus: list[CorpusURL], run: int, start: int = 0) -> list[bytes]:
         orjson.dumps({"url": item.url, "run": run, "seq": start + number})
         for number, item in enumerate(corpus)
     ]
-
-
-def shown_page(sites: dict[str, Site], url: str) -> str:
-    """The content key of the page ``url`` shows on the simulated web."""
-    split = urlsplit(url)
-    assert split.hostname is not None
-    return page_key(sites[split.hostname], split.path, split.query)
 
 
 def read_maps_cli(settings: Settings) -> dict[str, DomainMap]:
@@ -232,11 +224,11 @@ def test_end_to_end_learns_maps_and_emits_every_url(
         if d["canonical_url"] in merged
     ]
     assert not merged, f"canonical URLs that merge different pages: {merging[:6]}"
-    sites = {site.host: site for site in web.sites}
+    shown = page_shown(web.sites)
     elsewhere = [
         (document["url"], document["canonical_url"])
         for document in second
-        if shown_page(sites, document["canonical_url"]) != truth[document["url"]]
+        if shown(document["canonical_url"]) != truth[document["url"]]
     ]
     assert not elsewhere, f"canonical URLs that show another page: {elsewhere[:5]}"
     raw_urls = {d["url"] for d in second}
