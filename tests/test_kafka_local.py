@@ -6,6 +6,7 @@ Needs the broker already running: `scripts/kafka-local start` (the CI script doe
 from __future__ import annotations
 
 import os
+import string
 import subprocess
 import time
 import uuid
@@ -26,6 +27,7 @@ pytestmark = pytest.mark.kafka
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "kafka-local"
 BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+BASE64URL = set(string.ascii_letters + string.digits + "-_")
 
 
 @pytest.fixture(scope="module")
@@ -186,3 +188,23 @@ def test_a_node_outside_the_cluster_is_refused(cluster: LocalBroker) -> None:
     done = _run_script(cluster, "kill", "4")
     assert done.returncode != 0
     assert "node must be 1..3, got '4'" in done.stderr
+
+
+def test_generated_cluster_ids_are_kafka_uuids_that_no_tool_reads_as_an_option() -> None:
+    """kafka-storage takes ``-t <id>``: an id starting with "-" (1 draw in 64) would be read as
+    an option and formatting would fail."""
+    body = SCRIPT.read_text("utf-8").split("\nnew_cluster_id() {\n", 1)[1].split("\n}\n", 1)[0]
+    drawn = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"new_cluster_id() {{\n{body}\n}}\nfor _ in $(seq 640); do new_cluster_id; done",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert len(drawn) == 640
+    assert all(len(cluster_id) == 22 for cluster_id in drawn), drawn
+    assert all(set(cluster_id) <= BASE64URL for cluster_id in drawn), drawn
+    assert not [cluster_id for cluster_id in drawn if cluster_id.startswith("-")]
