@@ -85,11 +85,21 @@ class LiveMaps:
         return self.canonicalizer.layers
 
     def apply(self, domain_map: DomainMap, document: bytes | None = None) -> bool:
-        """Install ``domain_map`` (whose JSON is ``document``, if at hand) unless an equal
-        or newer version is live already."""
+        """Install ``domain_map`` (whose JSON is ``document``, if at hand) unless a newer
+        version, or the same map, is live already.
+
+        Two probe workers can both publish version N+1 of a domain during a rebalance. The
+        later record wins, as the topic's compaction keeps it: every worker reads the same
+        order, so all of them end on the map the topic keeps."""
         with self._lock:
             current = self._maps.get(domain_map.domain)
-            if current is not None and current.version >= domain_map.version:
+            if current is not None and (
+                current.version > domain_map.version
+                or (
+                    current.version == domain_map.version
+                    and self.canonicalizer.map_for(domain_map.domain) == domain_map
+                )
+            ):
                 return False
             if self._compact:
                 document = document if document is not None else domain_map.dumps().encode()

@@ -126,6 +126,21 @@ def test_older_versions_never_replace_newer_ones_and_the_map_round_trips() -> No
     assert live.get(newer.domain) is None and live.map_for(newer.domain) is None
 
 
+def test_of_two_maps_published_with_the_same_version_the_later_one_stays_live() -> None:
+    rng = random.Random(2)
+    urls = random_urls(rng, 200)
+    first = random_maps(rng, urls)[0]
+    second = DomainMap(first.domain, first.version, first.updated_at, {})
+    for live in (LiveMaps(reverify_after=10), LiveMaps(10, canonicalizer=Canonicalizer())):
+        assert live.apply(first, first.dumps().encode())
+        assert live.apply(second)
+        assert live.map_for(first.domain) == second
+        assert not live.apply(second)
+        assert not live.apply(DomainMap(first.domain, first.version, first.updated_at, {}))
+        assert live.apply(first)
+        assert live.map_for(first.domain) == first
+
+
 def test_unreadable_timestamps_mean_due_at_once() -> None:
     assert timestamp_seconds("yesterday") == 0.0
     assert timestamp_seconds("1970-01-01T00:01:00Z") == 60.0
