@@ -16,8 +16,6 @@ from typing import Any, Literal, get_args, get_origin
 from streams.lifecycle import (
     EXIT_MARGIN,
     StopDeadline,
-    is_broker_outage,
-    start_again,
     wait_for_broker,
 )
 from streams.lograte import rate_limit_handlers
@@ -223,18 +221,7 @@ def _run_faust(
         settings.state_dir,
         stop_timeout,
     )
-    code = 0
-    try:
-        worker.execute_from_commandline()
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    if (
-        worker.crash_reason is not None
-        and not worker.stop_requested
-        and is_broker_outage(worker.crash_reason)
-    ):
-        start_again(worker.crash_reason)
-    return code
+    return worker.run()
 
 
 def maps_parser() -> argparse.ArgumentParser:

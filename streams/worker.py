@@ -9,7 +9,7 @@ from typing import Any
 
 import faust
 
-from streams.lifecycle import EXIT_MARGIN, StopDeadline, is_broker_outage
+from streams.lifecycle import EXIT_MARGIN, StopDeadline, is_broker_outage, start_again
 from streams.lograte import rate_limit_handlers
 from streams.runtime import Runtime
 
@@ -53,3 +53,26 @@ class StreamWorker(faust.Worker):
     def _begin_stop(self) -> None:
         self.deadline.arm()
         self.runtime.request_stop()
+
+    async def start(self) -> None:
+        try:
+            await super().start()
+        except Exception as error:
+            # A service that fails while starting (a topic created as the broker goes
+            # away) raises here rather than crashing the worker: keep it as the reason.
+            if self.crash_reason is None and not self.stop_requested:
+                self.crash_reason = error
+            raise
+
+    def run(self) -> int:
+        """Run until stopped and return the exit code. A worker stopped by a broker outage,
+        while starting or later, is started again (:func:`~streams.lifecycle.start_again`)."""
+        code = 0
+        try:
+            self.execute_from_commandline()
+        except SystemExit as exit_:
+            code = int(exit_.code or 0)
+        reason = self.crash_reason
+        if reason is not None and not self.stop_requested and is_broker_outage(reason):
+            start_again(reason)
+        return code
