@@ -42,13 +42,20 @@ class StreamWorker(faust.Worker):
 
     def fail(self, error: BaseException) -> None:
         """Stop the worker because of ``error`` (from a thread of the runtime)."""
-        if self.crash_reason is None and not self.stop_requested:
-            self.crash_reason = error
-            self.deadline.exit_code = CRASH_EXIT_CODE
-            if is_broker_outage(error):
-                self.deadline.restart_after = error
-            self._begin_stop()
+        if self._stop_because(error):
             self._failing.append(asyncio.ensure_future(self._stop_on_signal(signal.SIGTERM)))
+
+    def _stop_because(self, error: BaseException) -> bool:
+        """Record ``error`` as why the worker stops, with a bounded stop that starts the
+        worker again if it is a broker outage; False if it is stopping already."""
+        if self.crash_reason is not None or self.stop_requested:
+            return False
+        self.crash_reason = error
+        self.deadline.exit_code = CRASH_EXIT_CODE
+        if is_broker_outage(error):
+            self.deadline.restart_after = error
+        self._begin_stop()
+        return True
 
     def _begin_stop(self) -> None:
         self.deadline.arm()
@@ -60,8 +67,7 @@ class StreamWorker(faust.Worker):
         except Exception as error:
             # A service that fails while starting (a topic created as the broker goes
             # away) raises here rather than crashing the worker: keep it as the reason.
-            if self.crash_reason is None and not self.stop_requested:
-                self.crash_reason = error
+            self._stop_because(error)
             raise
 
     def run(self) -> int:
