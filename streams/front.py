@@ -1,7 +1,7 @@
 """The canonicalizer's per-URL path: ``urls.raw`` -> ``urls.canonical`` (and ``urls.dlq``).
 
 It runs in its own thread on confluent-kafka, because Faust's per-message path tops out far
-below what this stage must carry (see DESIGN.md, measured facts). Per batch:
+below what this stage must carry (docs/STREAMS.md, "Canonicalizer front"). Per batch:
 
 1. consume up to ``batch_size`` messages;
 2. canonicalize each with the live maps; produce the output (or a DLQ record); offer
