@@ -1,6 +1,6 @@
 """Where ``miqps canonicalize`` (no maps) differs from each peer suite's expected output.
 
-Reads ``../shared/testdata/peer-url-cases.jsonl`` (see its README) and prints, per suite,
+Reads ``tests/data/peer-url-cases.jsonl`` (see its README) and prints, per suite,
 how many cases we answer as the peer does, and why the others differ, by the first of these
 explanations that accounts for the difference:
 
@@ -28,8 +28,8 @@ from urllib.parse import unquote_to_bytes
 
 from miqps.canonical import Canonicalizer
 from miqps.urls import InvalidURL, parse
+from tests.data import PEER_URL_CASES
 
-CASES = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "peer-url-cases.jsonl"
 TRACKING = ("utm_", "gclid", "fbclid", "msclkid", "dclid")
 
 
@@ -73,7 +73,7 @@ def explain(ours: str, expected: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--cases", type=Path, default=CASES)
+    parser.add_argument("--cases", type=Path, default=PEER_URL_CASES)
     parser.add_argument("--examples", type=int, default=0, help="print N examples per reason")
     args = parser.parse_args(argv)
 

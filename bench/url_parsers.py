@@ -8,7 +8,7 @@ in-process, best of ``--repeat`` passes::
     .venv/bin/python -m bench.url_parsers [--urls 200000] [--repeat 3] [--wpt FILE]
 
 It prints figures with ratios against ``urllib.parse.urlsplit``; it asserts nothing.
-``--wpt ../shared/testdata/wpt-urltestdata.json`` first prints how many web-platform-tests
+``--wpt tests/data/wpt-urltestdata.json`` first prints how many web-platform-tests
 URL cases each WHATWG parser gets right (the installed versions), to choose one by
 measurement: run it in an environment with another version installed to compare.
 Candidates whose package is missing are skipped (``ada-url``, ``yarl``, ``w3lib`` and

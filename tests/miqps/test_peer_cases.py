@@ -1,23 +1,21 @@
 """Every case of the peers' URL-normalization suites: our output names the input's resource
-under WHATWG, and canonicalizing it again changes nothing (../shared/testdata/README.md)."""
+under WHATWG, and canonicalizing it again changes nothing (tests/data/README.md)."""
 
 from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 
 import pytest
 
 from miqps.canonical import Canonicalizer
 from miqps.urls import InvalidURL, parse
+from tests.data import PEER_URL_CASES
 from tests.miqps.resource import resource_difference
-
-PEER_CASES = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "peer-url-cases.jsonl"
 
 
 def _inputs() -> list[tuple[str, str]]:
-    cases = [json.loads(line) for line in PEER_CASES.read_text(encoding="utf-8").splitlines()]
+    cases = [json.loads(line) for line in PEER_URL_CASES.read_text(encoding="utf-8").splitlines()]
     return [
         (case["suite"], base64.b64decode(case["input_b64"]).decode("utf-8", "surrogateescape"))
         for case in cases

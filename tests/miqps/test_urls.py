@@ -1,5 +1,4 @@
 import json
-from pathlib import Path
 from urllib.parse import unquote_to_bytes
 
 import can_ada
@@ -15,9 +14,8 @@ from miqps.urls import (
     pattern_key,
     split_pattern,
 )
+from tests.data import WPT_URLTESTDATA
 from tests.miqps.resource import resource_difference
-
-WPT = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "wpt-urltestdata.json"
 
 
 def test_static_normalization_lowercases_drops_default_port_and_fragment() -> None:
@@ -100,7 +98,7 @@ def test_invalid_input_gets_a_typed_error_with_reason(text: str, reason: str) ->
 
 
 def _wpt_cases() -> list[dict[str, str]]:
-    data = json.loads(WPT.read_text(encoding="utf-8"))
+    data = json.loads(WPT_URLTESTDATA.read_text(encoding="utf-8"))
     return [case for case in data if isinstance(case, dict)]
 
 
