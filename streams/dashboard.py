@@ -332,10 +332,6 @@ class DashboardState:
 # ---------------------------------------------------------------------- Kafka
 
 
-class _TopicsMissing(RuntimeError):
-    pass
-
-
 class StreamReaders:
     """The dashboard's Kafka side: the map feed, and one thread reading the audit topic,
     the tail of the canonical topic and the watermarks."""
