@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from bench.pattern_steps import ALLOWLIST, POLICY, packs, unlearned
-from miqps.urls import parse
+from miqps.urls import parse, split_pattern
 from streams.messages import (
     Observation,
     UrlSample,
@@ -23,7 +23,6 @@ from streams.messages import (
     read_sample,
     read_sample_items,
     sample_to_bytes,
-    shape_of,
 )
 from streams.pattern_processor import PatternStatsProcessor
 
@@ -55,7 +54,7 @@ def typed(value: bytes) -> list[Observation]:
         observations.append(
             Observation(
                 sample.domain,
-                shape_of(sample.pattern),
+                split_pattern(sample.pattern)[0],
                 sample.pattern,
                 parse(sample.url),
                 sample.count,

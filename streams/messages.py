@@ -35,7 +35,7 @@ import orjson
 
 from miqps.maps import DomainMap, GateVerdict, InvalidMap, parse_map, utc_now
 from miqps.update import MapUpdate, Why
-from miqps.urls import InvalidURL, NormalizedURL, parse
+from miqps.urls import InvalidURL, NormalizedURL, parse, split_pattern
 
 JSON_STARTS = (ord("{"), ord("["), ord('"'))
 WHITESPACE = b" \t\r\n"
@@ -389,11 +389,6 @@ def read_sample_items(value: bytes | None) -> list[Any]:
     return items
 
 
-def shape_of(pattern: str) -> str:
-    """The path shape of a pattern: its path, without the query."""
-    return pattern.partition("?")[0]
-
-
 @dataclass(frozen=True, slots=True)
 class Observation:
     """One pattern-sample item as the pattern-stats agent applies it: a ``due`` tick has
@@ -417,7 +412,7 @@ def read_observation(item: Any) -> Observation:
     if type(item) is not dict or item.get("kind") not in SAMPLE_TYPES:
         raise BadInput("pattern sample without a known kind")
     domain, pattern = item.get("domain"), item.get("pattern", "")
-    shape = item.get("shape") or (shape_of(pattern) if type(pattern) is str else None)
+    shape = item.get("shape") or (split_pattern(pattern)[0] if type(pattern) is str else None)
     if not (
         type(domain) is str
         and domain
@@ -674,7 +669,6 @@ class Source:
 
 
 Stage = Literal["canonicalize", "pattern-stats", "probe"]
-STAGES: tuple[Stage, ...] = get_args(Stage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -744,20 +738,6 @@ class DeadLetter:
         except binascii.Error:
             raise BadInput("a dead letter whose original or key is not base64") from None
         return record
-
-
-def encode_dead_letter(
-    reason: str,
-    value: bytes | None,
-    key: bytes | None,
-    source: Source,
-    stage: str,
-    max_original_bytes: int,
-) -> bytes:
-    """:meth:`DeadLetter.of` as bytes, for callers whose stage is any string."""
-    if stage not in STAGES:
-        raise ValueError(f"dead-letter stage must be one of {', '.join(STAGES)}: {stage!r}")
-    return DeadLetter.of(reason, value, key, source, stage, max_original_bytes).to_bytes()
 
 
 # ---------------------------------------------------------------- miqps.map-history

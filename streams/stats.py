@@ -26,7 +26,6 @@ import orjson
 from miqps.sampling import SamplePool, urls_per_name
 from miqps.urls import NormalizedURL
 from streams.messages import ProbeRequest, RequestedPattern, RequestReason
-from streams.messages import shape_of as shape_of
 from streams.settings import LearningPolicy
 
 ENOUGH_SAMPLES: Final = "enough-samples"

@@ -5,7 +5,7 @@ import base64
 import orjson
 import pytest
 
-from streams.messages import BadInput, Source, decode_input, encode_dead_letter
+from streams.messages import BadInput, DeadLetter, Source, decode_input
 from tests.streams.support import assert_valid
 
 LIMIT = 1024 * 1024
@@ -68,14 +68,14 @@ def test_overlong_url_is_rejected_by_the_core() -> None:
 def test_dead_letter_keeps_the_original_bytes_and_source() -> None:
     value = b"\xff\x00 binary"
     record = orjson.loads(
-        encode_dead_letter(
+        DeadLetter.of(
             "not valid UTF-8 (byte 0)",
             value,
             b"k",
             Source("urls.raw", 3, 41, 1700000000000),
             "canonicalize",
             1024,
-        )
+        ).to_bytes()
     )
     assert_valid("urls-dlq", record)
     assert base64.b64decode(record["original"]) == value
@@ -87,7 +87,9 @@ def test_dead_letter_keeps_the_original_bytes_and_source() -> None:
 def test_dead_letter_truncates_only_beyond_the_cap_and_says_so() -> None:
     value = b"y" * 5000
     record = orjson.loads(
-        encode_dead_letter("too large", value, None, Source("urls.raw", 0, 0), "canonicalize", 1000)
+        DeadLetter.of(
+            "too large", value, None, Source("urls.raw", 0, 0), "canonicalize", 1000
+        ).to_bytes()
     )
     assert_valid("urls-dlq", record)
     assert record["truncated"] is True and record["original_bytes"] == 5000

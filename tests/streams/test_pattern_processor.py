@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from miqps.urls import parse
+from miqps.urls import parse, split_pattern
 from streams.messages import Observation
 from streams.pattern_processor import MIN_TICK_DELAY, PatternStatsProcessor, Step
 from streams.settings import LearningPolicy
-from streams.stats import ENOUGH_SAMPLES, RETRY, TIME_LIMIT, ShapeStats, shape_of
+from streams.stats import ENOUGH_SAMPLES, RETRY, TIME_LIMIT, ShapeStats
 
 POLICY = LearningPolicy(
     min_distinct_values=3, saturation_urls=10, rare_after=60.0, retry_after=20.0
@@ -28,7 +28,9 @@ def seen(*urls: str) -> list[Observation]:
     observations = []
     for text in urls:
         url = parse(text)
-        observations.append(Observation(DOMAIN, shape_of(url.pattern), url.pattern, url, 1, ""))
+        observations.append(
+            Observation(DOMAIN, split_pattern(url.pattern)[0], url.pattern, url, 1, "")
+        )
     return observations
 
 
