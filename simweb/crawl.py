@@ -16,11 +16,20 @@ several URLs:
 The block is a function of the page shown (not of the URL asked for), so every URL of a
 page gets the same HTML from it; its parameters are the site's own, with their roles, so
 :func:`simweb.corpus.content_key_for` stays the ground truth.
+
+Serve them for a crawler of your own (an HTTP proxy on loopback; start at each site's home
+page, ``http://crawl-<host>/``)::
+
+    python -m simweb.crawl [--family tuning] [--sites 3] [--seed 5] [--items 30] [--port 8898]
 """
 
 from __future__ import annotations
 
+import argparse
 import random
+import signal
+import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from html import escape
@@ -29,7 +38,7 @@ from urllib.parse import urlencode
 from simweb.render import kit
 from simweb.resolve import Page
 from simweb.server import SimWeb
-from simweb.sites import NoiseParam, PageKind, Role, Route, Site, build_sites
+from simweb.sites import FAMILIES, NoiseParam, PageKind, Role, Route, Site, build_sites
 from simweb.vocab import CAMPAIGN_WORDS, REF_SOURCES, UTM_MEDIUMS, UTM_SOURCES
 
 CRAWL_HOST_PREFIX = "crawl-"
@@ -218,3 +227,63 @@ def _item_route(site: Site) -> Route | None:
     return next(
         (r for r in site.routes if r.kind is PageKind.ITEM and not r.rare and not r.hang), None
     )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m simweb.crawl",
+        description="Serve the crawlable sites of the simulated web as an HTTP proxy on "
+        "loopback, until interrupted. Crawl from each site's home page (printed) through "
+        "the proxy; bench.scrapy_crawl uses the same sites with its defaults.",
+    )
+    parser.add_argument("--family", choices=FAMILIES, default="tuning")
+    parser.add_argument("--sites", type=int, default=3, help="how many sites (default 3)")
+    parser.add_argument("--seed", type=int, default=5, help="site seed (default 5)")
+    parser.add_argument(
+        "--items", type=int, default=30, help="catalogue items per site (default 30)"
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8898, help="proxy port (0: any free one)")
+    parser.add_argument(
+        "--rate-limit", type=float, default=0.0, help="requests/s per host, 0: unlimited"
+    )
+    parser.add_argument(
+        "--interstitials",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="answer some requests of the sites that have them with challenge pages",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        sites = build_crawl_sites(args.family, args.sites, args.seed, args.items)
+    except ValueError as error:
+        print(f"python -m simweb.crawl: {error}", file=sys.stderr)
+        return 2
+    done = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda number, frame: done.set())
+    web = CrawlWeb(
+        sites,
+        args.host,
+        args.port,
+        rate_limit_per_second=args.rate_limit,
+        flaky_rate=0.0,
+        seed=args.seed,
+        interstitials=args.interstitials,
+    )
+    with web:
+        print(f"simweb.crawl: proxy {web.proxy_url}; start URLs:", flush=True)
+        for site in sites:
+            print(f"http://{site.host}/", flush=True)
+        while not done.wait(0.5):
+            pass
+    print("simweb.crawl stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,6 +3,9 @@ many URLs, some of them different pages."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from collections import Counter
 
 import httpx
@@ -87,3 +90,40 @@ def test_a_missing_page_links_nowhere() -> None:
     page = _page(site, "/no-such-page")
     assert page.kind is PageKind.NOT_FOUND
     assert crawl_links(site, page) == []
+
+
+def test_the_command_prints_its_usage() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "simweb.crawl", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: python -m simweb.crawl")
+    assert "--family" in done.stdout and "--port" in done.stdout
+
+
+def test_the_command_serves_the_crawl_sites_until_sigterm() -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "simweb.crawl", "--sites", "2", "--seed", "5", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        proxy = process.stdout.readline().split("proxy ", 1)[1].split(";")[0]
+        starts = [process.stdout.readline().strip() for _ in range(2)]
+        sites = build_crawl_sites("tuning", 2, seed=5)
+        assert starts == [f"http://{site.host}/" for site in sites]
+        with httpx.Client(proxy=proxy, timeout=10) as client:
+            home = client.get(starts[0])
+        assert home.status_code == 200
+        hrefs = [
+            node.attributes.get("href") for node in LexborHTMLParser(home.text).css("nav.more a")
+        ]
+        assert hrefs == crawl_links(sites[0], home_page(sites[0]))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
