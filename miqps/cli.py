@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from miqps.audit import DEFAULT_AUDIT_SHARE, Audit, AuditRule, audit_map
 from miqps.canonical import Canonicalizer, StaticLayers
 from miqps.export import FORMATS as EXPORT_FORMATS
 from miqps.export import export
@@ -89,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=DEFAULT_MAX_FLIP_SHARE,
         help="A: reject an update dropping more than this share of kept params",
+    )
+    learn.add_argument(
+        "--audit-share",
+        type=float,
+        default=DEFAULT_AUDIT_SHARE,
+        help="on an existing map, re-test this share of the new items of dropped params (0: off)",
     )
     learn.add_argument(
         "--concurrency",
@@ -271,6 +278,7 @@ def run_learn(args: argparse.Namespace) -> int:
             verify_samples=args.verify_samples,
             seed=args.seed,
         )
+        audit_rule = AuditRule(args.audit_share, seed=str(args.seed))
     except ValueError as error:
         print(f"miqps learn: {error}", file=sys.stderr)
         return 2
@@ -309,13 +317,14 @@ def run_learn(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     started = time.monotonic()
-    updates, fetch_stats = asyncio.run(
+    updates, audits, fetch_stats = asyncio.run(
         _learn(
             urls,
             previous,
             config,
             fetch_config,
             args.max_flip_share,
+            audit_rule,
             show_progress=not args.no_progress,
         )
     )
@@ -335,6 +344,9 @@ def run_learn(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         final.setdefault(domain, merge_update(None, DomainMap(domain)))
+    for domain, audit in audits.items():
+        if audit.published is not None:
+            final[domain] = audit.published
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_maps(args.out, final.values())
     _print_summary(
@@ -346,6 +358,7 @@ def run_learn(args: argparse.Namespace) -> int:
         fetch_stats,
         time.monotonic() - started,
         args.out,
+        list(audits.values()),
     )
     return 0
 
@@ -445,9 +458,10 @@ async def _learn(
     config: LearnConfig,
     fetch_config: FetchConfig,
     max_flip_share: float,
+    audit_rule: AuditRule,
     *,
     show_progress: bool,
-) -> tuple[dict[str, MapUpdate], FetchStats]:
+) -> tuple[dict[str, MapUpdate], dict[str, Audit], FetchStats]:
     progress = _progress(len({url.host for url in urls}), show_progress)
     async with Fetcher(fetch_config) as fetcher:
 
@@ -456,8 +470,9 @@ async def _learn(
                 progress.set_postfix_str(f"{fetcher.stats.requests} fetches")
                 progress.update(1)
 
+        prober = PageProber(fetcher)
         updates = await update_all(
-            Learner(PageProber(fetcher), config),
+            Learner(prober, config),
             previous,
             urls,
             max_flip_share=max_flip_share,
@@ -465,7 +480,38 @@ async def _learn(
         )
         if progress is not None:
             progress.close()
-        return updates, fetcher.stats
+        audits = await _audit_previous(prober, previous, updates, urls, audit_rule, max_flip_share)
+        return updates, audits, fetcher.stats
+
+
+async def _audit_previous(
+    prober: PageProber,
+    previous: dict[str, DomainMap],
+    updates: dict[str, MapUpdate],
+    urls: list[NormalizedURL],
+    rule: AuditRule,
+    max_flip_share: float,
+) -> dict[str, Audit]:
+    """Audit what the previous maps drop with the new URLs of their patterns, each domain
+    against its newest map."""
+    by_domain: dict[str, list[NormalizedURL]] = {}
+    for url in urls:
+        old = previous.get(url.host)
+        if old is not None and url.pattern in old.patterns:
+            by_domain.setdefault(url.host, []).append(url)
+    audits: dict[str, Audit] = {}
+
+    async def one(domain: str, domain_urls: list[NormalizedURL]) -> None:
+        update = updates.get(domain)
+        newest = update.published if update is not None else None
+        current = newest or previous[domain]
+        audits[domain] = await audit_map(
+            prober, current, domain_urls, rule, max_flip_share=max_flip_share
+        )
+
+    if rule.share > 0:
+        await asyncio.gather(*(one(d, u) for d, u in sorted(by_domain.items())))
+    return dict(sorted(audits.items()))
 
 
 def _progress(total: int, wanted: bool) -> Any:
@@ -485,6 +531,7 @@ def _print_summary(
     fetch_stats: FetchStats,
     seconds: float,
     path: Path,
+    audits: Sequence[Audit] = (),
 ) -> None:
     distinct = len({url.url for url in urls})
     decisions = [entry.decision for update in updates for entry in update.decided.values()]
@@ -520,10 +567,31 @@ def _print_summary(
             for u in updates
             if u.unreachable
         ),
+        *_audit_summary(audits),
         f"time: {seconds:.1f}s",
         f"maps written to {path}",
     ]
     out.write("\n".join(lines) + "\n")
+
+
+def _audit_summary(audits: Sequence[Audit]) -> list[str]:
+    if not audits:
+        return []
+    restored = [
+        f"{audit.domain} {shape} {name}" for audit in audits for shape, name in audit.restored
+    ]
+    lines = [
+        f"audits: {sum(a.audited for a in audits)} items of dropped parameters re-tested "
+        f"({sum(a.inconclusive for a in audits)} inconclusive, not counted), "
+        f"{sum(a.update.fetches for a in audits)} fetches, {len(restored)} parameters restored"
+    ]
+    lines.extend(f"restored by an audit: {entry}" for entry in restored)
+    lines.extend(
+        f"{audit.domain}: audit update rejected, old map kept: {audit.update.verdict.reason}"
+        for audit in audits
+        if audit.update.verdict is not None and not audit.update.verdict.accepted
+    )
+    return lines
 
 
 def run_canonicalize(args: argparse.Namespace) -> int:

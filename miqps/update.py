@@ -57,6 +57,7 @@ class Why(StrEnum):
     REQUESTED = "requested"
     POOLED = "pooled"
     STALE_DEFAULTS = "stale-defaults"
+    AUDIT = "audit"
 
 
 @dataclass(frozen=True, slots=True)

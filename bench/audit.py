@@ -1,0 +1,229 @@
+"""How soon an audit restores a dropped parameter that changes a few items, and what audits cost.
+
+A store on loopback (:class:`SometimesStore`) shows its products at ``/product?id=N``; every
+link carries ``size`` and often ``ref``. ``size`` changes the page of ``--changing-share``
+of the products (the apparel: the size picked and its price are shown), ``ref`` none. Every
+page has a render stamp and a promo rotating among three variants. The map given to the
+audits wrongly drops ``size`` (as if its samples had been five other products). ``--urls``
+URLs of random products (of ``--items``) then pass, in order, through
+:func:`miqps.audit.audit_map` in batches of ``--batch``, each batch against the newest map,
+as the stream and ``miqps learn`` feed it. Printed per trial (each with other apparel and
+another choice of audited items): URLs passed when ``size`` was restored, audits, fetches
+and fetches per 1,000 URLs. A control store whose ``size`` changes nothing must restore
+nothing::
+
+    .venv/bin/python -m bench.audit [--trials 10] [--urls 20000] [--items 4000] [--share 0.05]
+
+It prints figures; it asserts no target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from html import escape
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from threading import Thread
+from urllib.parse import parse_qsl, urlsplit
+
+import xxhash
+
+from miqps.audit import DEFAULT_AUDIT_SHARE, AuditRule, ItemMemory, audit_map
+from miqps.fetch import FetchConfig, Fetcher
+from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification, utc_now
+from miqps.prober import PageProber
+from miqps.urls import NormalizedURL, parse
+
+SIZES = ("XS", "S", "M", "L", "XL")
+PROMOS = ("Free shipping this week", "Two for one on socks", "Join our newsletter")
+
+
+def changes_with_size(host: str, item: str) -> bool:
+    """Whether product ``item`` of ``host`` shows its size: hosts are ``s<seed>-p<percent>``
+    (``s3-p5.store.test``: seed 3, 5% of the products)."""
+    label = host.split(".", 1)[0]
+    seed, _, percent = label.partition("-p")
+    share = int(percent or "0")
+    return xxhash.xxh3_64_intdigest(f"{seed}:{item}".encode()) % 100 < share
+
+
+class SometimesStore(BaseHTTPRequestHandler):
+    """``/product?id=N`` on any host; ``size`` matters only where :func:`changes_with_size`
+    says so, ``ref`` nowhere. Other paths are a 404."""
+
+    def do_GET(self) -> None:
+        parts = urlsplit(self.path)
+        query = dict(parse_qsl(parts.query))
+        item = query.get("id", "")
+        if parts.path != "/product" or not item.isdigit():
+            self._send(404, "<h1>Not found</h1><p>There is no such page in this store.</p>")
+            return
+        price = 1000 + int(item) % 97 * 10
+        detail = ""
+        if changes_with_size(parts.hostname or "", item):
+            size = query.get("size", "M")
+            if size in SIZES:
+                price += SIZES.index(size) * 150
+                detail = f"<p class=size>Size: {escape(size)}</p>"
+        promo = random.choice(PROMOS)
+        self._send(
+            200,
+            f"<header><nav>Store</nav></header><main><h1>Product {escape(item)}</h1>"
+            f"<p class=desc>A fine product, number {escape(item)}, made to last.</p>{detail}"
+            f"<p class=price>{price / 100:.2f} EUR</p></main>"
+            f"<aside class=promo><p>{promo}</p></aside>"
+            f"<footer><p class=stamp>rendered {time.time_ns()}</p></footer>",
+        )
+
+    def _send(self, status: int, body: str) -> None:
+        data = f"<!doctype html><html><body>{body}</body></html>".encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+def serve_store() -> Iterator[str]:
+    """Serve :class:`SometimesStore` on loopback; yields its URL (the fetcher's proxy)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SometimesStore)
+    thread = Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def store_host(seed: int, percent: int) -> str:
+    return f"s{seed}-p{percent}.store.test"
+
+
+def wrong_map(host: str) -> DomainMap:
+    """A map of the store that keeps ``id`` and drops ``size`` and ``ref``, as learned on
+    products none of which shows its size."""
+    decided = utc_now()
+
+    def decision(names: set[str]) -> PatternDecision:
+        params = {"id": ParamEvidence("keep", Layer.LEARNED, 5, 5, 0, 0)}
+        for name in names:
+            params[name] = ParamEvidence("drop", Layer.LEARNED, 5, 0, 5, 0)
+        return PatternDecision(
+            frozenset({"id"}), frozenset(names), params, Verification(samples=1), decided, 100
+        )
+
+    patterns = {
+        "/product?id&ref&size": decision({"ref", "size"}),
+        "/product?id&size": decision({"size"}),
+    }
+    return DomainMap(host, 1, decided, patterns)
+
+
+def store_urls(host: str, count: int, items: int, seed: int) -> list[NormalizedURL]:
+    """``count`` URLs of random products, each with a size, half of them with a ``ref``."""
+    rng = random.Random(seed)
+    urls: list[NormalizedURL] = []
+    for _ in range(count):
+        query = f"id={rng.randrange(1, items + 1)}&size={rng.choice(SIZES)}"
+        if rng.random() < 0.5:
+            query += f"&ref={rng.choice(('home', 'mail', 'search', 'ad'))}{rng.randrange(50)}"
+        urls.append(parse(f"http://{host}/product?{query}"))
+    return urls
+
+
+@dataclass(slots=True)
+class Trial:
+    restored_after: int | None
+    restored: list[tuple[str, str]]
+    audits: int
+    inconclusive: int
+    fetches: int
+    urls: int
+
+
+async def run_trial(
+    proxy: str, host: str, urls: list[NormalizedURL], rule: AuditRule, batch: int
+) -> Trial:
+    """Pass ``urls`` through audits of the store's wrong map, ``batch`` at a time."""
+    current = wrong_map(host)
+    memory = ItemMemory()
+    trial = Trial(None, [], 0, 0, 0, len(urls))
+    config = FetchConfig(proxy=proxy, per_host_rate=1000.0, per_host_concurrency=4, timeout=5.0)
+    async with Fetcher(config) as fetcher:
+        prober = PageProber(fetcher)
+        for start in range(0, len(urls), batch):
+            audit = await audit_map(prober, current, urls[start : start + batch], rule, memory)
+            trial.audits += audit.audited
+            trial.inconclusive += audit.inconclusive
+            if audit.published is not None:
+                current = audit.published
+                trial.restored.extend(audit.restored)
+                if trial.restored_after is None and ("/product", "size") in audit.restored:
+                    trial.restored_after = min(start + batch, len(urls))
+        trial.fetches = fetcher.stats.requests
+    return trial
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--urls", type=int, default=20000)
+    parser.add_argument("--items", type=int, default=4000)
+    parser.add_argument("--share", type=float, default=DEFAULT_AUDIT_SHARE)
+    parser.add_argument("--changing-share", type=int, default=5, help="percent of products")
+    parser.add_argument("--batch", type=int, default=100)
+    args = parser.parse_args(argv)
+    for proxy in serve_store():
+        rows: list[tuple[str, Trial]] = []
+        for seed in range(1, args.trials + 1):
+            host = store_host(seed, args.changing_share)
+            urls = store_urls(host, args.urls, args.items, seed)
+            rule = AuditRule(args.share, seed=str(seed))
+            rows.append((host, asyncio.run(run_trial(proxy, host, urls, rule, args.batch))))
+        control_host = store_host(0, 0)
+        control = asyncio.run(
+            run_trial(
+                proxy,
+                control_host,
+                store_urls(control_host, args.urls, args.items, 0),
+                AuditRule(args.share, seed="0"),
+                args.batch,
+            )
+        )
+    print(
+        f"audit share {args.share:g}; {args.urls} URLs of {args.items} products per trial; "
+        f"size changes {args.changing_share}% of products"
+    )
+    print(
+        "| trial | size restored after (URLs) | audits | inconclusive | fetches | per 1,000 URLs |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for host, trial in [*rows, (f"{control_host} (control)", control)]:
+        after = "never" if trial.restored_after is None else str(trial.restored_after)
+        print(
+            f"| {host} | {after} | {trial.audits} | {trial.inconclusive} | {trial.fetches} | "
+            f"{trial.fetches * 1000 / trial.urls:.1f} |"
+        )
+    restored = [t.restored_after for _, t in rows if t.restored_after is not None]
+    if restored:
+        print(
+            f"restored in {len(restored)} of {len(rows)} trials; after {min(restored)}–"
+            f"{max(restored)} URLs (median {statistics.median(restored):g}); "
+            f"control restored: {control.restored or 'nothing'}"
+        )
+    else:
+        print(f"restored in 0 of {len(rows)} trials; control restored: {control.restored}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
