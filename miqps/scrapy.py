@@ -41,6 +41,7 @@ fallback), ``miqps/unlearned_fed`` (URLs sent with ``MIQPS_FEED_UNLEARNED``),
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from typing import Any, Protocol
 from weakref import WeakKeyDictionary
@@ -60,6 +61,8 @@ from miqps.canonical import Canonicalizer
 from miqps.urls import InvalidURL
 
 __all__ = ["Addon", "CanonicalRequestsMiddleware", "MapsRequestFingerprinter"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_FALLBACK = "scrapy.utils.request.RequestFingerprinter"
 REWRITE_MIDDLEWARE_ORDER = 50
@@ -95,7 +98,7 @@ class MapsRequestFingerprinter:
                 bootstrap, topic=settings.get("MIQPS_MAPS_TOPIC", "miqps.maps"), use_prior=use_prior
             )
         elif maps:
-            canonicalizer = Canonicalizer.from_file(maps, use_prior=use_prior)
+            canonicalizer = _canonicalizer_from_file(maps, use_prior)
         else:
             raise ValueError(
                 "miqps.scrapy: set MIQPS_MAPS (a maps file) or "
@@ -268,6 +271,20 @@ class CanonicalRequestsMiddleware(BaseSpiderMiddleware):
             self.stats.inc_value("miqps/requests_rewritten")
         meta = {"miqps_original_url": request.url, **request.meta}
         return request.replace(url=canonical, meta=meta)
+
+
+def _canonicalizer_from_file(maps: str, use_prior: bool) -> Canonicalizer:
+    """The maps of the file ``MIQPS_MAPS`` names; a file that cannot be read stops the
+    crawl at start-up with an error naming the setting and the path."""
+    try:
+        return Canonicalizer.from_file(maps, use_prior=use_prior)
+    except OSError as error:
+        reason = (
+            f"MIQPS_MAPS = {maps!r} cannot be read ({error.strerror or error}); write it "
+            f"with 'miqps learn --urls URLS.txt --out {maps}', or set MIQPS_MAPS to a maps file"
+        )
+        log.error("%s", reason)
+        raise ValueError(f"miqps.scrapy: {reason}") from None
 
 
 class Addon:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from bench.scrapy_crawl import Comparison, Crawl, compare
 from miqps import Canonicalizer
 from miqps.maps import DomainMap, write_maps
 from miqps.scrapy import Addon, CanonicalRequestsMiddleware, MapsRequestFingerprinter
+from simweb.crawl import CrawlWeb, build_crawl_sites
 from tests.miqps.test_api import HOST, product_map
 
 
@@ -129,6 +132,43 @@ def test_rewriting_without_the_maps_fingerprinter_is_refused_clearly() -> None:
     crawler._apply_settings()
     with pytest.raises(ValueError, match="enable the add-on"):
         CanonicalRequestsMiddleware.from_crawler(crawler)
+
+
+SPIDER = """
+import scrapy
+
+
+class Shop(scrapy.Spider):
+    name = "shop"
+    start_urls = [{start!r}]
+    custom_settings = {{"ADDONS": {{"miqps.scrapy.Addon": 600}}, "MIQPS_MAPS": {maps!r}}}
+
+    def parse(self, response):
+        yield {{"url": response.url}}
+"""
+
+
+def test_a_crawl_whose_maps_file_is_missing_stops_at_start_up_naming_setting_and_path(
+    tmp_path: Path,
+) -> None:
+    missing = tmp_path / "not-learned-yet" / "maps.jsonl"
+    sites = build_crawl_sites("tuning", 1, seed=5, items=5)
+    with CrawlWeb(sites, seed=5, rate_limit_per_second=0, flaky_rate=0.0) as web:
+        spider = tmp_path / "spider.py"
+        spider.write_text(SPIDER.format(start=f"http://{sites[0].host}/", maps=str(missing)))
+        done = subprocess.run(
+            [str(Path(sys.executable).with_name("scrapy")), "runspider", str(spider)],
+            cwd=tmp_path,
+            env={**os.environ, "http_proxy": web.proxy_url},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        fetched = web.requests_total()
+    assert done.returncode != 0
+    assert f"MIQPS_MAPS = '{missing}' cannot be read (No such file or directory)" in done.stderr
+    assert "FileNotFoundError" not in done.stderr, done.stderr[-2000:]
+    assert fetched == 0
 
 
 # --- a real crawl --------------------------------------------------------------------
