@@ -384,6 +384,25 @@ def _json_type(value: object) -> str:
     return "a string" if isinstance(value, str) else "an array"
 
 
+# What the JSON parser says when the text is JSON that breaks a rule, rather than no JSON.
+_JSON_RULE_MESSAGES = ("depth limit", "UTF-8", "infinity", "surrogate")
+
+
+def _not_json(raw: bytes | str, error: orjson.JSONDecodeError) -> str:
+    """What a user can act on: a line that ends inside its JSON value was cut short, any
+    other syntax error shows what stands where JSON was expected."""
+    if any(part in error.msg for part in _JSON_RULE_MESSAGES):
+        return _shorten(str(error))
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    content = text.rstrip()
+    if not content:
+        return "not JSON: the line is empty"
+    if error.pos >= len(content):
+        return f"not JSON (truncated?): the line ends at column {len(content)}, inside a value"
+    found = content[error.pos : error.pos + 24]
+    return _shorten(f"not JSON (corrupted?): unexpected {found!r} at column {error.pos + 1}")
+
+
 def parse_map(raw: bytes | str, key: str | None = None, interner: Interner = AS_READ) -> DomainMap:
     """The map in ``raw``, one JSON document, after checking every rule of :data:`RULES`
     but "one line per domain" (which needs the whole file: :func:`read_maps` checks it);
@@ -395,7 +414,7 @@ def parse_map(raw: bytes | str, key: str | None = None, interner: Interner = AS_
     try:
         document = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
-        raise InvalidMap("json", _shorten(str(error))) from None
+        raise InvalidMap("json", _not_json(raw, error)) from None
     if not isinstance(document, dict):
         raise InvalidMap("schema", f"{_json_type(document)} instead of an object")
     if not satisfies_schema(document, raw):

@@ -253,6 +253,28 @@ def test_the_command_line_names_the_broken_line_and_exits_non_zero(
     assert "--skip-invalid" in stderr
 
 
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("this is garbage", "not JSON (corrupted?): unexpected 'this is garbage' at column 1"),
+        (
+            product_map("b.example").dumps()[:500],
+            "not JSON (truncated?): the line ends at column 500",
+        ),
+        (product_map("b.example").dumps()[:-1], "not JSON (truncated?)"),
+    ],
+    ids=["garbage", "cut inside a string", "cut at the last brace"],
+)
+def test_a_line_that_is_not_json_says_so_with_the_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str, expected: str
+) -> None:
+    path = maps_file(tmp_path, product_map("a.example").dumps(), line)
+    assert main(["canonicalize", "--maps", str(path), "https://a.example/"]) == 2
+    stderr = capsys.readouterr().err
+    assert f"{path}:2: not a MIQPS map (json): {expected}" in stderr
+    assert "expected 'true'" not in stderr and "control character" not in stderr
+
+
 def test_learn_with_skip_invalid_keeps_the_previous_file_before_rewriting_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
