@@ -1,7 +1,12 @@
 """Content IDs: the item a person sees on a page, hashed with xxhash, blind to page noise.
 
 A page becomes a *snapshot*: a set of *blocks*, each a 64-bit key naming where on the page
-something is and the xxhash of what is there. What a snapshot sees:
+something is and the xxhash of what is there. The hash names the content alone, never its
+place (a data leaf's path and a property's name are content; a DOM path is not), so the same
+item in another template (a print view, an AMP page, an A/B layout with other wrappers and
+classes) has the same blocks under other keys. Two snapshots are compared by what they hold:
+a block is different only when nothing left over in the other snapshot holds the same thing
+(:func:`differing_paths`). What a snapshot sees:
 
 - **visible text**, grouped by the DOM path of its element (``body>main#p.product>h1``);
   scripts, styles, templates, ``noscript`` and hidden subtrees are skipped;
@@ -23,8 +28,9 @@ query (``"query": {"id": "42", "utm_source": "mail"}``).
 
 Timestamps, nonces, rotating ads and carousels change blocks by themselves; they are not
 guessed but *learned*: fetching the same URL again shows which blocks change on their own
-(:class:`VolatilityModel`). The content ID is the hash of the HTTP status and every
-non-volatile block.
+(:class:`VolatilityModel`), by the keys where the difference sits, in each layout of a template
+as it is seen. The content ID is the hash of the HTTP status and of what every non-volatile
+block holds, in no particular place or order.
 
 Some pages are evidence of nothing (:attr:`Snapshot.unjudgeable`): bot, consent and challenge
 interstitials, client-side shells whose item is fetched by scripts, and pages over the parsing
@@ -35,6 +41,7 @@ key and the element's label, so memory stays linear in the depth of the page.
 from __future__ import annotations
 
 import re
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -183,8 +190,14 @@ class _Page:
     all_text_chars: int = 0
     title: str = ""
 
-    def add(self, key: int, value: str) -> None:
-        self.parts.setdefault(key, []).append(value)
+    def add(self, key: int, value: str, label: str = "") -> None:
+        """Add ``value`` to the block at ``key``; ``label`` says what it is wherever it sits
+        (a data leaf's path, a property's name), the same in every template."""
+        values = self.parts.get(key)
+        if values is None:
+            self.parts[key] = [label, value]
+        else:
+            values.append(value)
 
 
 def snapshot_html(
@@ -200,7 +213,7 @@ def snapshot_html(
     title = tree.css_first("title")
     if title is not None:
         title_text = " ".join(title.text(deep=True).split())
-        page.add(block_key(_TITLE_KEY_LABEL), title_text)
+        page.add(block_key(_TITLE_KEY_LABEL), title_text, _TITLE_KEY_LABEL)
         page.all_text.append(title_text)
         page.title = title_text
     canonical = tree.css_first('link[rel="canonical"]')
@@ -252,7 +265,7 @@ def _collect_head(tree: LexborHTMLParser, page: _Page) -> str | None:
             rel = (attributes.get("rel") or "").lower().split()
             href = attributes.get("href")
             if "image_src" in rel and href:
-                page.add(_chain(_HEAD_META_KEY, "image_src"), resource(href))
+                page.add(_chain(_HEAD_META_KEY, "image_src"), resource(href), "@img")
                 page.content_images += 1
             continue
         name = (
@@ -261,7 +274,7 @@ def _collect_head(tree: LexborHTMLParser, page: _Page) -> str | None:
         content = attributes.get("content")
         if content is None or not _is_item_meta(name, attributes):
             continue
-        page.add(_chain(_HEAD_META_KEY, name), resource(content))
+        page.add(_chain(_HEAD_META_KEY, name), resource(content), "meta:" + name)
         page.data_leaves += 1
         if name in _IMAGE_META:
             page.content_images += 1
@@ -281,6 +294,7 @@ def _collect_data_scripts(tree: LexborHTMLParser, page: _Page) -> str | None:
         attributes = node.attributes
         kind = (attributes.get("type") or "").lower()
         label = "#" + (attributes.get("id") or f"{kind}[{index}]")
+        content_label = attributes.get("id") or kind
         try:
             data = orjson.loads(node.text(deep=True))
         except orjson.JSONDecodeError:
@@ -292,7 +306,7 @@ def _collect_data_scripts(tree: LexborHTMLParser, page: _Page) -> str | None:
             page.data_leaves += 1
             if page.data_leaves > MAX_DATA_LEAVES:
                 return f"more than {MAX_DATA_LEAVES} structured-data leaves"
-            page.add(_chain(blob, path), value)
+            page.add(_chain(blob, path), value, content_label + path)
     return None
 
 
@@ -437,21 +451,21 @@ def _collect_element(
         urls.extend(_srcset_urls(attributes.get("srcset") or ""))
         images = sorted({resource(url) for url in urls if url})
         if images:
-            page.add(_chain(key, "@img"), " ".join(images))
+            page.add(_chain(key, "@img"), " ".join(images), "@img")
             if not chrome:
                 page.content_images += 1
     elif tag == "option":
         if "selected" in attributes:
-            page.add(_chain(parent_key, "@selected"), attributes.get("value") or "")
+            page.add(_chain(parent_key, "@selected"), attributes.get("value") or "", "@selected")
     elif tag == "input":
         kind = (attributes.get("type") or "").lower()
         if kind in ("radio", "checkbox") and "checked" in attributes:
             name, value = attributes.get("name") or "", attributes.get("value") or "on"
-            page.add(_chain(parent_key, "@checked"), f"{name}={value}")
+            page.add(_chain(parent_key, "@checked"), f"{name}={value}", "@checked")
     prop = attributes.get("itemprop") or attributes.get("property")
     content = attributes.get("content")
     if prop and content is not None:
-        page.add(_chain(key, "@" + prop), resource(content))
+        page.add(_chain(key, "@" + prop), resource(content), "@" + prop)
         page.data_leaves += 1
 
 
@@ -480,21 +494,42 @@ def snapshot_bytes(status: int, final_url: str, body: bytes, redirects: int = 0)
 
 
 def differing_paths(a: Snapshot, b: Snapshot) -> set[int]:
+    """The keys, of either snapshot, of the blocks whose content the other does not hold.
+
+    A block is matched at its own key first, then by content anywhere among the other's
+    unmatched blocks, one for one: the same item in another layout differs in no block,
+    and a block shown twice in one and once in the other differs once."""
     blocks_a, blocks_b = a.blocks, b.blocks
-    paths = {path for path, digest in blocks_a.items() if blocks_b.get(path) != digest}
-    paths.update(path for path in blocks_b if path not in blocks_a)
-    return paths
+    only_a = [path for path, digest in blocks_a.items() if blocks_b.get(path) != digest]
+    only_b = [path for path, digest in blocks_b.items() if blocks_a.get(path) != digest]
+    if not only_a or not only_b:
+        return {*only_a, *only_b}
+    return {
+        *_unmatched(only_a, blocks_a, only_b, blocks_b),
+        *_unmatched(only_b, blocks_b, only_a, blocks_a),
+    }
+
+
+def _unmatched(
+    paths: list[int], blocks: Mapping[int, int], other_paths: list[int], other: Mapping[int, int]
+) -> Iterator[int]:
+    left = Counter(other[path] for path in other_paths)
+    for path in paths:
+        digest = blocks[path]
+        if left[digest] > 0:
+            left[digest] -= 1
+        else:
+            yield path
 
 
 def content_id(snapshot: Snapshot, volatile: Iterable[int] = ()) -> int:
-    """The xxhash content ID of a snapshot, ignoring the given volatile blocks."""
+    """The xxhash content ID of a snapshot: its status and what its blocks hold, wherever
+    they sit, the given volatile blocks left out."""
     skip = frozenset(volatile)
+    held = sorted(digest for path, digest in snapshot.blocks.items() if path not in skip)
     digest = xxhash.xxh3_64()
     digest.update(str(snapshot.status).encode())
-    for path in sorted(snapshot.blocks):
-        if path not in skip:
-            digest.update(path.to_bytes(8, "little"))
-            digest.update(snapshot.blocks[path].to_bytes(8, "little"))
+    digest.update(array("Q", held).tobytes())
     return digest.intdigest()
 
 
@@ -502,9 +537,11 @@ def content_id(snapshot: Snapshot, volatile: Iterable[int] = ()) -> int:
 class VolatilityModel:
     """Blocks seen changing between two fetches of the same URL, per page template.
 
-    A template is a domain and a path shape: pages of one shape share their layout, so
-    noise learned on one page applies to its siblings, but never across layouts where the
-    same DOM path may hold real content.
+    A template is a domain and a path shape: pages of one shape share their layouts, so
+    noise learned on one page applies to its siblings, but never across templates where the
+    same DOM path may hold real content. Noise is learned at the keys where it sits, in
+    each layout of the template it is seen in: two fetches in two layouts differ only where
+    their content does (:func:`differing_paths`).
     """
 
     volatile: dict[str, set[int]] = field(default_factory=dict)

@@ -318,3 +318,78 @@ def test_a_nuxt_payload_is_read_by_reference_so_an_echoed_query_moves_nothing() 
         200, "u", nuxt(head + '{"size":5},{},"/dp/1","L"]'), request_url="http://s.example/dp/1"
     )
     assert differing_paths(bare, larger) == {K("data>#__NUXT_DATA__>.data.size")}
+
+
+def templated(
+    title: str,
+    *,
+    layout: int = 0,
+    recs: str = "Boot $9",
+    stamp: str = "10:00:00.1",
+    image: str = "/img/shoe.jpg",
+) -> bytes:
+    """One item page in one of two templates: the second wraps the same content in other
+    elements and renames every class, as a print view or an A/B layout does."""
+    content = (
+        f"<h1 class='{'v2-title' if layout else 'title'}'>{title}</h1>"
+        f"<img src='{image}?w=300' alt=''>"
+        f"<p class='{'v2-price' if layout else 'price'}'>$10</p>"
+        f"<div class='{'v2-copy' if layout else 'desc'}'><p>Soft leather.</p><p>Warm lining.</p>"
+        "</div>"
+    )
+    side = f"<ul><li>{recs}</li></ul>"
+    if layout:
+        body = (
+            f"<div class='ab-shell'><section class='v2-main'><div>{content}</div></section>"
+            f"<div class='v2-side'><aside class='v2-recs'>{side}</aside></div></div>"
+            f"<footer class='v2'><p class='v2-stamp'>{stamp}</p></footer>"
+        )
+    else:
+        body = (
+            f"<main id='product' class='pdp'>{content}</main><aside class='recs'>{side}</aside>"
+            f"<footer><span class='generated'>{stamp}</span></footer>"
+        )
+    return f"<html><head><title>{title}</title></head><body>{body}</body></html>".encode()
+
+
+def test_the_same_item_in_another_template_is_the_same_item_and_two_items_never_are() -> None:
+    plain = snap(templated("Shoe"))
+    other_layout = snap(templated("Shoe", layout=1))
+    assert differing_paths(plain, other_layout) == set()
+    assert content_id(plain) == content_id(other_layout)
+    for layout in (0, 1):
+        shoe, boot = snap(templated("Shoe", layout=layout)), snap(templated("Boot", layout=layout))
+        assert content_id(shoe) != content_id(boot)
+        blue = snap(templated("Shoe", layout=layout, image="/img/shoe-blue.jpg"))
+        assert content_id(shoe) != content_id(blue), "a variant shown only by its image"
+    assert content_id(plain) != content_id(snap(templated("Boot", layout=1)))
+
+
+def test_two_fetches_in_two_layouts_show_only_the_noise_changing() -> None:
+    template = "shop.example/p/*"
+    model = VolatilityModel()
+    first = snap(templated("Shoe", recs="Boot $9", stamp="1"))
+    second = snap(templated("Shoe", layout=1, recs="Sock $2", stamp="2"))
+    changed = model.learn(template, first, second)
+    assert changed == {
+        K("body>aside.recs>ul>li"),
+        K("body>footer>span.generated"),
+        K("body>div.ab-shell>div.v2-side>aside.v2-recs>ul>li"),
+        K("body>footer.v2>p.v2-stamp"),
+    }
+    assert not model.too_noisy(template, first)
+    noise = model.paths(template)
+    third = snap(templated("Shoe", layout=1, recs="Hat $5", stamp="3"))
+    assert content_id(first, noise) == content_id(third, noise)
+    assert content_id(first, noise) != content_id(snap(templated("Boot", layout=1)), noise)
+
+
+def test_a_block_shown_twice_differs_from_the_same_block_shown_once_in_another_layout() -> None:
+    once = snapshot_html(200, "u", b"<body><main><h1>Shoe</h1><p>Sale</p></main></body>")
+    twice = snapshot_html(
+        200,
+        "u",
+        b"<body><div class='v2'><h1>Shoe</h1><p>Sale</p></div><div><b>Sale</b></div></body>",
+    )
+    assert differing_paths(once, twice) == {K("body>div>b")}
+    assert content_id(once) != content_id(twice)
