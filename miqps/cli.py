@@ -11,6 +11,7 @@ import shutil
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="miqps",
         description="Learn which URL query parameters change a page, and canonicalize URLs.",
     )
+    parser.add_argument("--version", action="version", version=f"miqps {version('miqps')}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     learn = commands.add_parser("learn", help="probe sites and write one MIQPS map per domain")
@@ -291,7 +293,7 @@ def run_learn(args: argparse.Namespace) -> int:
         allow_private=args.allow_private,
     )
     try:
-        with args.urls.open(encoding="utf-8", errors="replace") as handle:
+        with args.urls.open(encoding="utf-8", errors="surrogateescape") as handle:
             urls, blank, invalid = _read_urls(handle, str(args.urls))
     except OSError as error:
         print(f"miqps learn: cannot read {args.urls}: {error.strerror}", file=sys.stderr)
@@ -360,7 +362,30 @@ def run_learn(args: argparse.Namespace) -> int:
         args.out,
         list(audits.values()),
     )
+    if _every_probe_failed(updates.values(), fetch_stats):
+        print(_TOTAL_FAILURE_HINT, file=sys.stderr)
+        return EXIT_EVERY_PROBE_FAILED
     return 0
+
+
+EXIT_EVERY_PROBE_FAILED = 3
+_TOTAL_FAILURE_HINT = (
+    "miqps learn: nothing could be decided: every probe failed and no page was fetched.\n"
+    "  Hosts that do not resolve here: send the probes through a proxy that reaches them "
+    "(--proxy URL or MIQPS_PROXY; the proxy resolves the names), or check DNS.\n"
+    "  Loopback or private addresses: refused unless --allow-private (or "
+    "MIQPS_ALLOW_PRIVATE=1).\n"
+    "  The maps keep every parameter of these patterns; the next run asks again."
+)
+
+
+def _every_probe_failed(updates: Iterable[MapUpdate], fetch_stats: FetchStats) -> bool:
+    """Whether no pattern of the input is decided, now or by the previous maps, because no
+    probe got a page: every fetch failed or was refused."""
+    updates = list(updates)
+    left_undecided = any(update.unreachable for update in updates)
+    decided = any(update.decided or update.skipped for update in updates)
+    return left_undecided and not decided and fetch_stats.fetched == 0
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -369,11 +394,12 @@ def run_export(args: argparse.Namespace) -> int:
         return 2
     maps, _ = loaded
     if args.domain:
-        missing = sorted(set(args.domain) - maps.keys())
+        wanted = [domain.lower() for domain in args.domain]  # a domain is a lowercased host
+        missing = sorted(set(wanted) - maps.keys())
         if missing:
             print(f"miqps export: no map for {', '.join(missing)} in {args.maps}", file=sys.stderr)
             return 1
-        maps = {domain: maps[domain] for domain in args.domain}
+        maps = {domain: maps[domain] for domain in wanted}
     sys.stdout.write(export(maps, args.format))
     return 0
 
@@ -550,6 +576,7 @@ def _print_summary(
         f"{fetch_stats.failed} failed, {fetch_stats.refused} refused",
         *(
             f"inconclusive fetches, {kind}: {count}"
+            + (" (allowed with --allow-private)" if kind.startswith("refused") else "")
             for kind, count in sorted(
                 fetch_stats.failures_by_kind.items(), key=lambda item: (-item[1], item[0])
             )

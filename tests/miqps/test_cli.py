@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 
 import jsonschema
@@ -153,13 +154,45 @@ def test_learn_refuses_private_targets_without_a_proxy(tmp_path: Path) -> None:
     urls = tmp_path / "urls.txt"
     urls.write_text("http://127.0.0.1:9/p?id=1&utm_source=x\nhttp://[::1]:9/p?id=2&sid=3\n")
     result = run("learn", "--urls", str(urls), "--out", str(tmp_path / "maps.jsonl"))
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, "nothing decided, every probe refused: a failure"
     assert "fetches: 0 " in result.stdout and "0 failed, 4 refused" in result.stdout
+    assert "refused: loopback address: 4 (allowed with --allow-private)" in result.stdout
+    assert "every probe failed" in result.stderr and "--allow-private" in result.stderr
     assert "2 left undecided" in result.stdout
     documents = [json.loads(line) for line in (tmp_path / "maps.jsonl").read_text().splitlines()]
     assert len(documents) == 2, "one map per domain, even with nothing decided"
     for document in documents:
         assert document["patterns"] == {}, "no evidence, no decision: asked again next run"
+
+
+def test_learn_where_no_host_resolves_fails_and_says_what_to_try(tmp_path: Path) -> None:
+    urls = tmp_path / "urls.txt"
+    urls.write_text("http://shop.invalid/p?id=1&utm_source=x\nhttp://news.invalid/a?id=2\n")
+    result = run("learn", "--urls", str(urls), "--out", str(tmp_path / "maps.jsonl"))
+    assert result.returncode == 3, result.stdout
+    assert "patterns: 0 decided" in result.stdout and "cannot resolve" in result.stdout
+    for hint in ("nothing could be decided", "--proxy", "DNS", "--allow-private"):
+        assert hint in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_learn_skips_an_invalid_utf8_line_like_canonicalize(tmp_path: Path) -> None:
+    urls = tmp_path / "urls.txt"
+    line = b"http://127.0.0.1:9/p?ref=\xff\xfe"
+    urls.write_bytes(line + b"\nhttp://127.0.0.1:9/p?id=1\n")
+    result = run("learn", "--urls", str(urls), "--out", str(tmp_path / "maps.jsonl"))
+    assert "URLs read: 1 valid (1 distinct), 0 blank, 1 invalid" in result.stdout
+    assert f"{urls}:1: skipped: not valid UTF-8" in result.stderr
+    canonicalized = subprocess.run(
+        [MIQPS, "canonicalize"], input=line + b"\n", capture_output=True, check=False
+    )
+    assert canonicalized.stdout == b"\n" and b"not valid UTF-8" in canonicalized.stderr
+
+
+def test_version_is_the_installed_package_version() -> None:
+    result = run("--version")
+    assert result.returncode == 0
+    assert result.stdout == f"miqps {version('miqps')}\n"
 
 
 def test_worker_and_maps_options_pass_through_to_the_stream_processor() -> None:

@@ -353,6 +353,20 @@ def test_export_refuses_unknown_domains_and_invalid_maps(
         export({}, "nginx")
 
 
+def test_export_domain_is_matched_as_a_lowercased_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "maps.jsonl"
+    write_maps(path, [shop_map()])
+    assert main(["export", "--maps", str(path), "--format", "clean-param", "--domain", HOST]) == 0
+    expected = capsys.readouterr().out
+    shouted = HOST.upper()
+    assert (
+        main(["export", "--maps", str(path), "--format", "clean-param", "--domain", shouted]) == 0
+    )
+    assert capsys.readouterr().out == expected != ""
+
+
 # --- varnish, with the real varnishd -------------------------------------------------
 
 VARNISHD = shutil.which("varnishd") or next(
