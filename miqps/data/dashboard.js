@@ -171,12 +171,21 @@
     return node;
   }
 
+  // The top of a value axis: the least 1, 2 or 5 times a power of ten that is not below the
+  // largest value (1 when there is none), so that its ticks 0, half and top are distinct.
+  function axisTop(largest) {
+    if (!(largest > 0)) return 1;
+    const power = 10 ** Math.floor(Math.log10(largest));
+    return power * [1, 2, 5, 10].find((step) => step * power >= largest * (1 - 1e-9));
+  }
+  const tick = (value) => Number(value).toLocaleString("en-US", { maximumSignificantDigits: 3 });
+
   // A line chart over time: each series is [name, label, values] (null: no point).
   function lineChart(figure, points, series, asShare) {
     const width = 380, height = 160, left = 48, bottom = 18, top = 22;
     const chart = svg("svg", { role: "img", width, height, viewBox: `0 0 ${width} ${height}` });
     const values = series.flatMap(([, , vals]) => vals.filter((v) => v !== null));
-    const largest = asShare ? 1 : Math.max(1, ...values);
+    const largest = asShare ? 1 : axisTop(Math.max(0, ...values));
     const first = points.length ? points[0].at : 0;
     const span = points.length > 1 ? points[points.length - 1].at - first : 1;
     const x = (at) => left + (width - left - 8) * (at - first) / (span || 1);
@@ -186,8 +195,7 @@
         y1: y(largest * fraction), y2: y(largest * fraction) }));
       const label = svg("text", { x: left - 4, y: y(largest * fraction) + 4,
         "text-anchor": "end" });
-      label.textContent = asShare ? `${Math.round(fraction * 100)}%`
-        : count(Math.round(largest * fraction));
+      label.textContent = asShare ? `${Math.round(fraction * 100)}%` : tick(largest * fraction);
       chart.append(label);
     }
     let key = left;
