@@ -22,6 +22,8 @@ _CSP = (
     "img-src data:; form-action 'none'; base-uri 'none'"
 )
 _LABEL_CHARS = 38
+_ESTIMATE = "estimate"
+_ESTIMATE_NOTE = "from the maps' evidence; <code>miqps learn</code> counts every fetch"
 
 
 def _asset(name: str) -> str:
@@ -94,7 +96,7 @@ def _totals(view: ReportView) -> Iterator[str]:
             _share(view.learned_urls, view.distinct_urls),
             "of distinct URLs in a learned pattern",
         ),
-        ("fetches", "fetches spent", _count(view.fetches), "estimated from the maps' evidence"),
+        ("fetches", f"fetches spent ({_ESTIMATE})", _count(view.fetches), _ESTIMATE_NOTE),
         ("domains", "domains", _count(view.domain_count), ""),
     )
     yield "<section id=totals><dl class=cards>"
@@ -140,7 +142,7 @@ def _plots(view: ReportView) -> Iterator[str]:
             (domain, [(saved, "saved"), (fetches, "fetches")])
             for domain, saved, fetches in view.saved_and_fetches
         ],
-        [("saved", "duplicates saved"), ("fetches", "fetches spent")],
+        [("saved", "duplicates saved"), ("fetches", f"fetches spent ({_ESTIMATE})")],
     )
     yield "</div></section>"
 
@@ -202,7 +204,8 @@ def _domain_table(view: ReportView) -> Iterator[str]:
         'aria-label="filter domains">'
         "<table id=domains><thead><tr><th>domain</th><th>URLs</th><th>distinct</th>"
         "<th>canonical</th><th>duplicates saved</th><th>learned share</th>"
-        "<th>fetches spent</th><th>map version</th><th>map updated</th></tr></thead><tbody>"
+        f"<th>fetches spent ({_ESTIMATE})</th><th>map version</th><th>map updated</th>"
+        "</tr></thead><tbody>"
     )
     for number, domain in enumerate(view.domains):
         yield (
@@ -230,7 +233,7 @@ def _domain_section(number: int, domain: DomainView) -> Iterator[str]:
         f'<section class=domain id="domain-{number}"><h2>{escape(domain.domain)}</h2>'
         f"<p>{_count(domain.distinct_urls)} distinct URLs become "
         f"{_count(domain.canonical_urls)} canonical ones: {_count(domain.duplicates_saved)} "
-        f"duplicates saved for about {_count(domain.fetches)} fetches.</p>"
+        f"duplicates saved for an estimated {_count(domain.fetches)} fetches.</p>"
     )
     yield (
         "<h3>Parameter sprawl</h3><table class=sprawl><thead><tr><th>parameter</th>"

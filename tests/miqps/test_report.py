@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from selectolax.lexbor import LexborHTMLParser
 
 from miqps.canonical import Canonicalizer
 from miqps.cli import main
@@ -222,6 +223,23 @@ def test_the_page_escapes_hostile_maps_and_urls() -> None:
     assert "<script>window" not in page
     assert page.count("<script") == 2  # the explanations and the page's own script
     assert "&lt;script&gt;window.pwned=1&lt;/script&gt;" in page
+
+
+def test_the_fetch_count_is_labelled_an_estimate_wherever_it_is_shown() -> None:
+    view, _ = build(SHOP_URLS, [shop_map()])
+    page = LexborHTMLParser(render(view))
+    card = page.css_first('[data-total="fetches"]').parent
+    assert card is not None
+    assert "estimate" in card.css_first("dt").text()
+    assert "miqps learn counts every fetch" in card.css_first("dd.note").text()
+    mentions = [
+        node.text(deep=False)
+        for selector in ("#domains th", "#plot-saved .legend text", "section.domain p")
+        for node in page.css(selector)
+        if "fetches" in node.text(deep=False)
+    ]
+    assert len(mentions) == 3, mentions
+    assert all("estimate" in text for text in mentions), mentions
 
 
 def write_inputs(tmp_path: Path, urls: list[str], maps: list[DomainMap]) -> tuple[Path, Path]:
