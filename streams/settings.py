@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_APP_ID = "miqps"
 ENV_KEY = "miqps.env"
 SECTION_KEY = "miqps.section"
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -214,6 +215,12 @@ class Topics:
 Topics.ENV = {item.name: item.metadata[ENV_KEY].name for item in fields(Topics)}
 
 
+def app_id_for(prefix: str) -> str:
+    """The app id of a deployment whose topics carry ``prefix``: its consumer groups and
+    changelog topics, named after the app id, then carry the prefix too."""
+    return prefix + DEFAULT_APP_ID
+
+
 DEFAULT_SAMPLING = SamplingRule()
 
 
@@ -290,8 +297,9 @@ class Settings:
     )
     app_id: str = setting(
         "MIQPS_APP_ID",
-        "Faust app id = consumer group; the front uses `<app id>-canonicalizer`",
-        "miqps",
+        "Faust app id = consumer group and changelogs' prefix; the front uses "
+        "`<app id>-canonicalizer`; with `MIQPS_TOPIC_PREFIX`, `<prefix>miqps`",
+        DEFAULT_APP_ID,
     )
     state_dir: Path = field(
         default=Path(".miqps-state"),
@@ -476,7 +484,9 @@ class Settings:
         """Every declared variable of ``env`` (default: this process's environment) that is
         set and not empty; :class:`SettingsError` names every bad one."""
         env = os.environ if env is None else env
-        return _from_env(cls(topics=Topics.with_prefix(env.get(Topics.PREFIX.name, ""))), env)
+        prefix = env.get(Topics.PREFIX.name, "")
+        base = cls(topics=Topics.with_prefix(prefix), app_id=app_id_for(prefix))
+        return _from_env(base, env)
 
     def to_env(self) -> dict[str, str]:
         """Every variable with its value here (unset ones, such as no proxy, left out), as

@@ -13,6 +13,9 @@ import yaml
 from miqps.fetch import FetchConfig
 from miqps.learner import LearnConfig
 from streams.cli import _settings, worker_parser
+from streams.front import CanonicalizerFront
+from streams.livemaps import LiveMaps
+from streams.mapfeed import MapFeed
 from streams.settings import (
     LearningPolicy,
     Settings,
@@ -22,6 +25,7 @@ from streams.settings import (
     documentation_table,
     variables,
 )
+from streams.tables import changelog_topics
 from streams.tools import worker_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -158,6 +162,26 @@ def test_topic_prefix_applies_to_the_names_not_set_one_by_one() -> None:
     ).topics
     assert topics.maps == "shared.maps" and topics.raw == "staging.urls.raw"
     assert Topics.ENV["raw"] == "MIQPS_TOPIC_RAW" and set(Topics.ENV) == set(topics.all())
+
+
+def test_a_topic_prefix_also_names_the_groups_and_changelogs_of_the_deployment() -> None:
+    settings = Settings.from_env({"MIQPS_TOPIC_PREFIX": "nc."})
+    assert settings.app_id == "nc.miqps"
+    assert sorted(changelog_topics(settings)) == [
+        "nc.miqps-pattern-stats-changelog",
+        "nc.miqps-probe-demand-changelog",
+    ]
+    live_maps = LiveMaps(settings.policy.reverify_after)
+    front = CanonicalizerFront(settings, live_maps, MapFeed(settings, live_maps))
+    assert front.group_id == "nc.miqps-canonicalizer"
+    chosen = Settings.from_env({"MIQPS_TOPIC_PREFIX": "nc.", "MIQPS_APP_ID": "mine"})
+    assert chosen.app_id == "mine" and chosen.topics.raw == "nc.urls.raw"
+    unprefixed = Settings.from_env({})  # existing deployments keep their names
+    assert unprefixed.app_id == "miqps" and unprefixed.topics.raw == "urls.raw"
+    assert sorted(changelog_topics(unprefixed)) == [
+        "miqps-pattern-stats-changelog",
+        "miqps-probe-demand-changelog",
+    ]
 
 
 def test_worker_options_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
