@@ -1,9 +1,15 @@
 """A polite, guarded HTTP client for probing URLs that come from an untrusted stream.
 
-- Per host: at most ``per_host_concurrency`` requests in flight and ``per_host_rate`` per
-  second (aiolimiter's leaky bucket).
-- 429 and 503 are honoured with ``Retry-After``; other 5xx, timeouts and transport errors
-  back off exponentially; tenacity bounds the attempts.
+- Per host and scheme, robots.txt is fetched before the first request, through the same
+  guard, and obeyed (:mod:`miqps.politeness`); a disallowed URL, a host whose robots.txt
+  does not answer, a host asking for a Crawl-delay over ``max_crawl_delay`` and a domain
+  of the operator's never-probe list are never fetched (:class:`NotProbed`).
+- Per host: at most ``per_host_concurrency`` requests in flight, and request starts
+  spaced by the host's delay: ``1 / per_host_rate`` at first, never below its Crawl-delay,
+  then following its latency and errors (:class:`~miqps.politeness.HostPace`).
+- 429 and 503 with ``Retry-After`` pause the whole host, for every task; a longer
+  ``Retry-After`` than ``max_retry_after`` defers the host. Other 5xx, timeouts and
+  transport errors back off exponentially; tenacity bounds the attempts.
 - Every request has a total time cap, a body cap and at most ``max_redirects`` hops; every
   hop's target passes the address guard again.
 - The guard refuses every address that is not global (in every spelling: the WHATWG parser
@@ -32,10 +38,10 @@ import zlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpcore
 import httpx
-from aiolimiter import AsyncLimiter
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -43,11 +49,23 @@ from tenacity import (
     stop_after_attempt,
 )
 
+from miqps.politeness import (
+    ROBOTS_MAX_BYTES,
+    HostPace,
+    NotProbedKind,
+    RobotsRules,
+    RobotsStatus,
+    opted_out,
+    product_token,
+    read_never_probe,
+)
 from miqps.urls import InvalidURL, parse
 
 REDIRECT_STATUSES = frozenset((301, 302, 303, 307, 308))
 METADATA_HOSTS = frozenset(("metadata.google.internal", "metadata", "instance-data"))
 ACCEPTED_ENCODINGS = "gzip, deflate"
+PACE_TARGET_CONCURRENCY = 1.0
+"""Requests a host should be working on at once, on average (AutoThrottle's default)."""
 _GZIP_WBITS = 16 + zlib.MAX_WBITS
 _ZLIB_WBITS = {"gzip": _GZIP_WBITS, "x-gzip": _GZIP_WBITS, "deflate": zlib.MAX_WBITS}
 _RAW_DEFLATE_WBITS = -zlib.MAX_WBITS
@@ -68,14 +86,28 @@ class FetchConfig:
     timeout: float = 10.0
     max_bytes: int = 4 * 1024 * 1024
     max_redirects: int = 5
-    per_host_concurrency: int = 2
-    per_host_rate: float = 10.0
+    per_host_concurrency: int = 1
+    per_host_rate: float = 1.0
+    adaptive_pace: bool = True
+    max_delay: float = 60.0
+    max_crawl_delay: float = 30.0
     max_attempts: int = 3
     backoff_base: float = 0.5
     max_retry_after: float = 30.0
     proxy: str | None = None
     allow_private: bool = False
-    user_agent: str = "miqps/0.1 (query-parameter learner; polite crawler)"
+    user_agent: str = "miqps/0.4 (query-parameter learner)"
+    contact_url: str | None = None
+    never_probe: Path | None = None
+
+    @property
+    def agent(self) -> str:
+        """The User-Agent sent: ``user_agent``, with the contact URL when there is one."""
+        if not self.contact_url:
+            return self.user_agent
+        if self.user_agent.endswith(")"):
+            return f"{self.user_agent[:-1]}; +{self.contact_url})"
+        return f"{self.user_agent} (+{self.contact_url})"
 
 
 class FetchFailed(Exception):
@@ -89,6 +121,10 @@ class FetchFailed(Exception):
         super().__init__(reason)
         self.reason = reason
         self.kind = kind or reason
+
+
+class NotProbed(FetchFailed):
+    """A URL the site or the operator does not let us fetch: nothing was sent."""
 
 
 class AddressRefused(FetchFailed):
@@ -298,9 +334,10 @@ def _retry_after_seconds(value: str | None) -> float | None:
 class BoundedDecoder:
     """Decodes a body with at most one content encoding, and fails as soon as the decoded
     or the raw body grows past ``limit`` bytes: output is produced ``limit + 1`` bytes at a
-    time at most, so a compression bomb never gets to inflate."""
+    time at most, so a compression bomb never gets to inflate. With ``truncate``, the body is
+    cut at ``limit`` instead (:attr:`full` says so), as robots.txt is read."""
 
-    def __init__(self, content_encoding: str, limit: int) -> None:
+    def __init__(self, content_encoding: str, limit: int, *, truncate: bool = False) -> None:
         codings = [
             coding.strip().lower()
             for coding in content_encoding.split(",")
@@ -316,6 +353,8 @@ class BoundedDecoder:
             )
         self.coding = codings[0] if codings else "identity"
         self.limit = limit
+        self.truncate = truncate
+        self.full = False
         self.raw_size = 0
         self.size = 0
         self._inflater = zlib.decompressobj(_ZLIB_WBITS[self.coding]) if codings else None
@@ -323,7 +362,7 @@ class BoundedDecoder:
 
     def feed(self, raw: bytes) -> bytes:
         self.raw_size += len(raw)
-        if self.raw_size > self.limit:
+        if self.raw_size > self.limit and not self.truncate:
             raise self._too_large()
         if self._inflater is None:
             return self._counted(raw)
@@ -367,7 +406,11 @@ class BoundedDecoder:
     def _counted(self, decoded: bytes) -> bytes:
         self.size += len(decoded)
         if self.size > self.limit:
-            raise self._too_large()
+            if not self.truncate:
+                raise self._too_large()
+            self.full = True
+            decoded = decoded[: len(decoded) - (self.size - self.limit)]
+            self.size = self.limit
         return decoded
 
     def _too_large(self) -> FetchFailed:
@@ -390,7 +433,19 @@ class FetchStats:
     unjudgeable: int = 0
     """Pages fetched that a prober could not judge (interstitial, shell, unparsable...)."""
     politeness_wait_seconds: dict[str, float] = field(default_factory=dict)
-    """Per host, seconds spent waiting for its concurrency slot and its rate limit."""
+    """Per host, seconds spent waiting for its concurrency slot and its turn."""
+    not_probed: Counter[str] = field(default_factory=Counter)
+    """URLs not fetched because the site or the operator does not let us, by kind."""
+    disallowed: int = 0
+    """URLs not fetched because robots.txt disallows them (or does not answer)."""
+    deferred_seconds: float = 0.0
+    """Seconds hosts were paused or deferred for, at their request (Retry-After)."""
+    robots_fetches: Counter[str] = field(default_factory=Counter)
+    """robots.txt fetches by result (:class:`~miqps.politeness.RobotsStatus`)."""
+    robots_by_host: dict[str, str] = field(default_factory=dict)
+    """Per host, the status of its robots.txt as last fetched."""
+    delay_by_host: dict[str, float] = field(default_factory=dict)
+    """Per host, the current seconds between request starts (its pace)."""
 
     def to_json(self) -> dict[str, int]:
         return {
@@ -414,7 +469,12 @@ class Fetcher:
         )
         self._client: httpx.AsyncClient | None = None
         self._slots: dict[str, asyncio.Semaphore] = {}
-        self._limiters: dict[str, AsyncLimiter] = {}
+        self._paces: dict[str, HostPace] = {}
+        self._robots: dict[tuple[str, str], asyncio.Future[RobotsRules]] = {}
+        self._deferred_until: dict[str, float] = {}
+        self.product_token = product_token(self.config.agent)
+        never_probe = self.config.never_probe
+        self.never_probe = read_never_probe(never_probe) if never_probe else frozenset()
 
     async def __aenter__(self) -> Fetcher:
         config = self.config
@@ -436,7 +496,7 @@ class Fetcher:
             timeout=httpx.Timeout(config.timeout),
             follow_redirects=False,
             headers={
-                "User-Agent": config.user_agent,
+                "User-Agent": config.agent,
                 "Accept": "text/html,*/*;q=0.5",
                 "Accept-Encoding": ACCEPTED_ENCODINGS,
             },
@@ -450,13 +510,18 @@ class Fetcher:
             await self._client.aclose()
             self._client = None
 
-    def _politeness(self, host: str) -> tuple[asyncio.Semaphore, AsyncLimiter]:
+    def _politeness(self, host: str) -> tuple[asyncio.Semaphore, HostPace]:
         slot = self._slots.get(host)
         if slot is None:
-            slot = self._slots[host] = asyncio.Semaphore(self.config.per_host_concurrency)
-            rate = self.config.per_host_rate
-            self._limiters[host] = AsyncLimiter(max(rate, 1e-3), 1.0)
-        return slot, self._limiters[host]
+            config = self.config
+            slot = self._slots[host] = asyncio.Semaphore(config.per_host_concurrency)
+            self._paces[host] = HostPace(
+                1.0 / max(config.per_host_rate, 1e-3),
+                config.max_delay,
+                PACE_TARGET_CONCURRENCY,
+                config.adaptive_pace,
+            )
+        return slot, self._paces[host]
 
     async def fetch(self, url: str) -> FetchResult:
         """Fetch ``url`` following guarded redirects, or raise :class:`FetchFailed`.
@@ -465,6 +530,9 @@ class Fetcher:
         """
         try:
             result = await self._fetch_with_redirects(url)
+        except NotProbed as error:
+            self.stats.not_probed[error.kind] += 1
+            raise
         except AddressRefused as error:
             self.stats.refused += 1
             self.stats.failures_by_kind[error.kind] += 1
@@ -483,12 +551,16 @@ class Fetcher:
         self.stats.failed += 1
         self.stats.failures_by_kind[error.kind] += 1
 
-    async def _fetch_with_redirects(self, url: str) -> FetchResult:
+    async def _fetch_with_redirects(
+        self, url: str, *, robots_file: bool = False, body_limit: int | None = None
+    ) -> FetchResult:
         current = url
         for hop in range(self.config.max_redirects + 1):
             await self.guard.check(current)
             target = _client_url(current)
-            status, headers, body = await self._fetch_one(target)
+            if not robots_file:
+                await self._admit(target)
+            status, headers, body = await self._fetch_one(target, body_limit)
             if status in REDIRECT_STATUSES and "location" in headers:
                 current = _redirect_target(target, headers["location"])
                 continue
@@ -502,7 +574,81 @@ class Fetcher:
             )
         raise FetchFailed(f"more than {self.config.max_redirects} redirects", "too many redirects")
 
-    async def _fetch_one(self, url: httpx.URL) -> tuple[int, Mapping[str, str], bytes]:
+    async def _admit(self, url: httpx.URL) -> None:
+        """Raise :class:`NotProbed` unless the operator and the site let us fetch ``url``."""
+        host = url.host
+        listed = opted_out(host, self.never_probe)
+        if listed is not None:
+            raise NotProbed(f"{host}: {listed} is on the never-probe list", NotProbedKind.OPTED_OUT)
+        rules = await self._robots_rules(url)
+        if not rules.allows(str(url), self.product_token):
+            self.stats.disallowed += 1
+            if rules.status is RobotsStatus.UNREACHABLE:
+                raise NotProbed(
+                    f"robots.txt of {host} does not answer ({rules.reason}): nothing is "
+                    "fetched until it does",
+                    NotProbedKind.ROBOTS_UNREACHABLE,
+                )
+            raise NotProbed(f"disallowed by the robots.txt of {host}", NotProbedKind.DISALLOWED)
+        asked = rules.delay(self.product_token)
+        if asked > self.config.max_crawl_delay:
+            raise NotProbed(
+                f"{host} asks for {asked:g}s between requests, more than the "
+                f"{self.config.max_crawl_delay:g}s allowed",
+                NotProbedKind.CRAWL_DELAY_OVER_CAP,
+            )
+        if asked:
+            self._politeness(host)[1].ask_at_least(asked)
+        until = self._deferred_until.get(host, 0.0)
+        if until > time.monotonic():
+            raise NotProbed(
+                f"{host} asked for a pause longer than {self.config.max_retry_after:g}s; "
+                f"deferred for {until - time.monotonic():.0f}s more",
+                NotProbedKind.HOST_DEFERRED,
+            )
+
+    async def _robots_rules(self, url: httpx.URL) -> RobotsRules:
+        """The robots.txt rules of ``url``'s scheme and host, fetched once per cache life
+        and shared by every task."""
+        key = (url.scheme, url.netloc.decode("ascii"))
+        known = self._robots.get(key)
+        if known is not None and known.done() and known.result().expired(time.monotonic()):
+            known = None
+        if known is None:
+            known = self._robots[key] = asyncio.ensure_future(self._fetch_robots(url))
+        return await asyncio.shield(known)
+
+    async def _fetch_robots(self, url: httpx.URL) -> RobotsRules:
+        robots_url = str(url.copy_with(path="/robots.txt", query=None, fragment=None))
+        try:
+            result = await self._fetch_with_redirects(
+                robots_url, robots_file=True, body_limit=ROBOTS_MAX_BYTES
+            )
+        except FetchFailed as error:
+            # RFC 9309: after five redirects, robots.txt may be taken as unavailable.
+            status = RobotsStatus.NONE if error.kind == "too many redirects" else None
+            rules = RobotsRules(
+                status or RobotsStatus.UNREACHABLE, time.monotonic(), reason=error.reason
+            )
+        except Exception as error:  # a response no rule foresaw: as if it did not answer
+            reason = f"unexpected {type(error).__name__}"
+            rules = RobotsRules(RobotsStatus.UNREACHABLE, time.monotonic(), reason=reason)
+        else:
+            if 200 <= result.status < 300:
+                text = result.body.decode("utf-8", errors="replace")
+                rules = RobotsRules.parse(text, time.monotonic())
+            elif 400 <= result.status < 500:
+                rules = RobotsRules(RobotsStatus.NONE, time.monotonic())
+            else:
+                reason = f"HTTP {result.status}"
+                rules = RobotsRules(RobotsStatus.UNREACHABLE, time.monotonic(), reason=reason)
+        self.stats.robots_fetches[rules.status] += 1
+        self.stats.robots_by_host[url.host] = rules.status
+        return rules
+
+    async def _fetch_one(
+        self, url: httpx.URL, body_limit: int | None
+    ) -> tuple[int, Mapping[str, str], bytes]:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.config.max_attempts),
             wait=self._wait,
@@ -513,33 +659,39 @@ class Fetcher:
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
                     self.stats.retries += 1
-                return await self._attempt(url)
+                return await self._attempt(url, body_limit)
         raise FetchFailed("no attempt made")
 
     def _wait(self, state: RetryCallState) -> float:
         error = state.outcome.exception() if state.outcome else None
         if isinstance(error, _Retryable) and error.retry_after is not None:
-            return error.retry_after
+            return 0.0  # the host is paused for every task: its next turn waits
         return float(self.config.backoff_base * 2 ** (state.attempt_number - 1))
 
-    async def _attempt(self, url: httpx.URL) -> tuple[int, Mapping[str, str], bytes]:
+    async def _attempt(
+        self, url: httpx.URL, body_limit: int | None
+    ) -> tuple[int, Mapping[str, str], bytes]:
         assert self._client is not None, "use Fetcher as an async context manager"
-        slot, limiter = self._politeness(url.host)
+        host = url.host
+        slot, pace = self._politeness(host)
         waiting_since = time.monotonic()
         async with slot:
-            await limiter.acquire()
+            await pace.turn()
+            started = time.monotonic()
             waits = self.stats.politeness_wait_seconds
-            waits[url.host] = waits.get(url.host, 0.0) + time.monotonic() - waiting_since
+            waits[host] = waits.get(host, 0.0) + started - waiting_since
             self.stats.requests += 1
-            self.stats.by_host[url.host] += 1
+            self.stats.by_host[host] += 1
             try:
                 async with asyncio.timeout(self.config.timeout):
-                    return await self._read(url)
+                    status, headers, body = await self._read(url, pace, body_limit)
             except TimeoutError:
+                pace.struggled()
                 raise _Retryable(
                     f"timed out after {self.config.timeout:g}s", kind="timed out"
                 ) from None
             except httpx.HTTPError as error:
+                pace.struggled()
                 raise _Retryable(f"transport error: {type(error).__name__}") from None
             except (httpx.InvalidURL, ValueError) as error:
                 # The URL was checked: the client choked on the response, such as a
@@ -548,28 +700,56 @@ class Fetcher:
                     f"malformed response: {type(error).__name__}: {error}"[:200],
                     "malformed response",
                 ) from None
+            finally:
+                self.stats.delay_by_host[host] = pace.delay
+            pace.answered(time.monotonic() - started, 200 <= status < 300)
+            self.stats.delay_by_host[host] = pace.delay
+            return status, headers, body
 
-    async def _read(self, url: httpx.URL) -> tuple[int, Mapping[str, str], bytes]:
+    async def _read(
+        self, url: httpx.URL, pace: HostPace, body_limit: int | None
+    ) -> tuple[int, Mapping[str, str], bytes]:
         assert self._client is not None
         async with self._client.stream("GET", url) as response:
             status = response.status_code
             if status in (429, 503):
                 retry_after = _retry_after_seconds(response.headers.get("retry-after"))
                 if retry_after is not None and retry_after > self.config.max_retry_after:
+                    self._defer(url.host, retry_after)
                     raise FetchFailed(
                         f"HTTP {status}, Retry-After {retry_after:.0f}s too long",
                         "Retry-After too long",
                     )
+                if retry_after is not None:
+                    self.stats.deferred_seconds += pace.pause(retry_after)
+                pace.struggled()
                 raise _Retryable(f"HTTP {status}", retry_after)
             if status >= 500:
+                pace.struggled()
                 raise _Retryable(f"HTTP {status}")
             decoder = BoundedDecoder(
-                response.headers.get("content-encoding", ""), self.config.max_bytes
+                response.headers.get("content-encoding", ""),
+                body_limit or self.config.max_bytes,
+                truncate=body_limit is not None,
             )
-            chunks = [decoder.feed(raw) async for raw in response.aiter_raw()]
-            chunks.append(decoder.finish())
+            chunks: list[bytes] = []
+            async for raw in response.aiter_raw():
+                chunks.append(decoder.feed(raw))
+                if decoder.full:
+                    break
+            if not decoder.full:
+                chunks.append(decoder.finish())
             headers = {key.lower(): value for key, value in response.headers.items()}
             return status, headers, b"".join(chunks)
+
+    def _defer(self, host: str, seconds: float) -> None:
+        """No task fetches ``host`` for ``seconds``: it asked for more than we wait."""
+        now = time.monotonic()
+        until = now + seconds
+        before = max(self._deferred_until.get(host, 0.0), now)
+        if until > before:
+            self.stats.deferred_seconds += until - before
+            self._deferred_until[host] = until
 
 
 def _client_url(url: str) -> httpx.URL:

@@ -1,16 +1,22 @@
-"""Politeness measured at a real server: requests in flight and request rate per host."""
+"""Politeness measured at a real server: requests in flight, the pace per host, robots.txt,
+Retry-After for the whole host, the adaptive pace and the never-probe list."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from miqps.fetch import FetchConfig, Fetcher, FetchFailed
+from miqps.fetch import FetchConfig, Fetcher, FetchFailed, FetchStats
+from simweb.polite import PoliteWeb
 
 
 class _Recorder:
@@ -19,6 +25,7 @@ class _Recorder:
         self.in_flight = 0
         self.max_in_flight = 0
         self.arrivals: list[float] = []
+        self.robots = 0
 
 
 def _server(
@@ -26,6 +33,13 @@ def _server(
 ) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if self.path == "/robots.txt":
+                with recorder.lock:
+                    recorder.robots += 1
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             with recorder.lock:
                 recorder.in_flight += 1
                 recorder.max_in_flight = max(recorder.max_in_flight, recorder.in_flight)
@@ -62,7 +76,7 @@ def _start(servers: list[ThreadingHTTPServer], server: ThreadingHTTPServer) -> i
     return server.server_address[1]
 
 
-def test_at_most_two_requests_in_flight_per_host_by_default(
+def test_at_most_one_request_in_flight_per_host_by_default(
     serve: list[ThreadingHTTPServer],
 ) -> None:
     recorder = _Recorder()
@@ -77,7 +91,8 @@ def test_at_most_two_requests_in_flight_per_host_by_default(
 
     asyncio.run(run())
     assert len(recorder.arrivals) == 10
-    assert recorder.max_in_flight == 2
+    assert recorder.robots == 1
+    assert recorder.max_in_flight == 1
 
 
 def test_the_rate_limit_spaces_requests_to_one_host(serve: list[ThreadingHTTPServer]) -> None:
@@ -93,8 +108,8 @@ def test_the_rate_limit_spaces_requests_to_one_host(serve: list[ThreadingHTTPSer
             )
 
     asyncio.run(run())
-    span = recorder.arrivals[-1] - recorder.arrivals[0]
-    assert span >= (count - rate) / rate * 0.9
+    gaps = [b - a for a, b in zip(recorder.arrivals, recorder.arrivals[1:], strict=False)]
+    assert min(gaps) >= 1 / rate * 0.9
 
 
 def test_retry_after_is_honoured_and_bounded(serve: list[ThreadingHTTPServer]) -> None:
@@ -151,7 +166,7 @@ def test_redirect_loops_stop_after_five_hops(serve: list[ThreadingHTTPServer]) -
     port = _start(serve, _server(recorder, 0.0, 302, (("Location", "/again"),)))
 
     async def run() -> None:
-        async with Fetcher(FetchConfig(allow_private=True)) as fetcher:
+        async with Fetcher(FetchConfig(allow_private=True, per_host_rate=1000)) as fetcher:
             with pytest.raises(FetchFailed, match="more than 5 redirects"):
                 await fetcher.fetch(f"http://127.0.0.1:{port}/start")
 
@@ -177,7 +192,142 @@ def test_the_stats_count_pages_fetched_and_the_time_each_host_made_us_wait(
     fetched, waits = asyncio.run(run())
     assert fetched == count
     assert list(waits) == ["127.0.0.1"]
-    # The limiter lets ``rate`` requests through at once, then one every 1/rate seconds:
-    # request k (k >= rate) waits about (k - rate + 1) / rate.
-    expected = sum((k - rate + 1) / rate for k in range(int(rate), count))
+    # robots.txt takes the first turn; then request k starts (k + 1) / rate seconds later.
+    expected = sum((k + 1) / rate for k in range(count))
     assert expected * 0.8 <= waits["127.0.0.1"] <= expected * 1.5 + 0.5
+
+
+@pytest.fixture
+def polite_web() -> Iterator[PoliteWeb]:
+    with PoliteWeb(crawl_delay=1.0, retry_after=1, busy_window=0.5, slow_seconds=0.3) as web:
+        yield web
+
+
+def _fast(web: PoliteWeb, **changes: Any) -> FetchConfig:
+    """A fetcher through the polite web at a loopback pace; robots.txt is still obeyed."""
+    return replace(
+        FetchConfig(proxy=web.proxy_url, per_host_rate=100.0, backoff_base=0.01), **changes
+    )
+
+
+async def _fetch_all(config: FetchConfig, urls: list[str]) -> tuple[list[object], FetchStats]:
+    async with Fetcher(config) as fetcher:
+        results = await asyncio.gather(
+            *(fetcher.fetch(url) for url in urls), return_exceptions=True
+        )
+        return list(results), fetcher.stats
+
+
+def _kinds(results: list[object]) -> set[str]:
+    return {r.kind for r in results if isinstance(r, FetchFailed)}
+
+
+def test_disallowed_paths_are_never_fetched_and_robots_is_fetched_once_per_host(
+    polite_web: PoliteWeb,
+) -> None:
+    urls = [
+        f"http://{host}{path}?id={n}&utm_source=s{n}"
+        for host in ("private.polite.test", "moved.polite.test")
+        for path in ("/account/orders", "/p/1")
+        for n in range(4)
+    ] + [f"http://private.polite.test/staff/list?id={n}" for n in range(3)]
+    results, stats = asyncio.run(_fetch_all(_fast(polite_web), urls))
+    for host in ("private.polite.test", "moved.polite.test"):
+        log = polite_web.log(host)
+        assert log.under("/account/") == 0
+        assert log.paths["/p/1"] == 4
+        assert log.paths["/robots.txt"] == 1
+    assert polite_web.log("private.polite.test").under("/staff/") == 0  # the miqps group
+    assert polite_web.log("moved.polite.test").paths["/rules/robots.txt"] == 1
+    assert _kinds(results) == {"disallowed by robots.txt"}
+    assert stats.disallowed == 4 + 4 + 3
+    assert stats.robots_fetches == {"rules": 2}
+
+
+def test_the_robots_group_is_matched_on_the_product_token(polite_web: PoliteWeb) -> None:
+    config = _fast(polite_web, user_agent="otherbot/2.0", contact_url="https://ops.example/bot")
+    results, _ = asyncio.run(_fetch_all(config, ["http://private.polite.test/staff/list?id=1"]))
+    assert not _kinds(results)
+    assert polite_web.log("private.polite.test").agents == {
+        "otherbot/2.0 (+https://ops.example/bot)": 2
+    }
+
+
+def test_the_user_agent_names_the_product_and_the_contact(polite_web: PoliteWeb) -> None:
+    config = _fast(polite_web, contact_url="https://ops.example/bot")
+    asyncio.run(_fetch_all(config, ["http://open.polite.test/p?id=1"]))
+    [agent] = polite_web.log("open.polite.test").agents
+    assert agent.startswith("miqps/") and agent.endswith("; +https://ops.example/bot)")
+
+
+def test_a_robots_txt_answering_5xx_closes_the_host_until_it_answers(
+    polite_web: PoliteWeb,
+) -> None:
+    urls = [f"http://broken.polite.test/p/{n}?id={n}" for n in range(5)]
+    results, stats = asyncio.run(_fetch_all(_fast(polite_web), urls))
+    log = polite_web.log("broken.polite.test")
+    assert log.pages == 0
+    assert 1 <= log.paths["/robots.txt"] <= FetchConfig().max_attempts
+    assert _kinds(results) == {"robots.txt unreachable"}
+    assert stats.robots_fetches == {"unreachable": 1}
+
+
+def test_no_request_comes_faster_than_the_crawl_delay(polite_web: PoliteWeb) -> None:
+    urls = [f"http://spaced.polite.test/p/{n}?id={n}" for n in range(4)]
+    config = _fast(polite_web, per_host_concurrency=4)
+    results, _ = asyncio.run(_fetch_all(config, urls))
+    log = polite_web.log("spaced.polite.test")
+    assert not _kinds(results)
+    assert log.pages == 4
+    assert log.shortest_gap() >= polite_web.crawl_delay * 0.95
+
+
+def test_a_host_asking_for_a_crawl_delay_over_the_cap_is_not_probed(
+    polite_web: PoliteWeb,
+) -> None:
+    urls = [f"http://greedy.polite.test/p/{n}?id={n}" for n in range(3)]
+    results, stats = asyncio.run(_fetch_all(_fast(polite_web), urls))
+    assert polite_web.log("greedy.polite.test").pages == 0
+    assert _kinds(results) == {"Crawl-delay over the cap"}
+    assert stats.not_probed == {"Crawl-delay over the cap": 3}
+
+
+def test_no_request_arrives_while_a_retry_after_is_in_force(polite_web: PoliteWeb) -> None:
+    urls = [f"http://busy.polite.test/p/{n}?id={n}" for n in range(6)]
+    results, stats = asyncio.run(_fetch_all(_fast(polite_web), urls))
+    log = polite_web.log("busy.polite.test")
+    assert log.retry_after_until > 0, "the server never asked to slow down"
+    assert log.during_retry_after == 0
+    assert _kinds(results) <= {"HTTP 429"}
+    assert stats.deferred_seconds >= polite_web.retry_after
+
+
+def test_the_pace_slows_down_on_a_slow_server(polite_web: PoliteWeb) -> None:
+    urls = [f"http://slow.polite.test/p/{n}?id={n}" for n in range(8)]
+    config = _fast(polite_web, per_host_concurrency=4)
+    results, stats = asyncio.run(_fetch_all(config, urls))
+    arrivals = polite_web.log("slow.polite.test").arrivals
+    assert not _kinds(results)
+    late = arrivals[-4:]
+    gaps = [b - a for a, b in itertools.pairwise(late)]
+    assert min(gaps) >= polite_web.slow_seconds * 0.8, gaps
+    assert stats.delay_by_host["slow.polite.test"] >= polite_web.slow_seconds * 0.8
+
+
+def test_domains_on_the_never_probe_list_are_never_fetched(
+    polite_web: PoliteWeb, tmp_path: Path
+) -> None:
+    listed = tmp_path / "never-probe.txt"
+    listed.write_text("# operators' opt-outs\nPOLITE.test\n", encoding="utf-8")
+    urls = [f"http://open.polite.test/p/{n}?id={n}" for n in range(3)]
+    results, stats = asyncio.run(_fetch_all(_fast(polite_web, never_probe=listed), urls))
+    assert sum(polite_web.log("open.polite.test").paths.values()) == 0
+    assert _kinds(results) == {"opted out"}
+    assert stats.requests == 0
+
+
+def test_a_never_probe_line_that_is_no_domain_is_an_error(tmp_path: Path) -> None:
+    listed = tmp_path / "never-probe.txt"
+    listed.write_text("shop.example\nhttps://other.example/\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"never-probe.txt:2: not a domain"):
+        Fetcher(FetchConfig(never_probe=listed))
