@@ -10,6 +10,7 @@ import os
 import shutil
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from importlib.metadata import version
 from pathlib import Path
@@ -22,9 +23,10 @@ from miqps.export import export
 from miqps.fetch import FetchConfig, Fetcher, FetchStats
 from miqps.learner import LearnConfig, Learner
 from miqps.maps import DomainMap, InvalidMap, merge_update, read_maps, write_maps
+from miqps.politeness import RobotsStatus, read_never_probe
 from miqps.prober import PageProber
 from miqps.report import Limits, ReportBuilder
-from miqps.update import DEFAULT_MAX_FLIP_SHARE, MapUpdate, update_all
+from miqps.update import DEFAULT_MAX_FLIP_SHARE, MapUpdate, Undecided, update_all
 from miqps.urls import InvalidURL, NormalizedURL, parse
 
 MAX_INVALID_MESSAGES = 20
@@ -63,6 +65,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     defaults = LearnConfig()
     fetch_defaults = FetchConfig()
+    learn.add_argument(
+        "--user-agent",
+        default=os.environ.get("MIQPS_USER_AGENT") or fetch_defaults.user_agent,
+        help="User-Agent of every probe (or MIQPS_USER_AGENT); robots.txt groups are "
+        "matched on its product token",
+    )
+    learn.add_argument(
+        "--contact-url",
+        default=os.environ.get("MIQPS_CONTACT_URL") or None,
+        help="a page telling site owners who probes them, added to the User-Agent "
+        "(or MIQPS_CONTACT_URL)",
+    )
+    learn.add_argument(
+        "--never-probe",
+        type=Path,
+        default=os.environ.get("MIQPS_NEVER_PROBE") or None,
+        help="file of domains never fetched, one per line, subdomains included "
+        "(or MIQPS_NEVER_PROBE); their parameters are all kept",
+    )
+    learn.add_argument(
+        "--max-crawl-delay",
+        type=float,
+        default=fetch_defaults.max_crawl_delay,
+        help="longest Crawl-delay honoured, in seconds; a host asking for more is not probed",
+    )
     learn.add_argument(
         "--samples",
         type=int,
@@ -291,7 +318,20 @@ def run_learn(args: argparse.Namespace) -> int:
         per_host_rate=args.rate,
         proxy=args.proxy or None,
         allow_private=args.allow_private,
+        user_agent=args.user_agent,
+        contact_url=args.contact_url,
+        never_probe=args.never_probe,
+        max_crawl_delay=args.max_crawl_delay,
     )
+    if args.never_probe is not None:
+        try:
+            read_never_probe(args.never_probe)
+        except OSError as error:
+            print(f"miqps learn: cannot read {args.never_probe}: {error.strerror}", file=sys.stderr)
+            return 2
+        except ValueError as error:
+            print(f"miqps learn: {error}", file=sys.stderr)
+            return 2
     try:
         with args.urls.open(encoding="utf-8", errors="surrogateescape") as handle:
             urls, blank, invalid = _read_urls(handle, str(args.urls))
@@ -383,7 +423,9 @@ def _every_probe_failed(updates: Iterable[MapUpdate], fetch_stats: FetchStats) -
     """Whether no pattern of the input is decided, now or by the previous maps, because no
     probe got a page: every fetch failed or was refused."""
     updates = list(updates)
-    left_undecided = any(update.unreachable for update in updates)
+    left_undecided = any(
+        cause is Undecided.FAILED for update in updates for cause in update.undecided.values()
+    )
     decided = any(update.decided or update.skipped for update in updates)
     return left_undecided and not decided and fetch_stats.fetched == 0
 
@@ -568,7 +610,7 @@ def _print_summary(
         "rejected by the anomaly gate",
         f"patterns: {len(decisions)} decided, "
         f"{sum(len(u.skipped) for u in updates)} already in the map (skipped), "
-        f"{sum(len(u.walled) + len(u.unreachable) for u in updates)} left undecided",
+        f"{sum(len(u.undecided) for u in updates)} left undecided" + _undecided_counts(updates),
         f"parameters (per pattern): {sum(len(d.kept) for d in decisions)} kept, "
         f"{sum(len(d.dropped) for d in decisions)} dropped",
         f"fetches: {fetch_stats.requests} ({fetch_stats.requests / max(distinct, 1):.3f} "
@@ -581,24 +623,43 @@ def _print_summary(
                 fetch_stats.failures_by_kind.items(), key=lambda item: (-item[1], item[0])
             )
         ),
+        *_politeness_summary(fetch_stats),
         f"inconclusive samples: {sum(r.inconclusive for r in reports)}",
         *(
-            f"{u.domain}: every URL fetched showed the same page (a bot wall?); "
-            f"patterns left undecided, asked again on the next run: {len(u.walled)}"
+            f"{u.domain}: {count} patterns left undecided, asked again on the next run: "
+            f"{cause.message}"
             for u in updates
-            if u.walled
-        ),
-        *(
-            f"{u.domain}: every probe failed; patterns left undecided, asked again on the "
-            f"next run: {len(u.unreachable)}"
-            for u in updates
-            if u.unreachable
+            for cause, count in sorted(Counter(u.undecided.values()).items())
         ),
         *_audit_summary(audits),
         f"time: {seconds:.1f}s",
         f"maps written to {path}",
     ]
     out.write("\n".join(lines) + "\n")
+
+
+def _undecided_counts(updates: Sequence[MapUpdate]) -> str:
+    """`` (3 disallowed, 2 shells)``: the patterns left undecided, by cause."""
+    causes = Counter(cause for update in updates for cause in update.undecided.values())
+    if not causes:
+        return ""
+    return " (" + ", ".join(f"{n} {cause}" for cause, n in sorted(causes.items())) + ")"
+
+
+def _politeness_summary(stats: FetchStats) -> list[str]:
+    robots = stats.robots_fetches
+    lines = [
+        f"robots.txt: {sum(robots.values())} fetched, {robots[RobotsStatus.RULES]} with "
+        f"rules, {robots[RobotsStatus.NONE]} without (everything allowed), "
+        f"{robots[RobotsStatus.UNREACHABLE]} not answering (nothing fetched)",
+        *(
+            f"not fetched, {kind}: {count}"
+            for kind, count in sorted(stats.not_probed.items(), key=lambda item: -item[1])
+        ),
+    ]
+    if stats.deferred_seconds:
+        lines.append(f"hosts paused at their request (Retry-After): {stats.deferred_seconds:.1f}s")
+    return lines
 
 
 def _audit_summary(audits: Sequence[Audit]) -> list[str]:

@@ -82,6 +82,9 @@ class PageProber:
         self._again: dict[tuple[str, int], asyncio.Task[Snapshot | None]] = {}
         self._learned: set[tuple[str, int]] = set()
         self.failures: dict[str, str] = {}
+        self.failure_kinds: dict[str, str] = {}
+        """Per URL, the failure's kind (:attr:`FetchFailed.kind`) or why its page is
+        unjudgeable: what :mod:`miqps.update` names an undecided pattern by."""
 
     def has_snapshot(self, url: str) -> bool:
         return url in self._first
@@ -115,18 +118,20 @@ class PageProber:
                 result = await self.fetcher.fetch(url)
             except FetchFailed as error:
                 self.failures[url] = error.reason
+                self.failure_kinds[url] = error.kind
                 return None
             try:
                 snapshot = await self._parse(result)
             except FetchFailed as error:
                 self.fetcher.stats.unjudgeable += 1
-                self.failures[url] = error.reason
+                self.failures[url] = self.failure_kinds[url] = error.reason
                 return None
             if snapshot.unjudgeable is None:
                 self.failures.pop(url, None)  # an interstitial before it was retried away
+                self.failure_kinds.pop(url, None)
                 return snapshot
             self.fetcher.stats.unjudgeable += 1
-            self.failures[url] = snapshot.unjudgeable
+            self.failures[url] = self.failure_kinds[url] = snapshot.unjudgeable
             if not snapshot.unjudgeable.startswith("interstitial"):
                 return None
         return None

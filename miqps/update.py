@@ -19,7 +19,9 @@ map, sample URLs and the patterns asked for, it decides what it can and says why
   map's other patterns (*stale defaults*).
 - Nothing is decided for a pattern whose every probe failed (*unreachable*), nor for the
   patterns of a domain whose every URL showed one and the same page (*walled*: a bot wall,
-  a login page). The map keeps what it had and the pattern is asked for again later.
+  a login page). The map keeps what it had and the pattern is asked for again later. Each
+  such pattern is named for what happened (:class:`Undecided`): its pages were shells or
+  interstitials, robots.txt disallowed them, or every fetch failed.
 - The decisions are merged into the current map and passed through the anomaly gate.
 - A *frozen* map (an operator's ``miqps maps freeze``) is not changed at all: the patterns
   asked for are reported as ``frozen``, without a fetch, until the map is unfrozen.
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -45,6 +48,7 @@ from miqps.maps import (
     merge_update,
     utc_now,
 )
+from miqps.politeness import NotProbedKind
 from miqps.prober import Outcome
 from miqps.urls import NormalizedURL, path_shape, split_pattern
 
@@ -58,6 +62,60 @@ class Why(StrEnum):
     POOLED = "pooled"
     STALE_DEFAULTS = "stale-defaults"
     AUDIT = "audit"
+
+
+class Undecided(StrEnum):
+    """Why a pattern asked for got no decision: the one name the summary, the audit
+    records, the metrics and the dashboard give it."""
+
+    ONE_PAGE = "one-page"
+    SHELLS = "shells"
+    INTERSTITIALS = "interstitials"
+    DISALLOWED = "disallowed"
+    ROBOTS_UNREACHABLE = "robots-unreachable"
+    OPTED_OUT = "opted-out"
+    DEFERRED = "deferred"
+    FAILED = "failed"
+
+    @property
+    def message(self) -> str:
+        return _UNDECIDED_MESSAGES[self]
+
+
+_UNDECIDED_MESSAGES = {
+    Undecided.ONE_PAGE: "every URL fetched showed the same page (a bot wall?)",
+    Undecided.SHELLS: "the pages are client-side shells, with nothing to compare",
+    Undecided.INTERSTITIALS: "the pages are bot, consent or challenge interstitials",
+    Undecided.DISALLOWED: "robots.txt disallows every sample",
+    Undecided.ROBOTS_UNREACHABLE: "robots.txt does not answer: nothing is fetched until it does",
+    Undecided.OPTED_OUT: "the domain is on the never-probe list",
+    Undecided.DEFERRED: "the site asks for a longer pause than allowed (Crawl-delay, Retry-After)",
+    Undecided.FAILED: "every fetch failed",
+}
+_UNDECIDED_BY_KIND = {
+    NotProbedKind.DISALLOWED: Undecided.DISALLOWED,
+    NotProbedKind.ROBOTS_UNREACHABLE: Undecided.ROBOTS_UNREACHABLE,
+    NotProbedKind.OPTED_OUT: Undecided.OPTED_OUT,
+    NotProbedKind.CRAWL_DELAY_OVER_CAP: Undecided.DEFERRED,
+    NotProbedKind.HOST_DEFERRED: Undecided.DEFERRED,
+    "Retry-After too long": Undecided.DEFERRED,
+}
+
+
+def undecided_cause(kinds: Iterable[str]) -> Undecided:
+    """What the failures of a pattern's samples (their :attr:`FetchFailed.kind` or why the
+    page is unjudgeable) have most in common; every fetch failed when nothing else fits."""
+    causes: Counter[Undecided] = Counter()
+    for kind in kinds:
+        if kind in _UNDECIDED_BY_KIND:
+            causes[_UNDECIDED_BY_KIND[kind]] += 1
+        elif kind.startswith("interstitial"):
+            causes[Undecided.INTERSTITIALS] += 1
+        elif kind.startswith("client-side shell"):
+            causes[Undecided.SHELLS] += 1
+        else:
+            causes[Undecided.FAILED] += 1
+    return causes.most_common(1)[0][0] if causes else Undecided.FAILED
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +145,8 @@ class MapUpdate:
     skipped: list[str] = field(default_factory=list)
     walled: list[str] = field(default_factory=list)
     unreachable: list[str] = field(default_factory=list)
+    undecided: dict[str, Undecided] = field(default_factory=dict)
+    """Each walled or unreachable pattern, named for what happened to it."""
     without_samples: list[str] = field(default_factory=list)
     frozen: list[str] = field(default_factory=list)
     candidate: DomainMap | None = None
@@ -171,6 +231,11 @@ async def update_map(
         if pattern not in update.unreachable
     }
     update.without_samples = sorted(set(wanted) - set(decided) - set(update.walled))
+    failure_kinds = learner.prober.failure_kinds
+    update.undecided = dict.fromkeys(update.walled, Undecided.ONE_PAGE)
+    for pattern in update.unreachable:
+        kinds = (failure_kinds.get(url.url) for url in samples if url.pattern == pattern)
+        update.undecided[pattern] = undecided_cause(kind for kind in kinds if kind)
     update.fetches = stats.by_host[domain] - fetches_before
     if update.decided:
         patterns = {pattern: entry.decision for pattern, entry in update.decided.items()}
