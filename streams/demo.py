@@ -1,7 +1,9 @@
 """The whole pipeline in one command, against the simulated web.
 
-``python -m streams.demo`` expects a Kafka broker (``scripts/kafka-local start``). It starts
-the simulated web in-process, creates topics of its own (a fresh prefix), starts one
+``python -m streams.demo`` expects a Kafka broker (``scripts/kafka-local start``); with
+``--local-broker`` it starts that one itself when it is not running, and stops it at the
+end (one that was running stays running; the demo says which). It starts the simulated web
+in-process, creates topics of its own (a fresh prefix), starts one
 ``miqps worker`` process with both agents, streams a realistic URL corpus into
 ``urls.raw`` in several passes (the same URL population keeps coming, as in a crawl),
 prints progress while it runs, and ends with a summary: URLs in and out, learned vs
@@ -13,6 +15,7 @@ While it runs, ``miqps dashboard`` serves the run live (the URL is printed at th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import subprocess
 import sys
@@ -20,7 +23,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +47,7 @@ from streams.tools import (
 )
 
 DASHBOARD_PORT = 8050
+KAFKA_LOCAL = Path(__file__).resolve().parents[1] / "scripts" / "kafka-local"
 BAD_INPUTS: tuple[bytes, ...] = (
     b"\xff\xfe not UTF-8",
     b"this is not a URL",
@@ -91,6 +95,17 @@ def _parser() -> argparse.ArgumentParser:
         help="leave the demo's topics on the broker for inspection",
     )
     parser.add_argument(
+        "--local-broker",
+        action="store_true",
+        help="use the broker of scripts/kafka-local, starting it if it is not running; "
+        "one started here is stopped at the end",
+    )
+    parser.add_argument(
+        "--keep-broker",
+        action="store_true",
+        help="with --local-broker, leave a broker started here running (--keep-topics does too)",
+    )
+    parser.add_argument(
         "--dashboard-port",
         type=int,
         default=DASHBOARD_PORT,
@@ -101,7 +116,69 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    base = Settings.from_env()
+    if not args.local_broker:
+        return _demo(args, Settings.from_env())
+    try:
+        with local_broker(keep=args.keep_broker or args.keep_topics) as bootstrap:
+            return _demo(args, Settings.from_env().with_overrides(bootstrap_servers=bootstrap))
+    except BrokerError as error:
+        print(f"demo: {error}", file=sys.stderr)
+        return 1
+
+
+class BrokerError(RuntimeError):
+    """``scripts/kafka-local`` could not start the local broker."""
+
+
+@contextlib.contextmanager
+def local_broker(keep: bool = False, env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """The bootstrap address of the local broker of ``scripts/kafka-local`` (``env``: its
+    ``KAFKA_LOCAL_*`` variables, by default this process's). A broker that was running is
+    used and left running; one started here is stopped at the end, unless ``keep``. Either
+    way the demo says what it did, and how to stop a broker it leaves running."""
+
+    def kafka_local(command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(KAFKA_LOCAL), command], env=env, capture_output=True, text=True, check=False
+        )
+
+    was_running = kafka_local("status").returncode == 0
+    started = kafka_local("start")
+    if started.returncode != 0:
+        raise BrokerError(f"scripts/kafka-local start failed: {started.stderr.strip()[-2000:]}")
+    bootstrap = started.stdout.strip().splitlines()[-1]
+    if was_running:
+        print(f"demo: using the Kafka broker already running at {bootstrap}", flush=True)
+    else:
+        print(f"demo: started the local Kafka broker at {bootstrap}", flush=True)
+    try:
+        yield bootstrap
+    finally:
+        if was_running:
+            print(
+                f"demo: the Kafka broker at {bootstrap} was running before the demo and is "
+                "left running (scripts/kafka-local stop stops it)",
+                flush=True,
+            )
+        elif keep:
+            print(
+                f"demo: the Kafka broker at {bootstrap} is left running; stop it with "
+                "scripts/kafka-local stop",
+                flush=True,
+            )
+        else:
+            stopped = kafka_local("stop")
+            if stopped.returncode == 0:
+                print(f"demo: stopped the Kafka broker it started at {bootstrap}", flush=True)
+            else:
+                print(
+                    f"demo: could not stop the Kafka broker at {bootstrap} "
+                    f"({stopped.stderr.strip()[-500:]}); stop it with scripts/kafka-local stop",
+                    file=sys.stderr,
+                )
+
+
+def _demo(args: argparse.Namespace, base: Settings) -> int:
     try:
         from confluent_kafka.admin import AdminClient
 
@@ -109,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:
         print(
             f"demo: no Kafka broker at {base.bootstrap_servers} ({error}); "
-            "start one with scripts/kafka-local start",
+            "start one with scripts/kafka-local start, or pass --local-broker",
             file=sys.stderr,
         )
         return 1
