@@ -7,6 +7,7 @@ import asyncio
 import importlib
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -19,7 +20,7 @@ from typing import Any, TextIO
 from miqps.audit import DEFAULT_AUDIT_SHARE, Audit, AuditRule, audit_map
 from miqps.canonical import Canonicalizer, StaticLayers
 from miqps.export import FORMATS as EXPORT_FORMATS
-from miqps.export import export
+from miqps.export import clean_param_by_host, export
 from miqps.fetch import FetchConfig, Fetcher, FetchStats
 from miqps.learner import LearnConfig, Learner
 from miqps.maps import DomainMap, InvalidMap, merge_update, read_maps, write_maps
@@ -179,6 +180,18 @@ def build_parser() -> argparse.ArgumentParser:
         "discarder), varnish (VCL), cloudflare (cache rules), clearurls",
     )
     export_cmd.add_argument("--domain", action="append", help="only this domain's map (repeatable)")
+    export_cmd.add_argument(
+        "--out-dir",
+        type=Path,
+        help="clean-param: write one file per host, DIR/HOST.robots.txt, to append to "
+        "that host's robots.txt",
+    )
+    export_cmd.add_argument(
+        "--cache-key-only",
+        action="store_true",
+        help='cloudflare: leave out "cache": true, so the rules set the cache key alone '
+        "and do not make responses eligible for caching",
+    )
     _add_skip_invalid(export_cmd, "of --maps")
 
     report = commands.add_parser(
@@ -442,7 +455,36 @@ def run_export(args: argparse.Namespace) -> int:
             print(f"miqps export: no map for {', '.join(missing)} in {args.maps}", file=sys.stderr)
             return 1
         maps = {domain: maps[domain] for domain in wanted}
-    sys.stdout.write(export(maps, args.format))
+    if args.out_dir is not None:
+        if args.format != "clean-param":
+            print("miqps export: --out-dir is for --format clean-param", file=sys.stderr)
+            return 2
+        return _write_per_host(clean_param_by_host(maps, StaticLayers.default()), args.out_dir)
+    if args.cache_key_only and args.format != "cloudflare":
+        print("miqps export: --cache-key-only is for --format cloudflare", file=sys.stderr)
+        return 2
+    sys.stdout.write(export(maps, args.format, cache_key_only=args.cache_key_only))
+    return 0
+
+
+# A host as a file name: what a lowercased host can hold, and never a path of its own.
+_FILE_NAME_HOST = re.compile(r"[a-z0-9\[][a-z0-9.:\[\]_-]*")
+
+
+def _write_per_host(files: dict[str, str], folder: Path) -> int:
+    written = 0
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for host, text in files.items():
+            if not _FILE_NAME_HOST.fullmatch(host):
+                print(f"miqps export: skipped {host!r}: not a file name", file=sys.stderr)
+                continue
+            (folder / f"{host}.robots.txt").write_text(text, encoding="utf-8")
+            written += 1
+    except OSError as error:
+        print(f"miqps export: cannot write to {folder}: {error.strerror}", file=sys.stderr)
+        return 2
+    print(f"miqps export: {written} robots.txt additions written to {folder}", file=sys.stderr)
     return 0
 
 

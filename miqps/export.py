@@ -36,7 +36,7 @@ from miqps.canonical import StaticLayers
 from miqps.maps import DomainMap, Layer, PatternDecision
 from miqps.urls import split_pattern
 
-__all__ = ["FORMATS", "NeutralScope", "export", "neutral_scopes"]
+__all__ = ["FORMATS", "NeutralScope", "clean_param_by_host", "export", "neutral_scopes"]
 
 NEUTRAL_LAYERS = frozenset({Layer.LEARNED, Layer.DOMAIN, Layer.VERIFICATION})
 HOST_WIDE = ""
@@ -192,21 +192,31 @@ _CLEAN_PARAM_PATH = re.compile(r"/[A-Za-z0-9.\-/*_]*")
 CLEAN_PARAM_MAX_LINE = 500
 
 
-def clean_param(maps: Mapping[str, DomainMap], layers: StaticLayers) -> str:
-    """robots.txt lines per host: ``Clean-param: a&b`` host-wide, ``Clean-param: a /p``
-    under a path. Names or paths the grammar cannot spell are left out (kept)."""
-    blocks: list[str] = []
+def clean_param_by_host(maps: Mapping[str, DomainMap], layers: StaticLayers) -> dict[str, str]:
+    """Per host, the lines to append to its robots.txt: ``Clean-param: a&b`` host-wide,
+    ``Clean-param: a /p`` under a path. Yandex reads Clean-param anywhere in the file, so
+    there is no ``User-agent`` line: a ``User-agent: Yandex`` group would make Yandex
+    follow that group and ignore the file's ``User-agent: *`` rules. Names or paths the
+    grammar cannot spell are left out (kept)."""
+    files: dict[str, str] = {}
     for domain_map, scopes in _scopes(maps, layers, prefix_only=True):
-        lines = [f"# {domain_map.domain} (map version {domain_map.version})", "User-agent: Yandex"]
+        lines: list[str] = []
         for scope in scopes:
             path = "" if scope.is_host_wide else scope.path
             if path and not _CLEAN_PARAM_PATH.fullmatch(path):
                 continue
             names = [name for name in scope.names if _CLEAN_PARAM_NAME.fullmatch(name)]
             lines.extend(_clean_param_lines(names, path))
-        if len(lines) > 2:
-            blocks.append("\n".join(lines))
-    return "\n\n".join(blocks) + ("\n" if blocks else "")
+        if lines:
+            heading = f"# MIQPS: {domain_map.domain} (map version {domain_map.version})"
+            files[domain_map.domain] = "\n".join([heading, *lines]) + "\n"
+    return files
+
+
+def clean_param(maps: Mapping[str, DomainMap], layers: StaticLayers) -> str:
+    """:func:`clean_param_by_host` for every host, one block each: robots.txt is per
+    host, so each block goes into its own host's file."""
+    return "\n".join(clean_param_by_host(maps, layers).values())
 
 
 def _clean_param_lines(names: list[str], path: str) -> list[str]:
@@ -227,6 +237,11 @@ def _clean_param_line(names: list[str], path: str) -> str:
     return f"Clean-param: {'&'.join(names)} {path}".rstrip()
 
 
+# url-matcher patterns (``*`` is any text) for paths under a segment that a server reads as
+# another path: a dot segment, plain or percent-encoded, or a backslash (a slash to WHATWG).
+_DUD_ELSEWHERE = (".", "*/.", "%2e", "*/%2e", "%2E", "*/%2E", "*\\")
+
+
 def dud_rules(maps: Mapping[str, DomainMap], layers: StaticLayers) -> str:
     """duplicate-url-discarder rules: one ``queryRemoval`` rule per host and path, its
     ``urlPattern`` in url-matcher syntax. ``host/`` (with a path) matches that host only,
@@ -245,13 +260,17 @@ def dud_rules(maps: Mapping[str, DomainMap], layers: StaticLayers) -> str:
             elif scope.segment == "/":
                 include = [f"{domain_map.domain}/|"]
             else:
-                include = [f"{domain_map.domain}{scope.path}|", f"{domain_map.domain}{scope.path}/"]
+                below = f"{domain_map.domain}{scope.path}/"
+                include = [f"{domain_map.domain}{scope.path}|", below]
+            pattern: dict[str, list[str]] = {"include": include}
+            if not scope.is_host_wide and scope.segment != "/":
+                pattern["exclude"] = [below + tail for tail in _DUD_ELSEWHERE]
             rules.append(
                 {
                     "args": sorted({*host_names, *scope.names}),
                     "order": 100 + len(rules),
                     "processor": "queryRemoval",
-                    "urlPattern": {"include": include},
+                    "urlPattern": pattern,
                 }
             )
     return json.dumps(rules, indent=2, ensure_ascii=False) + "\n"
@@ -272,29 +291,49 @@ def _vcl_regex(text: str) -> str | None:
     return None if any(ch in text for ch in '"\r\n') else re.escape(text)
 
 
+_VCL_KEY = "req.http.X-MIQPS-Key"
+_VCL_QUERY = "req.http.X-MIQPS-Query"
+
+
 def _vcl_set(function: str, regex: str, replacement: str) -> str:
-    return (
-        f'set req.http.X-MIQPS-Key = {function}(req.http.X-MIQPS-Key, "{regex}", "{replacement}");'
-    )
+    return f'set {_VCL_QUERY} = {function}({_VCL_QUERY}, "{regex}", "{replacement}");'
 
 
 def _lone_pair(name: str, value: str) -> str:
-    """A regular expression for the pair ``name=value`` when ``name`` appears once in the
-    query: a repeated name's values are one value (``page=1&page=2`` is not the default),
-    and which of them a site reads is its own business. Group 1 is what precedes it."""
-    this_name = f"{name}(?:[=&]|$)"
-    return f"^([^?]*\\?(?:(?!{this_name})[^&]*&)*){name}={value}(?:&|$)(?!(?:[^&]*&)*{this_name})"
+    """A regular expression for the pair ``name=value`` in a query written ``&a=1&b=2``,
+    when ``name`` appears once: a repeated name's values are one value (``page=1&page=2``
+    is not the default), and which of them a site reads is its own business. Group 1 is
+    what precedes it."""
+    this_name = f"&{name}(?:[=&]|$)"
+    return f"^((?:(?!{this_name})&[^&]*)*)&{name}={value}(?=&|$)(?!(?:&[^&]*)*{this_name})"
+
+
+# A path a server may read as another path: a dot segment (plain or percent-encoded) or a
+# backslash, which WHATWG parsers take for a slash. Path scopes never apply to such paths.
+_VCL_UNSAFE_PATH = r"(?i)\\|/(?:\.|%2e)"
+
+_VCL_USAGE = """\
+# MIQPS: hash URLs without their learned-neutral query parameters (VCL 4.1).
+#   include "miqps.vcl";   # a relative name is looked up on the vcl_path parameter
+#   sub vcl_recv { call miqps_strip; }
+#   sub vcl_hash { call miqps_hash; return (lookup); }
+# miqps_hash hashes the stripped URL and the host; anything your vcl_hash hashes
+# besides is added to it. Without return (lookup), the built-in vcl_hash also hashes
+# req.url, and URLs differing in neutral parameters are cached apart again."""
 
 
 def varnish(maps: Mapping[str, DomainMap], layers: StaticLayers) -> str:
-    """A VCL 4.1 snippet: ``sub miqps_strip`` computes ``req.http.X-MIQPS-Key``, the URL
-    without neutral parameters and default values, and ``vcl_hash`` hashes it with the
-    host. Include it and ``call miqps_strip;`` from ``vcl_recv``."""
+    """A VCL 4.1 snippet with two subroutines for the user's own ``vcl_recv`` and
+    ``vcl_hash`` to call: ``miqps_strip`` computes ``req.http.X-MIQPS-Key``, the URL
+    without neutral parameters and default values, and ``miqps_hash`` hashes it with the
+    host. The query is everything after the first ``?`` and its pairs are split on ``&``
+    only, as :mod:`miqps.urls` reads them, so a ``?`` inside a value (``q=a?utm_source=x``,
+    ``next=/cart?ref=1``) or an ``&`` in the path is never taken for a pair's start."""
     out = [
-        "# MIQPS: strip learned-neutral query parameters before hashing.",
-        "# Include this file, and in vcl_recv: call miqps_strip;",
+        _VCL_USAGE,
         "sub miqps_strip {",
-        "    set req.http.X-MIQPS-Key = req.url;",
+        f'    set {_VCL_KEY} = regsub(req.url, "\\?.*", "");',
+        f'    set {_VCL_QUERY} = regsub(req.url, "^[^?]*\\??", "&");',
     ]
     for domain_map, scopes in _scopes(maps, layers):
         host = _vcl_regex(domain_map.domain.lower())
@@ -306,9 +345,7 @@ def varnish(maps: Mapping[str, DomainMap], layers: StaticLayers) -> str:
             statements = []
             if removals:
                 statements.append(
-                    _vcl_set(
-                        "regsuball", f"(?<=[?&])(?:{'|'.join(removals)})(?:=[^&]*)?(?:&|$)", ""
-                    )
+                    _vcl_set("regsuball", f"&(?:{'|'.join(removals)})(?:=[^&]*)?(?=&|$)", "")
                 )
             for pair in scope.default_pairs:
                 name, _, value = pair.partition("=")
@@ -321,24 +358,30 @@ def varnish(maps: Mapping[str, DomainMap], layers: StaticLayers) -> str:
                 continue
             indent = "        "
             if not scope.is_host_wide:
-                out.append(f'        if (req.http.X-MIQPS-Key ~ "^{_path_regex(scope)}") {{')
+                out.append(
+                    f'        if ({_VCL_KEY} ~ "^{_path_regex(scope)}" && '
+                    f'{_VCL_KEY} !~ "{_VCL_UNSAFE_PATH}") {{'
+                )
                 indent += "    "
             out.extend(indent + statement for statement in statements)
             if not scope.is_host_wide:
                 out.append("        }")
         out.append("    }")
     out += [
-        '    set req.http.X-MIQPS-Key = regsub(req.http.X-MIQPS-Key, "[?&]+$", "");',
+        f'    set {_VCL_QUERY} = regsub({_VCL_QUERY}, "&+$", "");',
+        f'    if ({_VCL_QUERY} ~ ".") {{',
+        f'        set {_VCL_KEY} = {_VCL_KEY} + "?" + regsub({_VCL_QUERY}, "^&", "");',
+        "    }",
+        f"    unset {_VCL_QUERY};",
         "}",
         "",
-        "sub vcl_hash {",
-        "    hash_data(req.http.X-MIQPS-Key);",
+        "sub miqps_hash {",
+        f"    hash_data({_VCL_KEY});",
         "    if (req.http.host) {",
         "        hash_data(req.http.host);",
         "    } else {",
         "        hash_data(server.ip);",
         "    }",
-        "    return (lookup);",
         "}",
     ]
     return "\n".join(out) + "\n"
@@ -348,11 +391,18 @@ def _cloudflare_string(text: str) -> str:
     return json.dumps(text)  # the rules language takes "..." strings with \" and \\ escapes
 
 
-def cloudflare(maps: Mapping[str, DomainMap], layers: StaticLayers) -> str:
+def cloudflare(
+    maps: Mapping[str, DomainMap], layers: StaticLayers, *, cache_key_only: bool = False
+) -> str:
     """A ruleset for the ``http_request_cache_settings`` phase (the body of the Rulesets
     API's "update a zone entry point ruleset"): per host and path, a ``set_cache_settings``
     rule excluding the neutral names from the cache key. A later matching rule overrides
-    an earlier one's cache key, so a path's rule repeats the host's names."""
+    an earlier one's cache key, so a path's rule repeats the host's names.
+
+    Each rule also sets ``"cache": true``, which makes every matching response eligible
+    for caching (HTML included), as the dashboard's "Eligible for cache" does. With
+    ``cache_key_only`` it is left out (the API's schema makes it optional): the rule sets
+    the cache key alone and eligibility stays with the zone's other rules."""
     rules: list[dict[str, object]] = []
     for domain_map, scopes in _scopes(maps, layers):
         host_names: tuple[str, ...] = ()
@@ -376,7 +426,7 @@ def cloudflare(maps: Mapping[str, DomainMap], layers: StaticLayers) -> str:
                     "expression": expression,
                     "action": "set_cache_settings",
                     "action_parameters": {
-                        "cache": True,
+                        **({} if cache_key_only else {"cache": True}),
                         "cache_key": {
                             "custom_key": {
                                 "query_string": {
@@ -440,11 +490,20 @@ FORMATS: dict[str, Callable[[Mapping[str, DomainMap], StaticLayers], str]] = {
 
 
 def export(
-    maps: Mapping[str, DomainMap], format_name: str, layers: StaticLayers | None = None
+    maps: Mapping[str, DomainMap],
+    format_name: str,
+    layers: StaticLayers | None = None,
+    *,
+    cache_key_only: bool = False,
 ) -> str:
-    """``maps`` in the format ``format_name`` (one of :data:`FORMATS`)."""
+    """``maps`` in the format ``format_name`` (one of :data:`FORMATS`); ``cache_key_only``
+    is :func:`cloudflare`'s."""
     try:
         writer = FORMATS[format_name]
     except KeyError:
         raise ValueError(f"unknown format {format_name!r}; one of {', '.join(FORMATS)}") from None
+    if cache_key_only:
+        if format_name != "cloudflare":
+            raise ValueError("cache_key_only is for the cloudflare format")
+        return cloudflare(maps, layers or StaticLayers.default(), cache_key_only=True)
     return writer(maps, layers or StaticLayers.default())
