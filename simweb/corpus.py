@@ -203,6 +203,8 @@ class _SiteCorpus:
                         number = 2 + min(int(rng.expovariate(0.6)), 12)
                     value = str(int(p.default) + (number - 1) * p.step)
                     key.append(f"{p.name}={value}")
+            elif role is Role.LAYOUT:
+                value = p.choices[0]
             elif role is Role.IDENTITY:
                 other = self._item()
                 value = other.key(p.attr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 import zlib
@@ -13,6 +14,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 from simweb import structured
 from simweb.resolve import Page, canonical_url
 from simweb.sites import (
+    INVOICE,
     CanonicalMode,
     Display,
     Item,
@@ -289,7 +291,51 @@ def render_main(site: Site, page: Page) -> str:
         return _listing(k, page)
     if page.route is not None and page.route.rendering is Rendering.DATA:
         return _app_item(k)
+    if prints_invoice(page):
+        return _invoice(k, page)
     return _item(k, page)
+
+
+def prints_invoice(page: Page) -> bool:
+    """Whether ``page`` is an order printed as its invoice, in the print template."""
+    route = page.route
+    return route is not None and any(
+        (param := route.param(name)) is not None and param.attr == INVOICE
+        for name, _ in page.values
+    )
+
+
+def _invoice(k: _Kit, page: Page) -> str:
+    t = k.site.template
+    item = k.site.catalog.items[page.item]
+    currency = _currency(page)
+    vat = item.price // 5
+    return (
+        f'<h1 class="{t.title_class}">Invoice INV-{item.num}</h1>'
+        f"<p>Billed to subscriber account {item.num}, issued {item.day}. Payable within "
+        "30 days.</p>"
+        f'<table class="invoice"><tr><th>Description</th><th>Amount</th></tr>'
+        f"<tr><td>Subscription: {k.item_name[item.idx]}</td>"
+        f"<td>{_money(currency, item.price)}</td></tr>"
+        f"<tr><th>VAT</th><td>{_money(currency, vat)}</td></tr>"
+        f"<tr><th>Total</th><td>{_money(currency, item.price + vat)}</td></tr></table>"
+    )
+
+
+_CLASS = re.compile(r'class="([^"]*)"')
+
+
+def alternate_layout(site: Site, main: str) -> str:
+    """``main`` in a second template: other wrapper elements, and every class renamed but
+    those of the per-fetch noise."""
+    t = site.template
+    noise = {t.ads_class, t.promo_class}
+
+    def renamed(match: re.Match[str]) -> str:
+        names = (name if name in noise else "ab-" + name for name in match.group(1).split())
+        return 'class="' + " ".join(names) + '"'
+
+    return f'<div class="ab-grid"><div class="ab-column">{_CLASS.sub(renamed, main)}</div></div>'
 
 
 def _app_item(k: _Kit) -> str:
@@ -603,6 +649,8 @@ def render_document(
     if t.ads_in_main:
         main = main.replace(AD_MARK, ad)
         ad = ""
+    if page.layout or prints_invoice(page) or (site.ab_share and rng.random() < site.ab_share):
+        main = alternate_layout(site, main)
     promo = f'<section class="{t.promo_class}">{k.promos[rng.randrange(len(k.promos))]}</section>'
     body_data = ""
     if data_page:
@@ -686,8 +734,22 @@ def _data_blob(
     selected = next((v for _, v in page.values), "")
     query = {"sku": page.segment}
     query.update(parse_qsl(urlsplit(request_url).query, keep_blank_values=True))
+    items = site.catalog.items
+    picks = rng.sample(range(len(items)), min(len(items), 3 + rng.randrange(6)))
+    recommendations = [
+        {"sku": items[i].sku, "title": items[i].name, "price": f"{items[i].price / 100:.2f}"}
+        for i in picks
+    ]
     return structured.data_blob(
-        site.markup.data_blob, route.path, product, selected, sizes, request_url, query, rng
+        site.markup.data_blob,
+        route.path,
+        product,
+        selected,
+        sizes,
+        request_url,
+        query,
+        rng,
+        recommendations,
     )
 
 

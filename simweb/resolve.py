@@ -19,6 +19,8 @@ class Page:
     other: int = -1
     segment: str = ""
     values: tuple[tuple[str, str], ...] = ()
+    layout: str = ""
+    """The layout parameter the page is shown in (a print view), not part of its key."""
 
 
 @dataclass(frozen=True)
@@ -188,9 +190,13 @@ def page_for(site: Site, route: Route, segment: str, params: Mapping[str, str]) 
         else:
             return None
     values: list[tuple[str, str]] = []
+    layout = ""
     for param in route.params:
         raw = params.get(param.name)
         if raw is None or param.name in route.key:
+            continue
+        if param.role is Role.LAYOUT:
+            layout = param.name if raw in param.values else layout
             continue
         if param.role is Role.IDENTITY:
             other = catalog.find(param.attr, raw)
@@ -206,7 +212,7 @@ def page_for(site: Site, route: Route, segment: str, params: Mapping[str, str]) 
     if segment and kind is PageKind.LISTING:
         parts.append(f"@{segment}")
     parts.extend(f"{name}={value}" for name, value in values)
-    return Page(kind, "|".join(parts), route, item, other, segment, tuple(values))
+    return Page(kind, "|".join(parts), route, item, other, segment, tuple(values), layout)
 
 
 def page_key(site: Site, path: str, query: str) -> str:

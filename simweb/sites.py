@@ -29,11 +29,17 @@ TRAPS = (
     "matrix-session",
     "matrix-content",
     "rotating-noise",
+    "print-view",
+    "print-other-item",
+    "ab-layout",
 )
 MATRIX_MARK = ";"
 """A parameter name that starts with this sits in the path (``/seg;name=value``)."""
 FEW_PROMO_VARIANTS = 3
 """Sites whose promo block rotates among at most this many variants hold "rotating-noise"."""
+INVOICE = "invoice"
+"""The ``attr`` of a parameter that prints another item (an order's invoice) in the print
+template: content, though its name and value are those of a print view elsewhere."""
 
 
 class Role(enum.Enum):
@@ -47,6 +53,8 @@ class Role(enum.Enum):
     TRACKING = "tracking"
     SESSION = "session"
     CACHE_BUSTER = "cache_buster"
+    LAYOUT = "layout"
+    """Shows the same item in another template (``print=1``, ``view=amp``): one value."""
 
     @property
     def neutral(self) -> bool:
@@ -54,7 +62,7 @@ class Role(enum.Enum):
         return self in _NEUTRAL_ROLES
 
 
-_NEUTRAL_ROLES = frozenset({Role.TRACKING, Role.SESSION, Role.CACHE_BUSTER})
+_NEUTRAL_ROLES = frozenset({Role.TRACKING, Role.SESSION, Role.CACHE_BUSTER, Role.LAYOUT})
 
 
 class PageKind(enum.Enum):
@@ -296,6 +304,9 @@ class Site:
     unknown_key: UnknownKey = UnknownKey.NOT_FOUND
     canonical: CanonicalMode = CanonicalMode.CORRECT
     shuffle_share: float = 0.3
+    ab_share: float = 0.0
+    """The share of responses served in a second layout (A/B test): other wrappers and
+    classes around the same content."""
 
     def route(self, name: str) -> Route:
         for r in self.routes:
@@ -331,6 +342,12 @@ def route_traps(site: Site, route: Route) -> frozenset[str]:
         traps.add("matrix-content")
     if site.template.promo_variants <= FEW_PROMO_VARIANTS:
         traps.add("rotating-noise")
+    if any(p.role is Role.LAYOUT for p in route.params):
+        traps.add("print-view")
+    if any(p.attr == INVOICE for p in route.params):
+        traps.add("print-other-item")
+    if site.ab_share > 0:
+        traps.add("ab-layout")
     return frozenset(traps)
 
 
@@ -477,6 +494,7 @@ class _Builder:
             unknown_key=spec.unknown_key,
             canonical=spec.canonical,
             shuffle_share=self.p(0.15, 0.5),
+            ab_share=spec.ab_share,
             vocab=vocab,
             catalog=self._catalog(vocab, spec.items),
         )
@@ -690,6 +708,12 @@ class _Builder:
                 _key(key_a, "int", alias=True),
                 _key(key_b, "slug", alias=True),
                 _page(page, self.p(0.1, 0.2), "pages"),
+                Param(
+                    self.pick("print", "view", "news-print-view"),
+                    Role.LAYOUT,
+                    values=(self.pick("1", "amp", "news-print-view"),),
+                    presence=0.08,
+                ),
             ),
             key=(key_a, key_b),
             key_mix=(0.7, 0.18, 0.12),
@@ -735,7 +759,7 @@ class _Builder:
         return _Spec(
             theme_name=self.pick("news", "magazine"),
             vocab="news",
-            routes=(article, section, tag, printable),
+            routes=(article, section, tag, printable, self._invoice()),
             noise=tuple(noise),
             tracking_redirect=302,
             unknown_key=UnknownKey.NOT_FOUND,
@@ -750,6 +774,21 @@ class _Builder:
                 Interstitial.JUST_A_MOMENT,
                 Interstitial.CONSENT,
             ),
+        )
+
+    def _invoice(self) -> Route:
+        """A subscriber's order, whose ``print=1`` prints its invoice: another item."""
+        key = self.pick("order", "inv")
+        return Route(
+            "order",
+            self.pick("/account/order", "/billing"),
+            PageKind.ITEM,
+            params=(
+                _key(key, "int"),
+                Param("print", Role.VARIANT, values=("1",), presence=0.45, attr=INVOICE),
+            ),
+            key=(key,),
+            weight=0.05,
         )
 
     def _events(self) -> _Spec:
@@ -836,6 +875,7 @@ class _Builder:
             unknown_key=UnknownKey.NOT_FOUND,
             canonical=CanonicalMode.TRACKING,
             items=self.rng.randint(400, 1500),
+            ab_share=0.3,
         )
 
     def _docs(self) -> _Spec:
@@ -1105,3 +1145,4 @@ class _Spec:
     interstitial_rate: float = 0.0
     interstitials: tuple[Interstitial, ...] = ()
     few_promos: bool = False
+    ab_share: float = 0.0

@@ -3,13 +3,15 @@ framework's data blob (Next.js ``__NEXT_DATA__`` or Nuxt's ``__NUXT_DATA__`` pay
 
 As on real sites, these carry echoes of the request: the JSON-LD ``url``/``@id`` hold the
 requested URL with its tracking parameters, the blob repeats the request's query and path,
-and a nonce in the blob changes on every fetch.
+and a nonce, a render stamp and a list of recommendations (of changing length) in the blob
+change on every fetch.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import time
 from html import escape
 from typing import Any
 from urllib.parse import urlsplit
@@ -72,8 +74,10 @@ def data_blob(
     request_url: str,
     query: dict[str, str],
     rng: random.Random,
+    recommendations: list[JSON],
 ) -> str:
-    """The framework's data script (``kind`` is "next" or "nuxt")."""
+    """The framework's data script (``kind`` is "next" or "nuxt"), with the item and the
+    ``recommendations`` of this fetch."""
     parts = urlsplit(request_url)
     as_path = parts.path + ("?" + parts.query if parts.query else "")
     offer = product["offers"]
@@ -89,9 +93,18 @@ def data_blob(
         "selectedSize": size or None,
     }
     nonce = f"{rng.getrandbits(96):024x}"
+    rendered_at = f"{time.time():.6f}"
     if kind == "next":
         payload: JSON = {
-            "props": {"pageProps": {"product": page_product, "_nonce": nonce}, "__N_SSP": True},
+            "props": {
+                "pageProps": {
+                    "product": page_product,
+                    "recommendations": recommendations,
+                    "renderedAt": rendered_at,
+                    "_nonce": nonce,
+                },
+                "__N_SSP": True,
+            },
             "page": route_path + "[sku]",
             "query": query,
             "buildId": f"{rng.getrandbits(64):016x}",
@@ -104,8 +117,8 @@ def data_blob(
             f'<script id="__NEXT_DATA__" type="application/json">{_script_json(payload)}</script>'
         )
     state: JSON = {
-        "data": {f"product-{product['sku']}": page_product},
-        "state": {"$snonce": nonce},
+        "data": {f"product-{product['sku']}": page_product, "recommendations": recommendations},
+        "state": {"$snonce": nonce, "renderedAt": rendered_at},
         "once": [],
         "_errors": {},
         "serverRendered": True,

@@ -22,16 +22,20 @@ def main_text(site: Site, html: str) -> str:
 
 def main_view(site: Site, html: str) -> str:
     """What a person sees of the item: the main text, the paths of the item's images (their
-    queries are resize, cache-buster and echo) and the chosen variant controls."""
+    queries are resize, cache-buster and echo) and the chosen variant controls, in either
+    layout (the second one's classes start with ``ab-``)."""
     tree = LexborHTMLParser(html)
     images = sorted(
         str(node.attributes.get("src") or "").split("?")[0]
-        for node in tree.css("img.product-image")
+        for node in tree.css("img.product-image, img.ab-product-image")
     )
     chosen = sorted(
         f"{node.attributes.get('name')}={node.attributes.get('value')}"
-        for node in tree.css("form.buy input[checked]")
-    ) + sorted(str(node.attributes.get("value")) for node in tree.css("form.buy option[selected]"))
+        for node in tree.css("form.buy input[checked], form.ab-buy input[checked]")
+    ) + sorted(
+        str(node.attributes.get("value"))
+        for node in tree.css("form.buy option[selected], form.ab-buy option[selected]")
+    )
     return " | ".join([main_text(site, html), *images, *chosen])
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
 from simweb.corpus import content_key_for, generate_corpus, url_traps
+from simweb.render import render_document, render_main
 from simweb.resolve import canonical_url, resolve, split_matrix, split_target
 from simweb.sites import (
+    INVOICE,
     MATRIX_MARK,
     TRAPS,
     Display,
@@ -15,7 +19,7 @@ from simweb.sites import (
     param_roles,
     route_traps,
 )
-from tests.simweb.support import item_url
+from tests.simweb.support import item_url, main_text
 
 
 def _trap_route(sites: list[Site], trap: str) -> tuple[Site, Route]:
@@ -137,3 +141,61 @@ def test_content_matrix_parameter_picks_the_page(family_sites: list[Site]) -> No
     assert len(keys) == len(param.values) + 1
     corpus = generate_corpus([site], 1500, seed=2)
     assert any(param.name + "=" in entry.url for entry in corpus)
+
+
+def _fetches(site: Site, url: str, count: int) -> list[str]:
+    """``count`` fetches of ``url`` as the server renders them, each with its own noise."""
+    answer = resolve(site, *split_target(url)[1:])
+    main = render_main(site, answer.page)
+    return [
+        render_document(site, answer.page, main, answer.echo, random.Random(n), url)
+        for n in range(count)
+    ]
+
+
+def test_a_print_view_is_its_article_in_another_template(family_sites: list[Site]) -> None:
+    site, route = _trap_route(family_sites, "print-view")
+    view = next(p for p in route.params if p.role is Role.LAYOUT)
+    assert view.role.neutral and len(view.values) == 1
+    plain = item_url(site, route, 4)
+    printed = f"{plain}&{view.name}={view.values[0]}"
+    assert content_key_for(site, printed) == content_key_for(site, plain)
+    assert param_roles(site)[(route.hint, view.name)] is Role.LAYOUT
+    [plain_page], [print_page] = _fetches(site, plain, 1), _fetches(site, printed, 1)
+    title = f'class="{site.template.title_class}"'
+    assert title in plain_page and title not in print_page, "another template"
+    assert main_text(site, plain_page) == main_text(site, print_page), "the same article"
+
+
+def test_a_printed_invoice_is_another_item_under_the_same_name(family_sites: list[Site]) -> None:
+    site, route = _trap_route(family_sites, "print-other-item")
+    printed = next(p for p in route.params if p.attr == INVOICE)
+    assert printed.role is Role.VARIANT and printed.values == ("1",)
+    order = item_url(site, route, 4)
+    invoice = f"{order}&{printed.name}=1"
+    assert content_key_for(site, invoice) != content_key_for(site, order)
+    assert "Invoice" in main_text(site, _fetches(site, invoice, 1)[0])
+    assert "Invoice" not in main_text(site, _fetches(site, order, 1)[0])
+    assert _trap_route(family_sites, "print-view")[0] is site, "beside a print view"
+
+
+def test_an_ab_layout_site_serves_a_second_layout_around_the_same_content(
+    family_sites: list[Site],
+) -> None:
+    site, route = _trap_route(family_sites, "ab-layout")
+    assert [s for s in family_sites if s.ab_share] == [site]
+    route = next(r for r in site.routes if r.key and r.rendering is Rendering.SERVER)
+    pages = _fetches(site, item_url(site, route, 3), 200)
+    second = [page for page in pages if "ab-grid" in page]
+    assert 0.2 <= len(second) / len(pages) <= 0.4
+    assert len({main_text(site, page) for page in pages}) == 1
+
+
+def test_a_client_rendered_item_recommends_a_changing_list_in_its_data(
+    family_sites: list[Site],
+) -> None:
+    site, route = _trap_route(family_sites, "data-item")
+    pages = _fetches(site, item_url(site, route, 1), 12)
+    lengths = {page.count('"title":') for page in pages}
+    assert len(lengths) > 1, "the recommendations change length from fetch to fetch"
+    assert all("renderedAt" in page for page in pages)
