@@ -4,9 +4,10 @@ Each URL is fetched once for its snapshot. When a comparison shows a difference 
 yet known to be noise, the original is fetched again to learn which blocks change by
 themselves; when what is left is confined to blocks hardly ever seen stable, once more, so
 that a block rotating among a few variants, which repeats by chance on one refetch, is not
-taken for content. Timeouts, failures, non-2xx originals, pages that are mostly noise,
-interstitials (retried with backoff) and client-side shells are *inconclusive*, never
-"unchanged".
+taken for content. When what is left sits only where the other page's layout puts it (a
+print view, an A/B layout), it is that page that is fetched again. Timeouts, failures,
+non-2xx originals, pages that are mostly noise, interstitials (retried with backoff) and
+client-side shells are *inconclusive*, never "unchanged".
 
 HTML is parsed off the event loop, in a small thread pool, under a time cap.
 """
@@ -170,24 +171,41 @@ class PageProber:
         if first.status != other.status:
             return Comparison(Outcome.CHANGED, frozenset((STATUS_KEY,)))
         volatility = self.volatility
-        difference = differing_paths(first, other) - volatility.paths(template)
+        difference: set[int] | None = differing_paths(first, other) - volatility.paths(template)
         if difference and not self._trusted_stable(template, difference):
-            for attempt in range(self.max_refetches):
-                again = await self._refetch(original, attempt)
-                if again is None or again.status != first.status:
-                    return _INCONCLUSIVE
-                if (original, attempt) not in self._learned:
-                    # one refetch is one observation, however many comparisons share it
-                    self._learned.add((original, attempt))
-                    volatility.learn(template, first, again)
-                difference -= volatility.paths(template)
-                if not difference or not self._needs_confirmation(template, difference):
-                    break
+            difference = await self._learn_noise(template, original, first, difference)
+            if difference is not None and difference.isdisjoint(first.blocks):
+                # what is left sits only where the other page's layout puts it (a print
+                # view, an A/B layout): only refetches of that page can show it moving
+                difference = await self._learn_noise(template, reduced, other, difference)
+        if difference is None:
+            return _INCONCLUSIVE
         if volatility.too_noisy(template, first):
             return _INCONCLUSIVE
         if not difference:
             return _UNCHANGED
         return Comparison(Outcome.CHANGED, frozenset(difference))
+
+    async def _learn_noise(
+        self, template: str, url: str, snapshot: Snapshot, difference: set[int]
+    ) -> set[int] | None:
+        """``difference`` less what refetches of ``url`` show changing by itself; None when
+        a refetch fails or shows another status."""
+        volatility = self.volatility
+        for attempt in range(self.max_refetches):
+            if not difference or difference.isdisjoint(snapshot.blocks):
+                break
+            again = await self._refetch(url, attempt)
+            if again is None or again.status != snapshot.status:
+                return None
+            if (url, attempt) not in self._learned:
+                # one refetch is one observation, however many comparisons share it
+                self._learned.add((url, attempt))
+                volatility.learn(template, snapshot, again)
+            difference = difference - volatility.paths(template)
+            if not self._needs_confirmation(template, difference):
+                break
+        return difference
 
     def _trusted_stable(self, template: str, difference: set[int]) -> bool:
         """Known-stable blocks spare a refetch, except every ``audit_every``-th time: a

@@ -19,7 +19,10 @@ from miqps.fetch import FetchConfig, Fetcher
 from miqps.learner import Learner
 from miqps.prober import Comparison, Outcome, PageProber
 from miqps.urls import parse
+from simweb.server import SimWeb
+from simweb.sites import FAMILIES, Rendering, Role, Route, Site, build_sites, route_traps
 from tests.miqps.loopback import send_html, serve
+from tests.simweb.support import item_url
 
 _ADS = (("Save big today", "On shoes"), ("Limited offer", "On boots"))
 
@@ -191,3 +194,100 @@ def test_unjudgeable_pages_are_counted_apart_from_the_pages_fetched(
     fetched, unjudgeable = asyncio.run(walled())
     assert fetched == sum(_RepeatingAd.fetches.values()) > 0
     assert unjudgeable == fetched, "every answer was a challenge page"
+
+
+def _trap(sites: list[Site], trap: str) -> tuple[Site, Route]:
+    return next(
+        (site, route) for site in sites for route in site.routes if trap in route_traps(site, route)
+    )
+
+
+def _judged(prober: PageProber, template: str, comparisons: list[Comparison]) -> list[Outcome]:
+    """The outcomes as the learner counts them, in the light of all the noise learned."""
+    return [
+        Outcome.UNCHANGED
+        if c.outcome is Outcome.CHANGED and not prober.still_changed(template, c)
+        else c.outcome
+        for c in comparisons
+    ]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_print_view_shows_its_article_and_a_printed_invoice_another_item(family: str) -> None:
+    sites = build_sites(family, 6)
+    news, article = _trap(sites, "print-view")
+    view = next(p for p in article.params if p.role is Role.LAYOUT)
+    _, invoice = _trap(sites, "print-other-item")
+    printed = next(p for p in invoice.params if p.role is Role.VARIANT)
+
+    async def compare() -> tuple[list[Outcome], list[Outcome]]:
+        with SimWeb(sites, rate_limit_per_second=0, flaky_rate=0, interstitials=False) as web:
+            async with Fetcher(FetchConfig(proxy=web.proxy_url, per_host_rate=500)) as fetcher:
+                prober = PageProber(fetcher)
+                views, invoices = [], []
+                for n in range(6):
+                    plain = item_url(news, article, n)
+                    views.append(
+                        await prober.compare_detail(
+                            news.host + article.path, f"{plain}&{view.name}={view.values[0]}", plain
+                        )
+                    )
+                    order = item_url(news, invoice, n)
+                    invoices.append(
+                        await prober.compare_detail(
+                            news.host + invoice.path, f"{order}&{printed.name}=1", order
+                        )
+                    )
+                return (
+                    _judged(prober, news.host + article.path, views),
+                    _judged(prober, news.host + invoice.path, invoices),
+                )
+
+    views, invoices = asyncio.run(compare())
+    assert views == [Outcome.UNCHANGED] * 6, "the same article in the print template"
+    assert invoices == [Outcome.CHANGED] * 6, "an order and its printed invoice"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_an_ab_layout_keeps_its_items_apart_and_shows_tracking_changes_nothing(
+    family: str,
+) -> None:
+    sites = build_sites(family, 6)
+    site, route = _trap(sites, "ab-layout")
+    route = next(r for r in site.routes if r.key and r.rendering is Rendering.SERVER)
+    tracking = next(n.name for n in site.noise if n.role is Role.TRACKING and not n.matrix)
+    template = site.host + route.path
+
+    async def learn() -> tuple[list[Outcome], list[Outcome], set[str], set[str]]:
+        with SimWeb(sites, rate_limit_per_second=0, flaky_rate=0, interstitials=False) as web:
+            async with Fetcher(FetchConfig(proxy=web.proxy_url, per_host_rate=500)) as fetcher:
+                prober = PageProber(fetcher)
+                tracked = [
+                    await prober.compare_detail(
+                        template,
+                        item_url(site, route, n, f"{tracking}=t{n}"),
+                        item_url(site, route, n),
+                    )
+                    for n in range(12)
+                ]
+                items = [
+                    await prober.compare_detail(
+                        template, item_url(site, route, n), item_url(site, route, n + 1)
+                    )
+                    for n in range(6)
+                ]
+                urls = [parse(item_url(site, route, n, f"{tracking}=u{n}")) for n in range(20, 32)]
+                domain_map, _ = await Learner(prober).learn_domain(site.host, urls)
+                [decision] = domain_map.patterns.values()
+                return (
+                    _judged(prober, template, tracked),
+                    _judged(prober, template, items),
+                    set(decision.dropped),
+                    set(decision.kept),
+                )
+
+    tracked, items, dropped, kept = asyncio.run(learn())
+    assert tracked == [Outcome.UNCHANGED] * 12
+    assert items == [Outcome.CHANGED] * 6
+    assert dropped == {tracking}
+    assert kept == set(route.key)
