@@ -607,12 +607,27 @@ class Fetcher:
                 NotProbedKind.HOST_DEFERRED,
             )
 
+    def ask_robots_again(self, host: str) -> None:
+        """Forget a robots.txt of ``host`` that did not answer, so that the next fetch asks
+        for it again: a new learning run of the host's patterns does."""
+        for key, known in list(self._robots.items()):
+            if (
+                key[1].split(":")[0] == host
+                and known.done()
+                and (known.cancelled() or known.result().status is RobotsStatus.UNREACHABLE)
+            ):
+                del self._robots[key]
+
     async def _robots_rules(self, url: httpx.URL) -> RobotsRules:
         """The robots.txt rules of ``url``'s scheme and host, fetched once per cache life
         and shared by every task."""
         key = (url.scheme, url.netloc.decode("ascii"))
         known = self._robots.get(key)
-        if known is not None and known.done() and known.result().expired(time.monotonic()):
+        if (
+            known is not None
+            and known.done()
+            and (known.cancelled() or known.result().expired(time.monotonic()))
+        ):
             known = None
         if known is None:
             known = self._robots[key] = asyncio.ensure_future(self._fetch_robots(url))

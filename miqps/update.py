@@ -193,6 +193,7 @@ async def update_map(
     if not wanted:
         return update
     stats = learner.prober.fetcher.stats
+    learner.prober.fetcher.ask_robots_again(domain)
     fetches_before = stats.by_host[domain]
     decided: dict[str, Decided] = {}
     for pattern, request in wanted.items():

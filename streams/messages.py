@@ -34,7 +34,7 @@ from typing import (
 import orjson
 
 from miqps.maps import DomainMap, GateVerdict, InvalidMap, parse_map, utc_now
-from miqps.update import MapUpdate, Why
+from miqps.update import MapUpdate, Undecided, Why
 from miqps.urls import InvalidURL, NormalizedURL, parse, split_pattern
 
 JSON_STARTS = (ord("{"), ord("["), ord('"'))
@@ -598,9 +598,21 @@ class MapUpdateRecord:
 
 
 NO_SAMPLES = "no sample URL of this pattern could be probed"
-UNREACHABLE = "every probe failed; nothing learned"
-ONE_PAGE = "every URL fetched showed the same page (a bot wall?); nothing learned"
+
+
+def undecided_reason(cause: Undecided) -> str:
+    """The ``reason`` of the audit record of a pattern left undecided for ``cause``."""
+    return f"{cause.message}; nothing learned"
+
+
+UNREACHABLE = undecided_reason(Undecided.FAILED)
+ONE_PAGE = undecided_reason(Undecided.ONE_PAGE)
 FROZEN = "the map is frozen by an operator; nothing learned until it is unfrozen"
+UNDECIDED_CAUSES = {undecided_reason(cause): str(cause) for cause in Undecided} | {
+    NO_SAMPLES: "without-samples",
+    FROZEN: "frozen",
+}
+"""The cause of an undecided pattern, by its audit record's ``reason``."""
 
 
 def audit_records(
@@ -623,9 +635,11 @@ def audit_records(
                     pattern, reason, update.before, update.candidate, update.verdict, update.fetches
                 )
             )
+    named = [
+        (undecided_reason(cause), [pattern]) for pattern, cause in sorted(update.undecided.items())
+    ]
     for reason, patterns in (
-        (UNREACHABLE, update.unreachable),
-        (ONE_PAGE, update.walled),
+        *named,
         (NO_SAMPLES, update.without_samples),
         (FROZEN, update.frozen),
     ):

@@ -34,9 +34,10 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from miqps.fetch import FetchStats
+from miqps.politeness import RobotsStatus
 from streams.frontmetrics import consumer_lag, labelled_counter
 from streams.livemaps import LiveMaps
-from streams.messages import MapUpdateRecord
+from streams.messages import UNDECIDED_CAUSES, MapUpdateRecord
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,9 @@ class MapUpdateCounts:
     by_verdict: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(("accepted", "rejected", "undecided"), 0)
     )
+    undecided_by_cause: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(UNDECIDED_CAUSES.values(), 0)
+    )
 
     def count(self, audits: Iterable[MapUpdateRecord]) -> None:
         for audit in audits:
@@ -81,6 +85,8 @@ class MapUpdateCounts:
                 verdict = "rejected"
             else:
                 verdict = "undecided"
+                cause = UNDECIDED_CAUSES.get(audit.reason, "other")
+                self.undecided_by_cause[cause] = self.undecided_by_cause.get(cause, 0) + 1
             self.by_verdict[verdict] += 1
 
 
@@ -206,6 +212,16 @@ class AgentCollector(Collector):
                 self.map_updates.by_verdict,
             )
         )
+        families.append(
+            labelled_counter(
+                "miqps_patterns_undecided",
+                "Patterns the probing agent left undecided, by cause: the pages are "
+                "shells or interstitials, robots.txt disallowed them or does not answer, the "
+                "domain opted out or asked for too long a pause, every fetch failed, ...",
+                "cause",
+                self.map_updates.undecided_by_cause,
+            )
+        )
         return families
 
     def _lag(self) -> GaugeMetricFamily:
@@ -273,6 +289,33 @@ class AgentCollector(Collector):
             "host",
             dict(sorted(self.hosts.fold(stats.politeness_wait_seconds).items())),
         )
+        yield CounterMetricFamily(
+            "miqps_probe_disallowed",
+            "Probe URLs not fetched because robots.txt disallows them or does not answer",
+            value=stats.disallowed,
+        )
+        yield CounterMetricFamily(
+            "miqps_probe_deferred_seconds",
+            "Seconds hosts were paused or deferred at their request (Retry-After)",
+            value=stats.deferred_seconds,
+        )
+        yield labelled_counter(
+            "miqps_robots_fetch",
+            "robots.txt fetches by result: rules, none (4xx: everything allowed), "
+            "unreachable (nothing allowed until it answers)",
+            "result",
+            {str(status): stats.robots_fetches[status] for status in RobotsStatus},
+        )
+        delays = GaugeMetricFamily(
+            "miqps_probe_delay_seconds",
+            "Current seconds between request starts to a host (its pace: the rate, its "
+            f"Crawl-delay, its latency), by host (at most {MAX_HOST_LABELS} hosts)",
+            labels=["host"],
+        )
+        for host, delay in sorted(self.hosts.fold(stats.delay_by_host).items()):
+            if host != OTHER_HOSTS:
+                delays.add_metric([host], delay)
+        yield delays
 
 
 class FrontSnapshots(Collector):

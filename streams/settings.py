@@ -337,7 +337,31 @@ class Settings:
             max_retry_after=Env(
                 "MIQPS_PROBE_MAX_RETRY_AFTER", "longest Retry-After (s) honoured", minimum=0
             ),
-            user_agent=Env("MIQPS_PROBE_USER_AGENT", "User-Agent of probe fetches"),
+            user_agent=Env(
+                "MIQPS_USER_AGENT",
+                "User-Agent of probe fetches, as for `miqps learn`; robots.txt groups are "
+                "matched on its product token",
+            ),
+            contact_url=Env(
+                "MIQPS_CONTACT_URL", "a page telling site owners who probes them, in the User-Agent"
+            ),
+            never_probe=Env(
+                "MIQPS_NEVER_PROBE",
+                "file of domains never fetched, one per line, subdomains included",
+            ),
+            max_crawl_delay=Env(
+                "MIQPS_PROBE_MAX_CRAWL_DELAY",
+                "longest Crawl-delay (s) honoured; a host asking for more is not probed",
+                minimum=0,
+            ),
+            adaptive_pace=Env(
+                "MIQPS_PROBE_ADAPTIVE_PACE", "each host's delay follows its latency and errors"
+            ),
+            max_delay=Env(
+                "MIQPS_PROBE_MAX_DELAY",
+                "longest delay (s) the adaptive pace puts between requests to a host",
+                minimum=0,
+            ),
         ),
     )
     learn: LearnConfig = field(

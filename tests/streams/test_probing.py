@@ -16,11 +16,17 @@ import pytest
 from miqps.fetch import FetchConfig, Fetcher, FetchResult
 from miqps.learner import LearnConfig
 from miqps.maps import DomainMap, Layer
-from miqps.update import Why
+from miqps.update import Undecided, Why
 from miqps.urls import parse
 from streams.errorpolicy import BugPolicy, OnBug
 from streams.livemaps import LiveMaps
-from streams.messages import ONE_PAGE, UNREACHABLE, ProbeRequest, RequestedPattern, RequestReason
+from streams.messages import (
+    ONE_PAGE,
+    ProbeRequest,
+    RequestedPattern,
+    RequestReason,
+    undecided_reason,
+)
 from streams.probing import ProbeOutcome, Probing
 from tests.streams.conftest import DriftingSite
 from tests.streams.support import assert_valid
@@ -226,7 +232,9 @@ async def test_a_site_that_is_down_gets_no_map_and_is_asked_for_again(
     assert outcome.published is None
     [audit] = on_the_wire(outcome)
     assert_valid("map-update", audit)
-    assert not audit["accepted"] and audit["reason"] == UNREACHABLE
+    # robots.txt answers 503 too: nothing is fetched until it answers, and it is asked again
+    assert not audit["accepted"]
+    assert audit["reason"] == undecided_reason(Undecided.ROBOTS_UNREACHABLE)
     site.down = False
     [again] = await probing.handle([request(PATTERN, sample_urls())])
     assert again.published is not None and again.published.patterns[PATTERN].kept == {"id"}

@@ -64,6 +64,8 @@ def other_value(variable: Variable) -> Any:
         return smaller if minimum is None or smaller >= minimum else default + 1
     if isinstance(default, Path):
         return default / "elsewhere"
+    if default is None and Path in get_args(annotation):
+        return Path("elsewhere.txt")
     if default is None:
         return 9100 if int in get_args(annotation) else "http://proxy.test:3128"
     return f"{default}-other"
