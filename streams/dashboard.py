@@ -180,6 +180,7 @@ class DashboardState:
         self._saved_before = 0
         self._feed: deque[dict[str, Any]] = deque(maxlen=feed_size)
         self._feed_seq = 0
+        self._audit_restores = 0
         self._fetches: Counter[str] = Counter()
         self._last_run: dict[str, tuple[str, int]] = {}
         self._tick_statuses: Counter[str] = Counter()
@@ -224,6 +225,8 @@ class DashboardState:
                 self._last_run[domain] = run
                 self._fetches[domain] += fetches
             self._feed_seq += 1
+            if record.get("request_reason") == "audit" and record.get("accepted") is True:
+                self._audit_restores += 1
             self._feed.append(
                 {
                     "seq": self._feed_seq,
@@ -282,6 +285,7 @@ class DashboardState:
             "domains": len(rows),
             "patterns": sum(row.patterns for row in rows),
             "feed": self._feed_seq,
+            "audit_restores": self._audit_restores,
             "fetches": last.fetches if last else 0,
             "saved": last.saved if last else 0,
         }

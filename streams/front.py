@@ -35,6 +35,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from miqps.audit import AuditRule
 from miqps.canonical import Status
 from streams.clients import (
     DeliveryReports,
@@ -59,7 +60,7 @@ from streams.messages import (
     sample_to_bytes,
 )
 from streams.partitioning import key_partition
-from streams.sampler import LocalSampler
+from streams.sampler import AuditForwarder, LocalSampler
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -183,6 +184,10 @@ class CanonicalizerFront:
         self.counters = FrontCounters()
         self.sampler = LocalSampler(
             settings.local_sampler_entries, settings.policy.min_distinct_values
+        )
+        self.auditing = AuditForwarder(
+            AuditRule(settings.audit_share, str(settings.learn.seed)),
+            settings.local_sampler_entries,
         )
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="miqps-canonicalizer", daemon=True)
@@ -364,6 +369,9 @@ class CanonicalizerFront:
         due_for_reverification = self.live_maps.due_for_reverification
         learned_status = Status.LEARNED  # a local: an enum member lookup costs per URL
         offer = self.sampler.offer
+        offer_audit = self.auditing.offer if settings.audit_share > 0 else None
+        map_for = self.live_maps.map_for
+        probe_topic = settings.topics.probe_requests
         encode_output = CanonicalOutput.encode
         wall_now = time.time()
         offsets: dict[tuple[str, int], int] = {}
@@ -397,6 +405,10 @@ class CanonicalizerFront:
                     if decision.status is learned_status:
                         learned += 1
                         basis = due_for_reverification(decision, wall_now)
+                        if decision.dropped and offer_audit is not None:
+                            audit = offer_audit(map_for(url.host), url, wall_now)
+                            if audit is not None:
+                                produce(producer, probe_topic, audit, url.host.encode())
                     else:
                         provisional += 1
                         basis = "" if url.has_params else None

@@ -3,16 +3,21 @@ outcome into audit records for ``miqps.map-updates``.
 
 Requests for one path shape of a domain are decided together (the learner pools evidence
 over all the sample URLs it gets); how a pattern is decided, skipped or left undecided is
-the core's business (see :mod:`miqps.update`).
+the core's business (see :mod:`miqps.update`). Audit requests (the front's URLs of learned
+patterns that drop parameters) go to :func:`miqps.audit.audit_map`, after the domain's
+learning, against its newest map.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
+from miqps.audit import DEFAULT_AUDIT_SHARE, Audit, AuditRule, ItemMemory, audit_map
+from miqps.content import VolatilityModel
 from miqps.fetch import Fetcher
 from miqps.learner import LearnConfig, Learner
 from miqps.maps import DomainMap
@@ -20,9 +25,17 @@ from miqps.prober import PageProber
 from miqps.update import DEFAULT_MAX_FLIP_SHARE, Request, update_map
 from miqps.urls import InvalidURL, NormalizedURL, parse
 from streams.livemaps import LiveMaps
-from streams.messages import MapUpdateRecord, ProbeRequest, RequestedPattern, audit_records
+from streams.messages import (
+    AUDIT,
+    MapUpdateRecord,
+    ProbeRequest,
+    RequestedPattern,
+    audit_records,
+)
 
 log = logging.getLogger(__name__)
+
+AUDITED_DOMAINS_REMEMBERED = 1000
 
 
 @dataclass(slots=True)
@@ -39,6 +52,12 @@ class ProbeOutcome:
     audits: list[MapUpdateRecord]
     fetches: int
     skipped: list[str]
+    audit: Audit | None = None
+    audit_requests: int = 0
+
+
+def is_audit(request: ProbeRequest) -> bool:
+    return all(info.reason == AUDIT for info in request.patterns.values())
 
 
 def group_by_domain(requests: Iterable[ProbeRequest]) -> dict[str, list[DomainWork]]:
@@ -64,12 +83,17 @@ class Probing:
         fetcher: Fetcher,
         config: LearnConfig | None = None,
         max_flip_share: float = DEFAULT_MAX_FLIP_SHARE,
+        audit_share: float = DEFAULT_AUDIT_SHARE,
     ) -> None:
         self.live_maps = live_maps
         self.fetcher = fetcher
         self.config = config or LearnConfig()
         self.max_flip_share = max_flip_share
+        self.audit_rule = AuditRule(audit_share, str(self.config.seed))
+        self.audited = ItemMemory()
         self._published: dict[str, DomainMap] = {}
+        # The noise learned on each domain's pages by its audits, for its next audits.
+        self._audit_noise: OrderedDict[str, VolatilityModel] = OrderedDict()
 
     def current(self, domain: str) -> DomainMap | None:
         """The newest map of ``domain``: the live one, or the one this worker just published
@@ -95,16 +119,67 @@ class Probing:
         core handles; any exception that comes out of learning is a bug of ours and is
         raised, for the caller's error policy, before anything more is published."""
         outcomes: list[ProbeOutcome] = []
+        learning: list[ProbeRequest] = []
+        audits: dict[str, dict[str, None]] = {}
+        for request in requests:
+            if is_audit(request):
+                audits.setdefault(request.domain, {}).update(dict.fromkeys(request.urls))
+            else:
+                learning.append(request)
+        work = group_by_domain(learning)
 
-        async def domain_run(shapes: list[DomainWork]) -> None:
-            for item in shapes:
-                outcome = await self._learn(item)
-                if publish is not None:
-                    await publish(outcome)
-                outcomes.append(outcome)
+        async def domain_run(domain: str) -> None:
+            for item in work.get(domain, []):
+                await deliver(await self._learn(item))
+            if domain in audits:
+                await deliver(await self._audit(domain, audits[domain]))
 
-        await asyncio.gather(*(domain_run(shapes) for shapes in group_by_domain(requests).values()))
+        async def deliver(outcome: ProbeOutcome) -> None:
+            if publish is not None:
+                await publish(outcome)
+            outcomes.append(outcome)
+
+        await asyncio.gather(*(domain_run(domain) for domain in {**work, **audits}))
         return outcomes
+
+    async def _audit(self, domain: str, urls: Iterable[str]) -> ProbeOutcome:
+        """Audit the items of ``urls`` against the domain's newest map."""
+        urls = list(urls)
+        current = self.current(domain)
+        if current is None:
+            return ProbeOutcome(domain, None, [], 0, [], None, len(urls))
+        noise = self._audit_noise.pop(domain, None) or VolatilityModel()
+        self._audit_noise[domain] = noise
+        if len(self._audit_noise) > AUDITED_DOMAINS_REMEMBERED:
+            self._audit_noise.popitem(last=False)
+        audit = await audit_map(
+            PageProber(self.fetcher, noise),
+            current,
+            _parse_all(urls, domain),
+            self.audit_rule,
+            self.audited,
+            max_flip_share=self.max_flip_share,
+        )
+        if audit.published is not None:
+            self._published[domain] = audit.published
+        if audit.restores:
+            log.info(
+                "audit %s: restored %s (%d items audited, %d fetches)%s",
+                domain,
+                ", ".join(f"{shape} {name}" for shape, name in audit.restored),
+                audit.audited,
+                audit.update.fetches,
+                " (update rejected by the anomaly gate)" if audit.update.rejected else "",
+            )
+        return ProbeOutcome(
+            domain,
+            audit.published,
+            audit_records(audit.update, {}),
+            audit.update.fetches,
+            [],
+            audit,
+            len(urls),
+        )
 
     async def _learn(self, work: DomainWork) -> ProbeOutcome:
         requested = {

@@ -5,6 +5,10 @@ A URL is forwarded at once when it brings a pattern or a parameter value this wo
 forwarded yet (up to ``values_per_name`` values per parameter); other URLs are only counted,
 and the counts go out in bulk with :meth:`LocalSampler.drain_counts`. Memory is bounded by
 ``max_entries`` patterns, oldest first out: an evicted pattern merely gets forwarded again.
+
+URLs of learned patterns that drop parameters are looked at by :class:`AuditForwarder`: an
+item the core's :class:`~miqps.audit.AuditRule` chooses, and this worker has not forwarded
+yet, goes to the probing worker as an ``audit`` request.
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from miqps.urls import NormalizedURL
+from miqps.audit import AuditRule, ItemMemory
+from miqps.maps import DomainMap
+from miqps.urls import NormalizedURL, path_shape
+from streams.messages import AUDIT, ProbeRequest, RequestedPattern
 
 
 class _Entry:
@@ -95,3 +102,31 @@ class LocalSampler:
             entry.pending = 0
         self._dirty.clear()
         return counts
+
+
+class AuditForwarder:
+    """Which URLs of learned patterns go to the probing worker to be audited."""
+
+    def __init__(self, rule: AuditRule, max_items: int) -> None:
+        self.rule = rule
+        self.forwarded = ItemMemory(max_items)
+
+    def offer(self, domain_map: DomainMap | None, url: NormalizedURL, now: float) -> bytes | None:
+        """The audit request for ``url`` if its item is to be audited and was not sent yet."""
+        if domain_map is None:
+            return None
+        decision = self.rule.decision_for(domain_map, url)
+        if decision is None:
+            return None
+        digest = self.rule.chooses(url.host, url, decision)
+        if digest is None or not self.forwarded.add(digest):
+            return None
+        pattern = url.pattern
+        request = ProbeRequest(
+            url.host,
+            path_shape(url.path),
+            {pattern: RequestedPattern(AUDIT, decision.decided_at, decision.urls_seen, now)},
+            (url.url,),
+            now,
+        )
+        return request.to_bytes()

@@ -40,7 +40,7 @@
     const status = $("#status");
     status.textContent = body.status;
     status.className = body.status === "live" ? "sources live" : "sources";
-    for (const key of ["domains", "patterns", "feed", "fetches", "saved"]) {
+    for (const key of ["domains", "patterns", "feed", "audit_restores", "fetches", "saved"]) {
       document.querySelector(`[data-total="${key}"]`).textContent = count(body[key]);
     }
   }
@@ -134,8 +134,11 @@
   function feedRow(entry) {
     const version = entry.version_after === null
       ? `v${entry.version_before} stays` : `v${entry.version_before} → v${entry.version_after}`;
-    return row([entry.at, entry.domain, entry.pattern, entry.accepted ? "accepted" : "rejected",
-      entry.reason, version, (entry.dropped_after || []).join(", ")],
+    const audit = entry.request_reason === "audit";
+    const verdict = (entry.accepted ? "accepted" : "rejected") + (audit ? " (audit)" : "");
+    const reason = audit ? `restored by an audit; ${entry.reason}` : entry.reason;
+    return row([entry.at, entry.domain, entry.pattern, verdict, reason, version,
+      (entry.dropped_after || []).join(", ")],
       { class: entry.accepted ? "accepted" : "rejected" });
   }
 

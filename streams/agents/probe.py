@@ -76,6 +76,8 @@ def register(app: faust.App, runtime: Runtime) -> None:
         for audit in outcome.audits:
             await updates_topic.send(key=key, value=audit.to_bytes())
         runtime.metrics.map_updates.count(outcome.audits)
+        if outcome.audit is not None or outcome.audit_requests:
+            runtime.metrics.audits.count(outcome.audit, outcome.audit_requests)
         if outcome.skipped:
             log.info(
                 "probe %s: already decided, skipped: %s", outcome.domain, ", ".join(outcome.skipped)
@@ -102,6 +104,7 @@ def register(app: faust.App, runtime: Runtime) -> None:
                 fetcher,
                 config=settings.learn,
                 max_flip_share=settings.max_flip_share,
+                audit_share=settings.audit_share,
             )
             scheduler = DomainScheduler(probing, publish, acks, bugs.run)
             runtime.metrics.follow_probing(ProbeAgentState(scheduler, acks.__len__, fetcher.stats))

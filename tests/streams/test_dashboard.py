@@ -53,6 +53,7 @@ def audit_record(
     version_before: int = 2,
     fetches: int = 40,
     accepted: bool = True,
+    request_reason: str = "enough-samples",
 ) -> bytes:
     return orjson.dumps(
         {
@@ -60,7 +61,7 @@ def audit_record(
             "pattern": pattern,
             "accepted": accepted,
             "reason": "ok" if accepted else "anomaly: 3 of 4 kept parameters would be dropped",
-            "request_reason": "enough-samples",
+            "request_reason": request_reason,
             "version_before": version_before,
             "version_after": version_before + 1 if accepted else None,
             "kept_before": None,
@@ -231,6 +232,16 @@ def test_the_feed_keeps_only_the_latest_records() -> None:
         state.add_map_update(audit_record(f"/p{number}?id", at=f"2026-01-01T00:00:0{number}Z"))
     assert [entry["pattern"] for entry in state.feed()] == ["/p2?id", "/p3?id", "/p4?id"]
     assert state.summary()["feed"] == 5
+
+
+def test_the_summary_counts_the_patterns_audits_restored() -> None:
+    state = DashboardState()
+    state.add_map_update(audit_record("/p?id"))
+    state.add_map_update(audit_record("/p?id&size", request_reason="audit"))
+    state.add_map_update(audit_record("/p?size", request_reason="audit"))
+    state.add_map_update(audit_record("/q?size", request_reason="audit", accepted=False))
+    assert state.summary()["audit_restores"] == 2
+    assert [entry["request_reason"] for entry in state.feed()][1:] == ["audit"] * 3
 
 
 def test_plot_points_give_rates_learned_share_fetches_and_saved(

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification
 from miqps.urls import split_pattern
 from streams.messages import (
+    AUDIT,
     SAMPLE_TYPES,
     BadInput,
     CanonicalOutput,
@@ -191,10 +192,11 @@ def test_record_fields_are_the_schemas_properties(schema: str, record_type: type
 
 
 def test_every_reason_the_pattern_stats_processor_gives_is_one_the_schema_allows() -> None:
+    """Those of the pattern-stats processor, and the front's audit."""
     reasons = schema_of("probe-request")["properties"]["patterns"]["additionalProperties"]
     allowed = reasons["properties"]["reason"]["enum"]
     assert sorted(get_args(RequestReason)) == sorted(allowed)
-    assert sorted(allowed) == sorted([ENOUGH_SAMPLES, RETRY, REVERIFY, TIME_LIMIT])
+    assert sorted(allowed) == sorted([ENOUGH_SAMPLES, RETRY, REVERIFY, TIME_LIMIT, AUDIT])
 
 
 def test_each_sample_kind_has_the_fields_its_schema_requires() -> None:

@@ -1,5 +1,11 @@
+import orjson
+
+from bench.audit import wrong_map
+from miqps.audit import AuditRule
 from miqps.urls import parse
-from streams.sampler import LocalSampler
+from streams.messages import ProbeRequest
+from streams.sampler import AuditForwarder, LocalSampler
+from tests.streams.support import assert_valid
 
 
 def offer(sampler: LocalSampler, text: str, basis: str = "") -> int:
@@ -39,3 +45,28 @@ def test_memory_is_bounded_and_evicted_counts_still_go_out() -> None:
     [pending] = sampler.drain_counts()
     assert (pending.domain, pending.count) == ("a.example", 1)
     assert offer(sampler, "http://a.example/p?id=1") == 1, "forgotten, so forwarded again"
+
+
+def test_audits_forward_each_chosen_item_of_a_learned_pattern_once() -> None:
+    domain_map = wrong_map("shop.test")
+    forwarder = AuditForwarder(AuditRule(0.05), max_items=100)
+    sent: list[ProbeRequest] = []
+    items = 2000
+    for number in range(items):
+        for size in ("S", "M"):
+            url = parse(f"http://shop.test/product?id={number}&size={size}")
+            request = forwarder.offer(domain_map, url, 5.0)
+            if request is not None:
+                assert_valid("probe-request", orjson.loads(request))
+                sent.append(ProbeRequest.from_bytes(request))
+    assert 60 <= len(sent) <= 140  # 5% of the items, each once
+    assert len({request.urls for request in sent}) == len(sent)
+    assert {
+        (request.shape, pattern, info.reason, info.basis)
+        for request in sent
+        for pattern, info in request.patterns.items()
+    } == {("/product", "/product?id&size", "audit", domain_map.updated_at)}
+    unlearned = parse("http://shop.test/other?id=1&size=M")
+    assert AuditForwarder(AuditRule(1.0), 10).offer(domain_map, unlearned, 5.0) is None
+    assert AuditForwarder(AuditRule(1.0), 10).offer(None, unlearned, 5.0) is None
+    assert AuditForwarder(AuditRule(0.0), 10).offer(domain_map, url, 5.0) is None
