@@ -23,6 +23,7 @@ from types import NoneType, UnionType
 from typing import (
     Any,
     ClassVar,
+    Final,
     Literal,
     TypeVar,
     Union,
@@ -455,7 +456,9 @@ class SamplePack:
 # ---------------------------------------------------------------- miqps.probe-requests
 
 
-RequestReason = Literal["enough-samples", "time-limit", "reverify", "retry"]
+RequestReason = Literal["enough-samples", "time-limit", "reverify", "retry", "audit"]
+AUDIT: Final = "audit"
+"""The reason of a request to audit one URL of a learned pattern (:mod:`miqps.audit`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,7 +474,8 @@ class RequestedPattern:
 @dataclass(frozen=True, slots=True)
 class ProbeRequest:
     """Patterns of one domain and path shape to learn, keyed by domain, with the shape's
-    pool of sample URLs."""
+    pool of sample URLs; or, with the reason ``audit``, one URL of a learned pattern whose
+    dropped parameters are to be re-tested on its item."""
 
     domain: str
     shape: str

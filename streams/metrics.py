@@ -33,6 +33,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, start_http_se
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from miqps.audit import Audit
 from miqps.fetch import FetchStats
 from miqps.politeness import RobotsStatus
 from streams.frontmetrics import consumer_lag, labelled_counter
@@ -88,6 +89,53 @@ class MapUpdateCounts:
                 cause = UNDECIDED_CAUSES.get(audit.reason, "other")
                 self.undecided_by_cause[cause] = self.undecided_by_cause.get(cause, 0) + 1
             self.by_verdict[verdict] += 1
+
+
+@dataclass(slots=True)
+class AuditCounts:
+    """What the probing agent's audits did: requests taken, items compared (``audited``),
+    items that showed nothing conclusive, changes not confirmed, parameters restored (per
+    path shape) and fetches."""
+
+    requests: int = 0
+    by_outcome: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(("audited", "inconclusive", "unconfirmed"), 0)
+    )
+    restored: int = 0
+    fetches: int = 0
+
+    def count(self, audit: Audit | None, requests: int) -> None:
+        self.requests += requests
+        if audit is None:
+            return
+        self.by_outcome["audited"] += audit.audited
+        self.by_outcome["inconclusive"] += audit.inconclusive
+        self.by_outcome["unconfirmed"] += audit.unconfirmed
+        if audit.published is not None:
+            self.restored += len(audit.restored)
+        self.fetches += audit.update.fetches
+
+    def families(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "miqps_audit_requests",
+            "Audit requests (URLs of learned patterns that drop parameters) the probing agent took",
+            value=self.requests,
+        )
+        yield labelled_counter(
+            "miqps_audit_items",
+            "Items audited: compared (audited), evidence of nothing (inconclusive, not "
+            "counted), or a change the confirming fetches did not show again (unconfirmed)",
+            "outcome",
+            self.by_outcome,
+        )
+        yield CounterMetricFamily(
+            "miqps_audit_restored",
+            "Dropped parameters an audit restored (per path shape), published",
+            value=self.restored,
+        )
+        yield CounterMetricFamily(
+            "miqps_audit_fetches", "HTTP requests sent by audits", value=self.fetches
+        )
 
 
 class HostLabels:
@@ -180,6 +228,7 @@ class AgentCollector(Collector):
         self.app: Any = None
         self.probing: ProbeAgentState | None = None
         self.map_updates = MapUpdateCounts()
+        self.audits = AuditCounts()
         self.hosts = HostLabels()
 
     def collect(self) -> Iterator[Metric]:
@@ -222,6 +271,7 @@ class AgentCollector(Collector):
                 self.map_updates.undecided_by_cause,
             )
         )
+        families.extend(self.audits.families())
         return families
 
     def _lag(self) -> GaugeMetricFamily:
@@ -392,6 +442,10 @@ class WorkerMetrics:
     @property
     def map_updates(self) -> MapUpdateCounts:
         return self.agents.map_updates
+
+    @property
+    def audits(self) -> AuditCounts:
+        return self.agents.audits
 
     def follow_app(self, app: Any) -> None:
         """Read the agents' consumer lag from this Faust app's monitor."""

@@ -29,6 +29,7 @@ from typing import (
     get_type_hints,
 )
 
+from miqps.audit import DEFAULT_AUDIT_SHARE
 from miqps.fetch import FetchConfig
 from miqps.learner import LearnConfig
 from miqps.sampling import SamplingRule
@@ -416,6 +417,14 @@ class Settings:
         "MIQPS_MAX_FLIP_SHARE",
         "anomaly gate: largest share of kept parameters one update may drop",
         0.5,
+        minimum=0,
+        maximum=1,
+    )
+    audit_share: float = setting(
+        "MIQPS_AUDIT_SHARE",
+        "share of the new items of every dropped parameter re-tested (audits; 0: none); an "
+        "item is a path with its kept parameters' values, two fetches an audit",
+        DEFAULT_AUDIT_SHARE,
         minimum=0,
         maximum=1,
     )
