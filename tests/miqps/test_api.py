@@ -205,6 +205,7 @@ def test_from_kafka_follows_the_maps_topic_live(
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow  # about 12 s: closing the consumer that never reached a broker
 def test_from_kafka_without_a_broker_times_out_clearly() -> None:
     with socket.socket() as sock:  # bound, never listening: nothing answers there
         sock.bind(("127.0.0.1", 0))

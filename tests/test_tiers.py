@@ -1,0 +1,64 @@
+"""The unit tier of ``scripts/test --quick``: what it selects needs no broker and no browser."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+NEEDS_A_SERVICE = {"bootstrap", "private_broker", "cluster", "browser"}
+DUMP_PLUGIN = """
+    import json, os
+
+    def pytest_collection_finish(session):
+        items = [
+            {"id": item.nodeid, "fixtures": list(getattr(item, "fixturenames", ())),
+             "markers": sorted({marker.name for marker in item.iter_markers()})}
+            for item in session.items
+        ]
+        with open(os.environ["TIER_DUMP"], "w", encoding="utf-8") as out:
+            json.dump(items, out)
+"""
+
+
+def unit_tier() -> str:
+    found = re.search(r'^unit_tier="([^"]+)"$', (REPO / "scripts" / "test").read_text(), re.M)
+    assert found, "scripts/test names no unit tier"
+    return found.group(1)
+
+
+def collected(tmp_path: Path, *selection: str) -> list[dict[str, list[str]]]:
+    (tmp_path / "tier_dump.py").write_text(textwrap.dedent(DUMP_PLUGIN), encoding="utf-8")
+    dump = tmp_path / "items.json"
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "tier_dump", *selection],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": path, "TIER_DUMP": str(dump)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    items: list[dict[str, list[str]]] = json.loads(dump.read_text("utf-8"))
+    return items
+
+
+def test_the_unit_tier_takes_no_broker_nor_browser_and_has_most_tests(tmp_path: Path) -> None:
+    quick = collected(tmp_path, "-m", unit_tier())
+    every = collected(tmp_path)
+    assert len(quick) >= 300
+    reaching = [item["id"] for item in quick if NEEDS_A_SERVICE & set(item["fixtures"])]
+    assert not reaching, reaching[:10]
+    unmarked = [
+        item["id"]
+        for item in every
+        if NEEDS_A_SERVICE & set(item["fixtures"])
+        and not {"kafka", "cluster", "browser"} & set(item["markers"])
+    ]
+    assert not unmarked, unmarked[:10]
