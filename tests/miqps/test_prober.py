@@ -276,7 +276,7 @@ def test_an_ab_layout_keeps_its_items_apart_and_shows_tracking_changes_nothing(
                     )
                     for n in range(6)
                 ]
-                urls = [parse(item_url(site, route, n, f"{tracking}=u{n}")) for n in range(20, 32)]
+                urls = [parse(item_url(site, route, n, f"{tracking}=u{n}")) for n in range(20, 44)]
                 domain_map, _ = await Learner(prober).learn_domain(site.host, urls)
                 [decision] = domain_map.patterns.values()
                 return (
