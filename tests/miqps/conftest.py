@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 
 import pytest
 
@@ -31,6 +32,15 @@ class LearnedRun:
     failures: dict[str, str]
     server_requests: int
     canonicalizer: Canonicalizer
+
+    @cached_property
+    def first_url_of_pattern(self) -> dict[tuple[str, str], NormalizedURL]:
+        """The first URL of the corpus of each (domain, pattern)."""
+        firsts: dict[tuple[str, str], NormalizedURL] = {}
+        for entry in self.corpus:
+            url = parse(entry.url)
+            firsts.setdefault((url.host, url.pattern), url)
+        return firsts
 
     def site(self, host: str) -> Site:
         return next(site for site in self.sites if site.host == host)

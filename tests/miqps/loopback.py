@@ -70,7 +70,9 @@ def serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     """A threading HTTP server on loopback for ``handler``: yields its URL (to use as the
     fetcher's proxy) once, then shuts it down."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()

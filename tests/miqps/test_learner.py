@@ -95,12 +95,7 @@ def test_content_parameters_are_never_dropped(tuning_run: LearnedRun) -> None:
     wrong = []
     for domain, domain_map in tuning_run.maps.items():
         for key, decision in domain_map.patterns.items():
-            example = next(
-                e
-                for e in tuning_run.corpus
-                if parse(e.url).host == domain and parse(e.url).pattern == key
-            )
-            url = parse(example.url)
+            url = tuning_run.first_url_of_pattern[(domain, key)]
             for name in decision.dropped:
                 role = tuning_run.role(url, name)
                 if role in CONTENT_ROLES:
@@ -112,10 +107,7 @@ def test_alias_pairs_keep_one_and_never_drop_both(tuning_run: LearnedRun) -> Non
     checked = 0
     for domain, domain_map in tuning_run.maps.items():
         for key, decision in domain_map.patterns.items():
-            for entry in tuning_run.corpus:
-                url = parse(entry.url)
-                if url.host == domain and url.pattern == key:
-                    break
+            url = tuning_run.first_url_of_pattern[(domain, key)]
             aliases = [n for n in url.names if tuning_run.role(url, n) is Role.ALIAS]
             if len(aliases) == 2:
                 checked += 1
@@ -314,7 +306,9 @@ def test_failures_after_retries_are_inconclusive_never_unchanged() -> None:
     sites = build_sites("tuning", 1, seed=5)
     corpus = generate_corpus(sites, 60, seed=5)
     with SimWeb(sites, flaky_rate=1.0, rate_limit_per_second=0) as web:
-        config = FetchConfig(proxy=web.proxy_url, max_attempts=2, backoff_base=0.01)
+        config = FetchConfig(
+            proxy=web.proxy_url, per_host_rate=500, max_attempts=2, backoff_base=0.01
+        )
         maps, _, stats, _ = learn_on(web, corpus, LearnConfig(), config)
     assert stats.failed > 0
     for domain_map in maps.values():
@@ -374,7 +368,7 @@ def test_anomaly_gate_rejects_a_site_that_starts_ignoring_its_queries(
     urls = [parse(e.url) for e in tuning_run.corpus if parse(e.url).host == shop]
 
     async def relearn() -> None:
-        async with Fetcher(FetchConfig(proxy=query_ignoring_proxy)) as fetcher:
+        async with Fetcher(FetchConfig(proxy=query_ignoring_proxy, per_host_rate=500)) as fetcher:
             learner = Learner(PageProber(fetcher))
             broken, report = await learner.learn_domain(shop, urls)
             assert not report.one_page
@@ -392,7 +386,7 @@ def test_a_site_answering_every_url_with_one_page_is_not_learned_as_one_page(
     urls = [parse(e.url) for e in tuning_run.corpus if parse(e.url).host == shop]
 
     async def first_learn() -> None:
-        async with Fetcher(FetchConfig(proxy=broken_site_proxy)) as fetcher:
+        async with Fetcher(FetchConfig(proxy=broken_site_proxy, per_host_rate=500)) as fetcher:
             walled, report = await Learner(PageProber(fetcher)).learn_domain(shop, urls)
         assert report.one_page
         assert walled.patterns
