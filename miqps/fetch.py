@@ -581,6 +581,8 @@ class Fetcher:
         if listed is not None:
             raise NotProbed(f"{host}: {listed} is on the never-probe list", NotProbedKind.OPTED_OUT)
         rules = await self._robots_rules(url)
+        if rules.refusal_kind:
+            raise AddressRefused(f"robots.txt of {host}: {rules.reason}", rules.refusal_kind)
         if not rules.allows(str(url), self.product_token):
             self.stats.disallowed += 1
             if rules.status is RobotsStatus.UNREACHABLE:
@@ -638,6 +640,13 @@ class Fetcher:
         try:
             result = await self._fetch_with_redirects(
                 robots_url, robots_file=True, body_limit=ROBOTS_MAX_BYTES
+            )
+        except AddressRefused as error:
+            rules = RobotsRules(
+                RobotsStatus.UNREACHABLE,
+                time.monotonic(),
+                reason=error.reason,
+                refusal_kind=error.kind,
             )
         except FetchFailed as error:
             # RFC 9309: after five redirects, robots.txt may be taken as unavailable.

@@ -57,6 +57,8 @@ class RobotsRules:
     parser: Protego | None = None
     reason: str = ""
     """Why it is unreachable: the failure of its fetch, or its HTTP status."""
+    refusal_kind: str = ""
+    """When the address guard refused it, the refusal's kind: the host is refused too."""
 
     @classmethod
     def parse(cls, text: str, fetched_at: float) -> RobotsRules:

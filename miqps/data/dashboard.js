@@ -135,11 +135,15 @@
     const version = entry.version_after === null
       ? `v${entry.version_before} stays` : `v${entry.version_before} → v${entry.version_after}`;
     const audit = entry.request_reason === "audit";
-    const verdict = (entry.accepted ? "accepted" : "rejected") + (audit ? " (audit)" : "");
+    // undecided: no decision was made, and the reason says why (shells, interstitials,
+    // disallowed by robots.txt, every fetch failed...); rejected: by the anomaly gate
+    const outcome = entry.accepted ? "accepted"
+      : entry.kept_after === null ? "undecided" : "rejected";
+    const verdict = outcome + (audit ? " (audit)" : "");
     const reason = audit ? `restored by an audit; ${entry.reason}` : entry.reason;
     return row([entry.at, entry.domain, entry.pattern, verdict, reason, version,
       (entry.dropped_after || []).join(", ")],
-      { class: entry.accepted ? "accepted" : "rejected" });
+      { class: outcome });
   }
 
   async function refreshFeed() {

@@ -9,9 +9,12 @@ from html import escape
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlsplit
 
+NO_ROBOTS_TXT = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
 
 class CountingListener:
-    """Accepts connections on 127.0.0.1, counts them and answers each with ``response``."""
+    """Accepts connections on 127.0.0.1, counts them and answers each with ``response``;
+    with ``read_request``, a request for ``/robots.txt`` gets a 404 (no rules) instead."""
 
     def __init__(
         self,
@@ -44,9 +47,10 @@ class CountingListener:
             with conn:
                 conn.settimeout(1.0)
                 try:
-                    if self.read_request:
-                        conn.recv(65536)
-                    conn.sendall(self.response)
+                    if self.read_request and conn.recv(65536).startswith(b"GET /robots.txt "):
+                        conn.sendall(NO_ROBOTS_TXT)  # so the answer under test is the page's
+                    else:
+                        conn.sendall(self.response)
                     conn.shutdown(socket.SHUT_WR)
                 except OSError:
                     continue
