@@ -10,7 +10,9 @@ URLs of random products (of ``--items``) then pass, in order, through
 as the stream and ``miqps learn`` feed it. Printed per trial (each with other apparel and
 another choice of audited items): URLs passed when ``size`` was restored, audits, fetches
 and fetches per 1,000 URLs. A control store whose ``size`` changes nothing must restore
-nothing::
+nothing. Last, what choosing items costs the canonicalizer front per URL of a learned
+pattern that drops parameters (:class:`streams.sampler.AuditForwarder`), against the
+decision it makes for every URL anyway (``Canonicalizer.decide``), timed in the same run::
 
     .venv/bin/python -m bench.audit [--trials 10] [--urls 20000] [--items 4000] [--share 0.05]
 
@@ -34,6 +36,7 @@ from urllib.parse import parse_qsl, urlsplit
 import xxhash
 
 from miqps.audit import DEFAULT_AUDIT_SHARE, AuditRule, ItemMemory, audit_map
+from miqps.canonical import Canonicalizer, StaticLayers
 from miqps.fetch import FetchConfig, Fetcher
 from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification, utc_now
 from miqps.prober import PageProber
@@ -173,6 +176,26 @@ async def run_trial(
     return trial
 
 
+def front_cost(urls: list[NormalizedURL], share: float) -> tuple[float, float]:
+    """Microseconds per URL: the front's audit choice, and the decision of the URL."""
+    from streams.sampler import AuditForwarder
+
+    domain_map = wrong_map(urls[0].host)
+    patterns = [url.pattern for url in urls]
+    forwarder = AuditForwarder(AuditRule(share), 20_000)
+    started = time.perf_counter()
+    for url, pattern in zip(urls, patterns, strict=True):
+        forwarder.offer(domain_map, url, pattern, 0.0)
+    choosing = time.perf_counter() - started
+    canonicalizer = Canonicalizer(StaticLayers.default())
+    canonicalizer.load({domain_map.domain: domain_map})
+    started = time.perf_counter()
+    for url in urls:
+        canonicalizer.decide(url)
+    deciding = time.perf_counter() - started
+    return choosing / len(urls) * 1e6, deciding / len(urls) * 1e6
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=10)
@@ -222,6 +245,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         print(f"restored in 0 of {len(rows)} trials; control restored: {control.restored}")
+    choosing, deciding = front_cost(
+        store_urls(store_host(1, 5), 100_000, args.items, 1), args.share
+    )
+    print(
+        f"front: choosing audit items {choosing:.2f} µs per URL, deciding the URL "
+        f"{deciding:.2f} µs ({choosing / deciding:.2f}×)"
+    )
     return 0
 
 

@@ -24,7 +24,7 @@ stops updates that drop too much, lets it through.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import xxhash
@@ -51,11 +51,10 @@ DEFAULT_ITEM_MEMORY = 100_000
 _HASH_RANGE = 2**64
 
 
-def item_digest(domain: str, url: NormalizedURL, kept: Iterable[str], seed: str = "") -> int:
+def item_digest(url: NormalizedURL, kept: frozenset[str], seed: str = "") -> int:
     """The 64-bit digest of the item ``url`` shows under a decision keeping ``kept``: its
-    domain, path and the values of its kept parameters."""
-    values = "&".join(f"{name}={url.value_of(name)}" for name in sorted(kept))
-    text = f"{seed}\t{domain}\t{url.path}\t{values}"
+    host, path and the values of its kept parameters (the URL with only those)."""
+    text = f"{seed}\t{url.with_only(kept)}"
     return xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass"))
 
 
@@ -71,18 +70,21 @@ class AuditRule:
         if not 0.0 <= self.share <= 1.0:
             raise ValueError(f"audit share must be between 0 and 1, not {self.share!r}")
 
-    def decision_for(self, domain_map: DomainMap, url: NormalizedURL) -> PatternDecision | None:
-        """The decision of ``url``'s pattern in ``domain_map`` if it drops a parameter."""
-        decision = domain_map.patterns.get(url.pattern)
+    def decision_for(
+        self, domain_map: DomainMap, url: NormalizedURL, pattern: str | None = None
+    ) -> PatternDecision | None:
+        """The decision of ``url``'s pattern (``pattern``, if the caller knows it) in
+        ``domain_map`` if it drops a parameter."""
+        decision = domain_map.patterns.get(pattern or url.pattern)
         if decision is None or not decision.dropped:
             return None
         return decision
 
-    def chooses(self, domain: str, url: NormalizedURL, decision: PatternDecision) -> int | None:
+    def chooses(self, url: NormalizedURL, decision: PatternDecision) -> int | None:
         """The item's digest if the item of ``url`` is to be audited, else None."""
         if not decision.dropped or self.share <= 0.0:
             return None
-        digest = item_digest(domain, url, decision.kept, self.seed)
+        digest = item_digest(url, decision.kept, self.seed)
         return digest if digest < self.share * _HASH_RANGE else None
 
 
@@ -177,7 +179,7 @@ async def audit_map(
         )
         if not suspects:
             continue
-        digest = rule.chooses(domain, url, decision)
+        digest = rule.chooses(url, decision)
         if digest is None or not memory.add(digest):
             continue
         outcome = await _audit_item(prober, f"{domain}{shape}", url, decision.kept, suspects)

@@ -111,17 +111,19 @@ class AuditForwarder:
         self.rule = rule
         self.forwarded = ItemMemory(max_items)
 
-    def offer(self, domain_map: DomainMap | None, url: NormalizedURL, now: float) -> bytes | None:
-        """The audit request for ``url`` if its item is to be audited and was not sent yet."""
+    def offer(
+        self, domain_map: DomainMap | None, url: NormalizedURL, pattern: str, now: float
+    ) -> bytes | None:
+        """The audit request for ``url`` (of ``pattern``) if its item is to be audited and
+        was not sent yet."""
         if domain_map is None:
             return None
-        decision = self.rule.decision_for(domain_map, url)
+        decision = self.rule.decision_for(domain_map, url, pattern)
         if decision is None:
             return None
-        digest = self.rule.chooses(url.host, url, decision)
+        digest = self.rule.chooses(url, decision)
         if digest is None or not self.forwarded.add(digest):
             return None
-        pattern = url.pattern
         request = ProbeRequest(
             url.host,
             path_shape(url.path),

@@ -55,7 +55,7 @@ def test_audits_forward_each_chosen_item_of_a_learned_pattern_once() -> None:
     for number in range(items):
         for size in ("S", "M"):
             url = parse(f"http://shop.test/product?id={number}&size={size}")
-            request = forwarder.offer(domain_map, url, 5.0)
+            request = forwarder.offer(domain_map, url, url.pattern, 5.0)
             if request is not None:
                 assert_valid("probe-request", orjson.loads(request))
                 sent.append(ProbeRequest.from_bytes(request))
@@ -67,6 +67,7 @@ def test_audits_forward_each_chosen_item_of_a_learned_pattern_once() -> None:
         for pattern, info in request.patterns.items()
     } == {("/product", "/product?id&size", "audit", domain_map.updated_at)}
     unlearned = parse("http://shop.test/other?id=1&size=M")
-    assert AuditForwarder(AuditRule(1.0), 10).offer(domain_map, unlearned, 5.0) is None
-    assert AuditForwarder(AuditRule(1.0), 10).offer(None, unlearned, 5.0) is None
-    assert AuditForwarder(AuditRule(0.0), 10).offer(domain_map, url, 5.0) is None
+    forwarder = AuditForwarder(AuditRule(1.0), 10)
+    assert forwarder.offer(domain_map, unlearned, unlearned.pattern, 5.0) is None
+    assert forwarder.offer(None, unlearned, unlearned.pattern, 5.0) is None
+    assert AuditForwarder(AuditRule(0.0), 10).offer(domain_map, url, url.pattern, 5.0) is None
