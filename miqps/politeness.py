@@ -7,8 +7,8 @@
   delay. The delay starts from the configured rate, never goes below the host's
   ``Crawl-delay`` or ``Request-rate``, and follows the server's latency and errors the way
   Scrapy's AutoThrottle does: it moves half-way toward ``latency / target concurrency``,
-  at once if that is longer, and doubles on a server error. A ``Retry-After`` pauses the
-  host for every task.
+  at once if that is longer, and doubles on a server error (up to :data:`ERROR_SLOWDOWN`
+  times the floor). A ``Retry-After`` pauses the host for every task.
 - :func:`read_never_probe` and :func:`opted_out`: domains an operator never lets us fetch,
   subdomains included.
 """
@@ -30,6 +30,8 @@ ROBOTS_CACHE_SECONDS = 24 * 3600.0
 """RFC 9309: a cached robots.txt should not be used for more than 24 hours."""
 ROBOTS_RETRY_SECONDS = 600.0
 """How long an unreachable robots.txt keeps its host closed before it is asked again."""
+ERROR_SLOWDOWN = 8.0
+"""Errors alone stretch a host's delay to at most this many times its floor."""
 
 
 class NotProbedKind(StrEnum):
@@ -149,9 +151,12 @@ class HostPace:
             self.delay = new_delay
 
     def struggled(self) -> None:
-        """A server error, a timeout or a broken connection: slow down."""
+        """A server error, a timeout or a broken connection: slow down, by doubling the
+        delay up to :data:`ERROR_SLOWDOWN` times the host's own floor (its latency may
+        take it further, up to the maximum delay)."""
         if self.adaptive:
-            self.delay = min(max(self.delay * 2.0, self.floor, 0.1), self.max_delay)
+            limit = min(self.floor * ERROR_SLOWDOWN, self.max_delay)
+            self.delay = max(self.delay, min(self.delay * 2.0, limit))
 
 
 def read_never_probe(path: Path) -> frozenset[str]:
