@@ -65,6 +65,7 @@ class _ParamPlan:
     choices: tuple[str, ...]
     attr: str
     step: int
+    item_share: float
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,15 @@ class _SiteCorpus:
                 }.get(p.attr, ())
             params.append(
                 _ParamPlan(
-                    p.name, p.role, p.presence, p.default, p.default_share, choices, p.attr, p.step
+                    p.name,
+                    p.role,
+                    p.presence,
+                    p.default,
+                    p.default_share,
+                    choices,
+                    p.attr,
+                    p.step,
+                    p.item_share,
                 )
             )
         return _RoutePlan(
@@ -184,7 +193,10 @@ class _SiteCorpus:
             role = p.role
             if role is Role.VARIANT or role is Role.FILTER:
                 value = self._tag() if p.attr == "text" else self._pick(p.choices)
-                key.append(f"{p.name}={value}")
+                if p.item_share >= 1.0 or (
+                    item is not None and route.by_name[p.name].applies_to(item.idx)
+                ):
+                    key.append(f"{p.name}={value}")
             elif role is Role.DEFAULTED or role is Role.SORT:
                 if rand() < p.default_share:
                     value = p.default
@@ -250,6 +262,8 @@ class _SiteCorpus:
         if bits:
             text = f"{rng.getrandbits(bits):0{bits // 4}x}"
             return text.upper() if style.isupper() else text
+        if style == "choice":
+            return self._pick(n.values)
         if style == "source":
             return self._pick(UTM_SOURCES)
         if style == "medium":

@@ -287,6 +287,8 @@ def render_main(site: Site, page: Page) -> str:
         return _home(k)
     if kind is PageKind.NOT_FOUND:
         return _not_found(site)
+    if kind is PageKind.ERROR:
+        return f"<p>Missing {escape(site.vocab.item_word)} reference.</p>"
     if kind is PageKind.LISTING:
         return _listing(k, page)
     if page.route is not None and page.route.rendering is Rendering.DATA:
@@ -621,6 +623,8 @@ def render_document(
 ) -> str:
     """The full HTML of one fetch of ``request_url``: ``main`` wrapped in chrome with fresh
     noise, echoes of the request, and the structured data of a client-rendered page."""
+    if page.kind is PageKind.ERROR:
+        return terse_error(site, main, rng)
     k = kit(site)
     t = site.template
     catalog = site.catalog
@@ -686,6 +690,15 @@ def render_document(
         .replace(_Q, q_suffix)
         .replace(_AMP, amp_suffix)
         .replace(_IMG, image_suffix)
+    )
+
+
+def terse_error(site: Site, main: str, rng: random.Random) -> str:
+    """An error page as many sites send it: a script and one line of text."""
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Error</title>'
+        f'<script nonce="{rng.getrandbits(64):016x}" src="/static/error.js"></script></head>'
+        f"<body>{main}</body></html>"
     )
 
 

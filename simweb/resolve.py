@@ -7,7 +7,17 @@ from dataclasses import dataclass
 from typing import NamedTuple
 from urllib.parse import quote, unquote_plus
 
-from simweb.sites import MATRIX_MARK, PageKind, Param, Rendering, Role, Route, Site, UnknownKey
+from simweb.sites import (
+    MATRIX_MARK,
+    MissingKey,
+    PageKind,
+    Param,
+    Rendering,
+    Role,
+    Route,
+    Site,
+    UnknownKey,
+)
 
 
 @dataclass(frozen=True)
@@ -133,6 +143,15 @@ def not_found_page(site: Site) -> Page:
     return Page(PageKind.NOT_FOUND, f"{site.host}|notfound")
 
 
+def error_page(site: Site) -> Page:
+    return Page(PageKind.ERROR, f"{site.host}|error")
+
+
+def missing_key_key(site: Site) -> str:
+    """The content key of what a keyed route shows without its key."""
+    return (error_page(site) if site.missing_key is MissingKey.TERSE else home_page(site)).key
+
+
 def not_found(site: Site) -> Resolution:
     status = 200 if site.unknown_key is UnknownKey.SOFT else 404
     return Resolution(status, not_found_page(site))
@@ -201,6 +220,8 @@ def page_for(site: Site, route: Route, segment: str, params: Mapping[str, str]) 
         if param.role is Role.IDENTITY:
             other = catalog.find(param.attr, raw)
             continue
+        if not param.applies_to(item):
+            continue
         norm = _normalize(param, raw)
         if norm is not None:
             values.append((param.name, norm))
@@ -223,7 +244,7 @@ def page_key(site: Site, path: str, query: str) -> str:
         return f"{site.host}|notfound"
     route, segment = match
     page = page_for(site, route, segment, values)
-    return f"{site.host}|home" if page is None else page.key
+    return missing_key_key(site) if page is None else page.key
 
 
 def page_shown(sites: Sequence[Site]) -> Callable[[str], str]:
@@ -267,6 +288,8 @@ def resolve(site: Site, path: str, query: str) -> Resolution:
             return Resolution(site.tracking_redirect, target.page, location, echo)
     page = page_for(site, route, segment, values)
     if page is None:
+        if site.missing_key is MissingKey.TERSE:
+            return Resolution(404, error_page(site), "", echo)
         return Resolution(302, home_page(site), f"http://{site.host}/", echo)
     if page.kind is PageKind.NOT_FOUND:
         return not_found(site)

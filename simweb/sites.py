@@ -14,7 +14,7 @@ import enum
 import itertools
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from simweb.vocab import CITIES, COLORS, SIZES, THEMES, Theme
@@ -32,6 +32,9 @@ TRAPS = (
     "print-view",
     "print-other-item",
     "ab-layout",
+    "minority-variant",
+    "choice-noise",
+    "terse-error",
 )
 MATRIX_MARK = ";"
 """A parameter name that starts with this sits in the path (``/seg;name=value``)."""
@@ -71,6 +74,9 @@ class PageKind(enum.Enum):
     LISTING = "listing"
     COMPARE = "compare"
     NOT_FOUND = "notfound"
+    ERROR = "error"
+    """What a site answers a URL without the key of its route, when it does not send the
+    visitor home (``MissingKey.TERSE``)."""
 
 
 class CanonicalMode(enum.Enum):
@@ -115,6 +121,15 @@ class UnknownKey(enum.Enum):
     SOFT = "soft404"
 
 
+class MissingKey(enum.Enum):
+    """What a site answers a URL of a keyed route that lacks the key."""
+
+    HOME = "home"
+    """A redirect to the home page."""
+    TERSE = "terse"
+    """A 404 of a script and one line of text: a page that is evidence of nothing."""
+
+
 @dataclass(frozen=True)
 class Param:
     """A content parameter of a route.
@@ -134,10 +149,19 @@ class Param:
     label: str = ""
     step: int = 1
     display: Display = Display.TEXT
+    item_share: float = 1.0
+    """The share of the catalogue's items a VARIANT changes (apparel sizes on a general
+    store); on the others the parameter is carried and changes nothing."""
 
     @property
     def matrix(self) -> bool:
         return self.name.startswith(MATRIX_MARK)
+
+    def applies_to(self, item: int) -> bool:
+        """Whether this parameter changes the page of catalogue item ``item``."""
+        if self.item_share >= 1.0:
+            return True
+        return random.Random(f"applies:{self.name}:{item}").random() < self.item_share
 
 
 @dataclass(frozen=True)
@@ -180,6 +204,8 @@ class NoiseParam:
     probability: float
     style: str
     requires: str = ""
+    values: tuple[str, ...] = ()
+    """For the ``choice`` style: the few values it takes, repeating across many items."""
 
     @property
     def matrix(self) -> bool:
@@ -307,6 +333,7 @@ class Site:
     ab_share: float = 0.0
     """The share of responses served in a second layout (A/B test): other wrappers and
     classes around the same content."""
+    missing_key: MissingKey = MissingKey.HOME
 
     def route(self, name: str) -> Route:
         for r in self.routes:
@@ -348,6 +375,12 @@ def route_traps(site: Site, route: Route) -> frozenset[str]:
         traps.add("print-other-item")
     if site.ab_share > 0:
         traps.add("ab-layout")
+    if any(p.item_share < 1.0 for p in route.params):
+        traps.add("minority-variant")
+    if any(n.style == "choice" and n.name not in route.by_name for n in site.noise):
+        traps.add("choice-noise")
+    if site.missing_key is MissingKey.TERSE and route.key:
+        traps.add("terse-error")
     return frozenset(traps)
 
 
@@ -461,6 +494,10 @@ class _Builder:
     def p(self, low: float, high: float) -> float:
         return round(self.rng.uniform(low, high), 3)
 
+    def q(self, low: float, high: float, choice: str) -> float:
+        """:meth:`p` drawn apart from the site's other draws, which it leaves as they were."""
+        return round(random.Random(f"{self.seed}:{choice}").uniform(low, high), 3)
+
     def build(self) -> Site:
         builders: dict[int, Callable[[], _Spec]] = {
             0: self._shop,
@@ -495,6 +532,7 @@ class _Builder:
             canonical=spec.canonical,
             shuffle_share=self.p(0.15, 0.5),
             ab_share=spec.ab_share,
+            missing_key=spec.missing_key,
             vocab=vocab,
             catalog=self._catalog(vocab, spec.items),
         )
@@ -546,7 +584,11 @@ class _Builder:
                 _key(key_a, fmt, alias=True),
                 _key(key_b, fmt, alias=True),
                 _variant(color, COLORS[:6], self.p(0.25, 0.4), "Color"),
-                _variant(self.pick("size", "sz"), SIZES, self.p(0.15, 0.3), "Size"),
+                replace(
+                    _variant(self.pick("size", "sz"), SIZES, self.p(0.15, 0.3), "Size"),
+                    presence=self.q(0.85, 0.95, "apparel-presence"),
+                    item_share=self.q(0.08, 0.13, "apparel-share"),
+                ),
                 lang,
             ),
             key=(key_a, key_b),
@@ -617,6 +659,7 @@ class _Builder:
             unknown_key=UnknownKey.NOT_FOUND,
             canonical=CanonicalMode.CORRECT,
             items=self.rng.randint(800, 2500),
+            missing_key=MissingKey.TERSE,
         )
 
     def _store(self) -> _Spec:
@@ -765,6 +808,7 @@ class _Builder:
             unknown_key=UnknownKey.NOT_FOUND,
             canonical=CanonicalMode.CORRECT,
             items=self.rng.randint(1500, 3000),
+            missing_key=MissingKey.TERSE,
             interstitial_rate=self.p(0.1, 0.14),
             interstitials=(Interstitial.BROWSER_CHECK,)
             if self.tuned("interstitial-kinds")
@@ -865,6 +909,15 @@ class _Builder:
             NoiseParam("ref", Role.TRACKING, self.p(0.08, 0.14), "ref"),
             NoiseParam(self.pick("sessionid", "sid"), Role.SESSION, self.p(0.05, 0.08), "alnum"),
             NoiseParam(self.pick("ts", "t"), Role.CACHE_BUSTER, self.p(0.03, 0.05), "unix"),
+            NoiseParam(
+                self.pick("tab", "panel"),
+                Role.TRACKING,
+                self.q(0.4, 0.6, "tab-presence"),
+                "choice",
+                values=("info", "seats", "map", "reviews")
+                if self.tuned("tab-values")
+                else ("overview", "tickets", "faq"),
+            ),
         ]
         return _Spec(
             theme_name=self.pick("events", "tickets"),
@@ -1036,6 +1089,7 @@ class _Builder:
             canonical=CanonicalMode.CORRECT,
             items=self.rng.randint(500, 1800),
             few_promos=True,
+            missing_key=MissingKey.TERSE,
         )
 
     def _markup(self) -> Markup:
@@ -1146,3 +1200,4 @@ class _Spec:
     interstitials: tuple[Interstitial, ...] = ()
     few_promos: bool = False
     ab_share: float = 0.0
+    missing_key: MissingKey = MissingKey.HOME

@@ -7,7 +7,7 @@ import pytest
 
 from simweb.corpus import CorpusURL, content_key_for, generate_corpus
 from simweb.resolve import match_route, page_key, parse_query, resolve, split_target
-from simweb.sites import Role, Site, build_sites, param_roles
+from simweb.sites import MissingKey, Role, Site, build_sites, param_roles
 
 
 def _by_host(sites: list[Site]) -> dict[str, Site]:
@@ -58,6 +58,8 @@ def _expect_change(site: Site, url: str, name: str) -> bool | None:
     assert param is not None
     if role in (Role.DEFAULTED, Role.SORT, Role.PAGINATION):
         return value != param.default
+    if role is Role.VARIANT:
+        return param.applies_to(resolve(site, path, query).page.item)
     return True
 
 
@@ -90,7 +92,8 @@ def test_missing_key_and_unknown_key(tuning_sites: list[Site]) -> None:
     both = content_key_for(site, f"{base}?{a}={item.num}&{b}={item.num}")
     assert content_key_for(site, f"{base}?{a}={item.num}") == both
     assert content_key_for(site, f"{base}?{b}={item.num}") == both
-    assert content_key_for(site, base) == f"{site.host}|home"
+    missing = "error" if site.missing_key is MissingKey.TERSE else "home"
+    assert content_key_for(site, base) == f"{site.host}|{missing}"
     assert content_key_for(site, f"{base}?{a}=999999999") == f"{site.host}|notfound"
     assert content_key_for(site, f"http://{site.host}/no/such/path") == f"{site.host}|notfound"
 
