@@ -403,7 +403,7 @@ def test_a_site_whose_urls_are_all_its_home_page_is_still_learned() -> None:
 
     async def learn() -> None:
         for proxy in serve(_HomePageOnly):
-            async with Fetcher(FetchConfig(proxy=proxy)) as fetcher:
+            async with Fetcher(FetchConfig(proxy=proxy, per_host_rate=500)) as fetcher:
                 home, report = await Learner(PageProber(fetcher)).learn_domain("home.test", urls)
             assert not report.one_page
             [decision] = home.patterns.values()
@@ -423,7 +423,7 @@ def test_a_parameter_that_changes_nothing_is_unchanged_despite_page_noise() -> N
     with SimWeb(sites, flaky_rate=0, rate_limit_per_second=0) as web:
 
         async def compare() -> tuple[Outcome, Outcome]:
-            async with Fetcher(FetchConfig(proxy=web.proxy_url)) as fetcher:
+            async with Fetcher(FetchConfig(proxy=web.proxy_url, per_host_rate=500)) as fetcher:
                 prober = PageProber(fetcher)
                 template = parsed.host + "/product"
                 tracking = await prober.compare(
@@ -494,7 +494,7 @@ def test_an_app_shell_answering_every_url_of_a_route_keeps_its_parameters() -> N
 
     async def learn() -> None:
         for proxy in serve(_AppShellBesideRealPages):
-            async with Fetcher(FetchConfig(proxy=proxy)) as fetcher:
+            async with Fetcher(FetchConfig(proxy=proxy, per_host_rate=500)) as fetcher:
                 spa, report = await Learner(PageProber(fetcher)).learn_domain("spa.test", urls)
             assert not report.one_page
             assert spa.patterns["/app?item&utm_source"].kept >= {"item"}
