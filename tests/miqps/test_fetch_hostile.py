@@ -141,7 +141,9 @@ class _OnlyThisServer(AddressGuard):
 def raw_fetch(server: CountingListener, response: bytes) -> httpx.Response | FetchFailed:
     """Fetch from ``server`` answering ``response``: the page as a Response, or the failure."""
     server.response = response
-    config = FetchConfig(allow_private=True, max_attempts=1, timeout=2.0, max_bytes=CAP)
+    config = FetchConfig(
+        allow_private=True, max_attempts=1, timeout=2.0, max_bytes=CAP, per_host_rate=1000
+    )
 
     async def run() -> httpx.Response | FetchFailed:
         fetcher = Fetcher(config)
