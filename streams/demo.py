@@ -199,6 +199,7 @@ def _demo(args: argparse.Namespace, base: Settings) -> int:
             "demo",
             state_root / "worker",
             proxy=web.proxy_url,
+            probe_rate_per_host=40.0,  # the loopback web, as scripts/demo's learn --rate 40
             partitions=args.partitions,
             policy=LearningPolicy(rare_after=args.rare_after),
         )
