@@ -7,10 +7,11 @@ import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
-from bench.audit import serve_store, store_host, store_urls, wrong_map
+from bench.audit import SometimesStore, serve_store, store_host, store_urls, wrong_map
 from miqps.audit import DEFAULT_AUDIT_SHARE, Audit, AuditRule, ItemMemory, audit_map
 from miqps.cli import main
 from miqps.fetch import FetchConfig, Fetcher
@@ -26,7 +27,7 @@ from miqps.maps import (
 from miqps.prober import PageProber
 from miqps.update import Why
 from miqps.urls import NormalizedURL, parse
-from tests.miqps.loopback import CountingListener
+from tests.miqps.loopback import CountingListener, serve
 
 SHAPE_KEY = "/product?id&ref&size"
 
@@ -221,3 +222,34 @@ def test_learn_on_an_existing_map_audits_the_new_urls(
     assert "size" in learned.patterns[SHAPE_KEY].kept
     assert learned.version == 2
     assert json.loads(maps.read_text())["patterns"][SHAPE_KEY]["dropped"] == ["ref"]
+
+
+class DisallowingStore(SometimesStore):
+    """The store, with a robots.txt that disallows its products."""
+
+    def do_GET(self) -> None:
+        if urlsplit(self.path).path == "/robots.txt":
+            body = b"User-agent: *\nDisallow: /product\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        super().do_GET()
+
+
+def test_disallowed_items_are_not_fetched_and_do_not_count() -> None:
+    host = store_host(6, 100)
+    current = wrong_map(host)
+    urls = store_urls(host, 30, 4000, seed=6)
+
+    async def go(proxy: str) -> Audit:
+        config = FetchConfig(proxy=proxy, per_host_rate=1000.0)
+        async with Fetcher(config) as fetcher:
+            return await audit_map(PageProber(fetcher), current, urls, AuditRule(1.0))
+
+    for proxy in serve(DisallowingStore):
+        audit = asyncio.run(go(proxy))
+    assert audit.inconclusive > 0 and audit.audited == 0
+    assert audit.published is None and audit.restores == []
