@@ -331,3 +331,30 @@ def test_a_never_probe_line_that_is_no_domain_is_an_error(tmp_path: Path) -> Non
     listed.write_text("shop.example\nhttps://other.example/\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"never-probe.txt:2: not a domain"):
         Fetcher(FetchConfig(never_probe=listed))
+
+
+def test_robots_txt_is_read_up_to_500_kib(serve: list[ThreadingHTTPServer]) -> None:
+    padding = "# " + "x" * 1000 + "\n"
+    robots = ("User-agent: *\nDisallow: /early/\n" + padding * 600 + "Disallow: /late/\n").encode()
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            body = robots if self.path == "/robots.txt" else b"<html><body>ok</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    port = _start(serve, ThreadingHTTPServer(("127.0.0.1", 0), Handler))
+    urls = [f"http://127.0.0.1:{port}/early/1", f"http://127.0.0.1:{port}/late/1"]
+    config = FetchConfig(allow_private=True, per_host_rate=1000)
+    results, stats = asyncio.run(_fetch_all(config, urls))
+    assert seen.count("/early/1") == 0
+    assert seen.count("/late/1") == 1  # its rule lies past the first 500 KiB
+    assert _kinds(results) == {"disallowed by robots.txt"}
+    assert stats.robots_fetches == {"rules": 1}
