@@ -16,6 +16,13 @@ decision it makes for every URL anyway (``Canonicalizer.decide``), timed in the 
 
     .venv/bin/python -m bench.audit [--trials 10] [--urls 20000] [--items 4000] [--share 0.05]
 
+With ``--simweb``, the same on the simulated web instead: the validation family's general
+store, whose apparel ``size`` is set to change 5% of its products. Its map is learned by
+``miqps learn``'s function on 3,000 URLs, then made to drop ``size`` wherever it kept it,
+and the next ``--urls`` URLs of its product pages that carry ``size`` are audited::
+
+    .venv/bin/python -m bench.audit --simweb [--trials 5]
+
 It prints figures; it asserts no target.
 """
 
@@ -38,9 +45,11 @@ import xxhash
 from miqps.audit import DEFAULT_AUDIT_SHARE, AuditRule, ItemMemory, audit_map
 from miqps.canonical import Canonicalizer, StaticLayers
 from miqps.fetch import FetchConfig, Fetcher
+from miqps.learner import LearnConfig, Learner
 from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification, utc_now
 from miqps.prober import PageProber
-from miqps.urls import NormalizedURL, parse
+from miqps.update import update_all
+from miqps.urls import NormalizedURL, parse, path_shape, split_pattern
 
 SIZES = ("XS", "S", "M", "L", "XL")
 PROMOS = ("Free shipping this week", "Two for one on socks", "Join our newsletter")
@@ -176,6 +185,107 @@ async def run_trial(
     return trial
 
 
+def dropping(domain_map: DomainMap, shape: str, name: str) -> DomainMap:
+    """``domain_map`` with ``name`` dropped in every pattern of ``shape``, as if every item
+    it was tested on had shown no change."""
+    patterns = dict(domain_map.patterns)
+    for pattern, decision in domain_map.patterns.items():
+        if split_pattern(pattern)[0] != shape or name not in decision.kept:
+            continue
+        params = dict(decision.params)
+        params[name] = ParamEvidence("drop", Layer.LEARNED, 5, 0, 5, 0)
+        patterns[pattern] = PatternDecision(
+            decision.kept - {name},
+            decision.dropped | {name},
+            params,
+            decision.verification,
+            decision.decided_at,
+            decision.urls_seen,
+        )
+    return DomainMap(domain_map.domain, domain_map.version, domain_map.updated_at, patterns)
+
+
+async def simweb_trials(args: argparse.Namespace) -> None:
+    from dataclasses import replace
+
+    from simweb.corpus import generate_corpus
+    from simweb.server import SimWeb
+    from simweb.sites import build_sites
+
+    site, route, size = next(
+        (site, route, param)
+        for site in build_sites("validation", 12, 7)
+        for route in site.routes
+        for param in route.params
+        if param.item_share < 1.0
+    )
+    five = replace(size, item_share=args.changing_share / 100)
+    route = replace(route, params=tuple(five if p is size else p for p in route.params))
+    site = replace(site, routes=tuple(route if r.name == route.name else r for r in site.routes))
+    corpus = [parse(item.url) for item in generate_corpus([site], 3000 + 3 * args.urls, 1)]
+    learning, rest = corpus[:3000], corpus[3000:]
+    shape = path_shape(route.path)
+    passing = [url for url in rest if path_shape(url.path) == shape and size.name in url.names]
+    passing = passing[: args.urls]
+    with SimWeb([site], seed=0, rate_limit_per_second=0, flaky_rate=0.0) as web:
+        config = FetchConfig(proxy=web.proxy_url, per_host_rate=1000.0, timeout=5.0)
+        async with Fetcher(config) as fetcher:
+            updates = await update_all(Learner(PageProber(fetcher), LearnConfig()), {}, learning)
+        learned = updates[site.host].published
+        assert learned is not None
+        kept_by_learning = sorted(
+            pattern
+            for pattern, decision in learned.patterns.items()
+            if split_pattern(pattern)[0] == shape and size.name in decision.kept
+        )
+        wrong = dropping(learned, shape, size.name)
+        print(
+            f"{site.host}: {size.name} changes {args.changing_share}% of {len(site.catalog.items)} "
+            f"products; learned on 3,000 URLs, it kept {size.name} in "
+            f"{len(kept_by_learning)} patterns of {shape}, now dropped; "
+            f"{len(passing)} URLs of {shape} with {size.name} pass"
+        )
+        for seed in range(1, args.trials + 1):
+            rule = AuditRule(args.share, seed=str(seed))
+            trial = await run_simweb_trial(
+                web.proxy_url, wrong, passing, rule, args.batch, (shape, size.name)
+            )
+            after = "never" if trial.restored_after is None else str(trial.restored_after)
+            print(
+                f"seed {seed}: {size.name} restored after {after} URLs; {trial.audits} audits, "
+                f"{trial.inconclusive} inconclusive, {trial.fetches} fetches "
+                f"({trial.fetches * 1000 / trial.urls:.1f} per 1,000 URLs); also restored: "
+                f"{', '.join(f'{s} {n}' for s, n in trial.restored if n != size.name) or 'nothing'}"
+            )
+
+
+async def run_simweb_trial(
+    proxy: str,
+    current: DomainMap,
+    urls: list[NormalizedURL],
+    rule: AuditRule,
+    batch: int,
+    restoring: tuple[str, str],
+) -> Trial:
+    """:func:`run_trial` on the simulated web, until ``restoring`` (shape, name) is restored."""
+    memory = ItemMemory()
+    trial = Trial(None, [], 0, 0, 0, len(urls))
+    config = FetchConfig(proxy=proxy, per_host_rate=1000.0, per_host_concurrency=4, timeout=5.0)
+    async with Fetcher(config) as fetcher:
+        prober = PageProber(fetcher)
+        for start in range(0, len(urls), batch):
+            audit = await audit_map(prober, current, urls[start : start + batch], rule, memory)
+            trial.audits += audit.audited
+            trial.inconclusive += audit.inconclusive
+            if audit.published is not None:
+                current = audit.published
+                trial.restored.extend(audit.restored)
+                if trial.restored_after is None and restoring in audit.restored:
+                    trial.restored_after = min(start + batch, len(urls))
+        trial.fetches = fetcher.stats.requests
+    return trial
+
+
 def front_cost(urls: list[NormalizedURL], share: float) -> tuple[float, float]:
     """Microseconds per URL: the front's audit choice, and the decision of the URL."""
     from streams.sampler import AuditForwarder
@@ -204,7 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--share", type=float, default=DEFAULT_AUDIT_SHARE)
     parser.add_argument("--changing-share", type=int, default=5, help="percent of products")
     parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--simweb", action="store_true", help="the simulated web's store")
     args = parser.parse_args(argv)
+    if args.simweb:
+        asyncio.run(simweb_trials(args))
+        return 0
     for proxy in serve_store():
         rows: list[tuple[str, Trial]] = []
         for seed in range(1, args.trials + 1):
