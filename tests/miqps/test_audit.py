@@ -253,3 +253,15 @@ def test_disallowed_items_are_not_fetched_and_do_not_count() -> None:
         audit = asyncio.run(go(proxy))
     assert audit.inconclusive > 0 and audit.audited == 0
     assert audit.published is None and audit.restores == []
+
+
+def test_learn_refuses_an_audit_share_outside_zero_to_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    urls = tmp_path / "urls.txt"
+    urls.write_text("http://shop.test/product?id=1&size=M\n")
+    out = tmp_path / "maps.jsonl"
+    code = main(["learn", "--urls", str(urls), "--out", str(out), "--audit-share", "1.5"])
+    assert code == 2
+    assert "audit share must be between 0 and 1" in capsys.readouterr().err
+    assert not out.exists()
