@@ -39,7 +39,12 @@ def main(command: str, args: list[str]) -> int:
         parser = dashboard_parser()
         _common(parser)
         options = parser.parse_args(args)
-        return run_dashboard(_settings(options), options.host, options.port)
+        return run_dashboard(
+            _settings(options),
+            options.host,
+            options.port,
+            worker_metrics=options.worker_metrics,
+        )
     print(f"miqps: unknown stream command {command!r}", file=sys.stderr)
     return 2
 

@@ -32,6 +32,7 @@ import signal
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -44,6 +45,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from miqps.canonical import Canonicalizer
 from miqps.maps import DomainMap
@@ -57,6 +59,7 @@ from streams.settings import Settings
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8050
+WORKER_METRICS_SECONDS = 5.0
 FEED_SIZE = 500
 SERIES_POINTS = 900
 """One point a second: the plots cover the last 15 minutes."""
@@ -187,6 +190,7 @@ class DashboardState:
         self.series: deque[Point] = deque(maxlen=SERIES_POINTS)
         self._last_totals: tuple[float, int, int] | None = None
         self._sorted_domains: tuple[int, list[str]] = (-1, [])
+        self._politeness: dict[str, dict[str, Any]] = {}
 
     def _new_builder(self) -> ReportBuilder:
         return ReportBuilder(self.canonicalizer, _MapsByDomain(self.maps), self._limits)
@@ -315,8 +319,27 @@ class DashboardState:
             view = dataclasses.asdict(domain_view)
             view["audit_fetches"] = self._fetches[name]
             view["feed"] = [entry for entry in self._feed if entry["domain"] == name][-20:]
+            politeness = self._politeness.get(name, {})
+            view["robots"] = politeness.get("robots")
+            view["pace_seconds"] = politeness.get("pace_seconds")
         view["duplicates_saved"] = view["distinct_urls"] - view["canonical_urls"]
         return view
+
+    def add_worker_metrics(self, exposition: str) -> None:
+        """Each host's robots.txt status and pace, from the probing worker's metrics
+        (``miqps_robots_status``, ``miqps_probe_delay_seconds``)."""
+        politeness: dict[str, dict[str, Any]] = {}
+        for family in text_string_to_metric_families(exposition):
+            for sample in family.samples:
+                host = sample.labels.get("host")
+                if host is None:
+                    continue
+                if sample.name == "miqps_robots_status" and sample.value:
+                    politeness.setdefault(host, {})["robots"] = sample.labels.get("status")
+                elif sample.name == "miqps_probe_delay_seconds":
+                    politeness.setdefault(host, {})["pace_seconds"] = sample.value
+        with self._lock:
+            self._politeness = politeness
 
     def feed(self, after: int = 0) -> list[dict[str, Any]]:
         with self._lock:
@@ -604,6 +627,12 @@ def dashboard_parser() -> argparse.ArgumentParser:
         default=DEFAULT_PORT,
         help=f"the port to listen on (default {DEFAULT_PORT}; 0: any free)",
     )
+    parser.add_argument(
+        "--worker-metrics",
+        metavar="URL",
+        help="the probing worker's metrics endpoint (MIQPS_METRICS_PORT), read every "
+        f"{WORKER_METRICS_SECONDS:g} s for each domain's robots.txt status and pace",
+    )
     return parser
 
 
@@ -623,6 +652,7 @@ def run_dashboard(
     port: int,
     ready: Callable[[str], None] | None = None,
     stopping: threading.Event | None = None,
+    worker_metrics: str | None = None,
 ) -> int:
     """Serve until ``stopping`` is set, or Ctrl-C or SIGTERM; ``ready`` gets the page's URL."""
     state = DashboardState()
@@ -635,6 +665,13 @@ def run_dashboard(
         print(f"miqps dashboard: cannot listen on {host}:{port}: {error}", file=sys.stderr)
         return 1
     readers = StreamReaders(settings, state).start()
+    if worker_metrics:
+        threading.Thread(
+            target=_follow_worker_metrics,
+            args=(state, worker_metrics, stopping),
+            name="miqps-dashboard-worker-metrics",
+            daemon=True,
+        ).start()
     server.start()
     (ready or _announce)(server.url)
     try:
@@ -645,6 +682,21 @@ def run_dashboard(
         server.stop()
         readers.stop()
     return 0
+
+
+def _follow_worker_metrics(state: DashboardState, url: str, stopping: threading.Event) -> None:
+    """Read the worker's metrics every few seconds; a failed read keeps what was shown."""
+    warned = False
+    while not stopping.is_set():
+        try:
+            with urllib.request.urlopen(url, timeout=WORKER_METRICS_SECONDS) as answer:
+                state.add_worker_metrics(answer.read(4 * 1024 * 1024).decode("utf-8", "replace"))
+            warned = False
+        except (OSError, ValueError) as error:
+            if not warned:
+                log.warning("dashboard: cannot read the worker's metrics at %s: %s", url, error)
+                warned = True
+        stopping.wait(WORKER_METRICS_SECONDS)
 
 
 def _announce(url: str) -> None:

@@ -366,6 +366,16 @@ class AgentCollector(Collector):
             if host != OTHER_HOSTS:
                 delays.add_metric([host], delay)
         yield delays
+        robots = GaugeMetricFamily(
+            "miqps_robots_status",
+            "1 for each host's robots.txt status as last fetched: rules, none (4xx: everything "
+            f"allowed) or unreachable (nothing allowed), by host (at most {MAX_HOST_LABELS} hosts)",
+            labels=["host", "status"],
+        )
+        for host in sorted(self.hosts.fold(dict.fromkeys(stats.robots_by_host, 1.0))):
+            if host != OTHER_HOSTS:
+                robots.add_metric([host, stats.robots_by_host[host]], 1.0)
+        yield robots
 
 
 class FrontSnapshots(Collector):

@@ -96,6 +96,7 @@
       `${count(body.distinct_urls)} distinct URLs in the tail become ` +
       `${count(body.canonical_urls)} canonical ones: ${count(body.duplicates_saved)} ` +
       `duplicates saved; ${count(body.audit_fetches)} fetches spent (audit records).`;
+    $("#domain-politeness").textContent = politeness(body);
     section.querySelector("table.sprawl tbody").replaceChildren(...body.sprawl.map(
       (param) => row([param.name, count(param.urls_with), count(param.variants),
         count(param.dropped_in)])));
@@ -106,6 +107,17 @@
     $("#domain-hidden-patterns").textContent = hiddenNote(body.hidden_patterns,
       "patterns with fewer URLs in the tail");
     section.dataset.rendered = name;
+  }
+
+  const ROBOTS = { rules: "rules obeyed", none: "none (everything allowed)",
+    unreachable: "not answering (nothing fetched until it answers)" };
+  // From the probing worker's metrics, when the dashboard reads them (--worker-metrics).
+  function politeness(body) {
+    if (body.robots === null && body.pace_seconds === null) return "";
+    const robots = body.robots === null ? "not fetched yet" : ROBOTS[body.robots] || body.robots;
+    const pace = body.pace_seconds === null ? "–"
+      : `${body.pace_seconds.toFixed(2)} s between requests`;
+    return `robots.txt: ${robots}; pace: ${pace}`;
   }
 
   const hiddenNote = (hidden, what) => hidden ? `${count(hidden)} more ${what} not shown` : "";
