@@ -140,6 +140,8 @@ def test_miqps_learn_leaves_a_frozen_map_as_it_is(
         str(out),
         "--proxy",
         site_and_proxy[1],
+        "--rate",
+        "500",
         "--no-progress",
     ]
     assert main(learn) == 0
