@@ -4,6 +4,8 @@ records and metrics name what was left undecided."""
 
 from __future__ import annotations
 
+import pytest
+
 from miqps.fetch import FetchConfig, Fetcher
 from miqps.learner import LearnConfig
 from miqps.update import Undecided
@@ -47,6 +49,7 @@ async def test_a_disallowed_pattern_is_never_fetched_and_is_named_disallowed() -
     assert counts.undecided_by_cause["disallowed"] == 1
 
 
+@pytest.mark.slow  # every page waits out the site's 0.5 s crawl delay
 async def test_the_crawl_delay_holds_across_the_worker_s_tasks() -> None:
     shapes = {"/p": "/p/*?id&utm_source", "/q": "/q/*?id&utm_source"}
     requests = [
