@@ -363,7 +363,7 @@ class AgentCollector(Collector):
             labels=["host"],
         )
         for host, delay in sorted(self.hosts.fold(stats.delay_by_host).items()):
-            if host != OTHER_HOSTS:
+            if host in stats.delay_by_host:
                 delays.add_metric([host], delay)
         yield delays
         robots = GaugeMetricFamily(
@@ -373,7 +373,7 @@ class AgentCollector(Collector):
             labels=["host", "status"],
         )
         for host in sorted(self.hosts.fold(dict.fromkeys(stats.robots_by_host, 1.0))):
-            if host != OTHER_HOSTS:
+            if host in stats.robots_by_host:  # the named hosts of every metric: not all fetched it
                 robots.add_metric([host, stats.robots_by_host[host]], 1.0)
         yield robots
 
