@@ -15,14 +15,19 @@ NEEDS_A_SERVICE = {"bootstrap", "private_broker", "cluster", "browser"}
 DUMP_PLUGIN = """
     import json, os
 
+    deselected = []
+
+    def described(item):
+        return {"id": item.nodeid, "fixtures": list(getattr(item, "fixturenames", ())),
+                "markers": sorted({marker.name for marker in item.iter_markers()})}
+
+    def pytest_deselected(items):
+        deselected.extend(described(item) for item in items)
+
     def pytest_collection_finish(session):
-        items = [
-            {"id": item.nodeid, "fixtures": list(getattr(item, "fixturenames", ())),
-             "markers": sorted({marker.name for marker in item.iter_markers()})}
-            for item in session.items
-        ]
+        selected = [described(item) for item in session.items]
         with open(os.environ["TIER_DUMP"], "w", encoding="utf-8") as out:
-            json.dump(items, out)
+            json.dump({"selected": selected, "deselected": deselected}, out)
 """
 
 
@@ -32,7 +37,8 @@ def unit_tier() -> str:
     return found.group(1)
 
 
-def collected(tmp_path: Path, *selection: str) -> list[dict[str, list[str]]]:
+def collected(tmp_path: Path, *selection: str) -> dict[str, list[dict[str, list[str]]]]:
+    """The tests pytest selects with ``selection`` and those it deselects."""
     (tmp_path / "tier_dump.py").write_text(textwrap.dedent(DUMP_PLUGIN), encoding="utf-8")
     dump = tmp_path / "items.json"
     path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
@@ -45,19 +51,19 @@ def collected(tmp_path: Path, *selection: str) -> list[dict[str, list[str]]]:
         timeout=120,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    items: list[dict[str, list[str]]] = json.loads(dump.read_text("utf-8"))
+    items: dict[str, list[dict[str, list[str]]]] = json.loads(dump.read_text("utf-8"))
     return items
 
 
 def test_the_unit_tier_takes_no_broker_nor_browser_and_has_most_tests(tmp_path: Path) -> None:
-    quick = collected(tmp_path, "-m", unit_tier())
-    every = collected(tmp_path)
+    tiers = collected(tmp_path, "-m", unit_tier())
+    quick, rest = tiers["selected"], tiers["deselected"]
     assert len(quick) >= 300
     reaching = [item["id"] for item in quick if NEEDS_A_SERVICE & set(item["fixtures"])]
     assert not reaching, reaching[:10]
     unmarked = [
         item["id"]
-        for item in every
+        for item in quick + rest
         if NEEDS_A_SERVICE & set(item["fixtures"])
         and not {"kafka", "cluster", "browser"} & set(item["markers"])
     ]
