@@ -24,6 +24,7 @@ from importlib import resources
 from itertools import islice, pairwise
 from operator import itemgetter
 from os import PathLike
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import can_ada
@@ -87,6 +88,9 @@ class Decision(NamedTuple):
     layers: dict[str, str]
     status: Status
     map_version: int
+    items: Mapping[str, int] = MappingProxyType({})
+    """Per parameter dropped on learned evidence: the distinct items it left unchanged
+    (empty, like ``layers``, without ``with_layers``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -99,6 +103,7 @@ class Decision(NamedTuple):
             "layers": self.layers,
             "status": self.status,
             "map_version": self.map_version,
+            "items": dict(self.items),
         }
 
 
@@ -642,7 +647,24 @@ class Canonicalizer:
             self._layers_of(compiled, rounds) if with_layers else {},
             Status.PROVISIONAL if split is None else Status.LEARNED,
             compiled.version if compiled else 0,
+            self._items_of(compiled, rounds) if with_layers else {},
         )
+
+    @staticmethod
+    def _items_of(compiled: _CompiledDomain | None, rounds: list[Round]) -> dict[str, int]:
+        """The distinct items each parameter was tested on, in the pattern it was dropped in."""
+        items: dict[str, int] = {}
+        if compiled is None:
+            return items
+        for round_ in rounds:
+            decision = compiled.map.patterns.get(round_.pattern)
+            if decision is None:
+                continue
+            for name in round_.names - round_.keep:
+                evidence = decision.params.get(name)
+                if evidence is not None and evidence.decision == "drop":
+                    items[name] = evidence.items
+        return dict(sorted(items.items()))
 
     def _layers_of(self, compiled: _CompiledDomain | None, rounds: list[Round]) -> dict[str, str]:
         first = rounds[0]

@@ -95,13 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--samples",
         type=int,
         default=defaults.samples,
-        help="S: distinct-value samples per parameter at most",
+        help="S: distinct items a parameter must leave unchanged before it is dropped",
     )
     learn.add_argument(
         "--threshold",
         type=float,
         default=defaults.threshold,
-        help="T: keep if the page changed in at least this share of samples",
+        help="T: a change on a smaller share of samples is confirmed by a second look",
     )
     learn.add_argument(
         "--min-conclusive",

@@ -4,20 +4,23 @@ Per domain:
 
 1. URLs are grouped by pattern (path shape + sorted parameter names).
 2. Evidence is *pooled* per path shape: tracking parameters appear in every combination,
-   so patterns multiply while each holds few URLs. For each parameter, samples with
-   distinct values of it are compared with and without it. Parameters are tested in
-   groups: removing several at once and seeing the page unchanged is evidence for each of
-   them; a changed group is split in halves until the changers are isolated.
-3. A parameter is kept when the content changed in at least ``threshold`` of its
-   conclusive samples, or when it has fewer than ``min_conclusive`` of them. Sampling
-   stops as soon as the decision can no longer change. One exception for shapes too rare
-   to reach ``min_conclusive``: a name that changed no page anywhere on the domain, was
-   learned neutral under another shape and left this shape's pages unchanged is dropped
-   here too (layer ``learned-domain``).
+   so patterns multiply while each holds few URLs. Each parameter is tested on distinct
+   *items* (distinct paths and values of the other kept parameters), with and without it.
+   Parameters are tested in groups: removing several at once and seeing the page
+   unchanged is evidence for each of them; a group that changed the page, or whose
+   reduced page could not be judged while the original could, is split in halves until
+   the cause is isolated.
+3. One confirmed change on any item keeps a parameter. It is dropped only once it left
+   enough distinct items unchanged (``LearnConfig.verdict``): more of them when its values
+   look like a choice among a few options (sizes, colours, formats), because such a
+   parameter may matter for a minority of the items only. Sampling stops as soon as the
+   decision can no longer change. Shapes too rare to decide borrow the domain's evidence:
+   a name that changed no page anywhere on the domain, was learned neutral under another
+   shape and left this shape's pages unchanged is dropped here too (``learned-domain``).
 4. Every pattern's final form is verified: samples are fetched with *all* dropped
-   parameters removed at once. If the page changes, parameters are added back one at a
-   time until it no longer does (``id`` and ``slug`` that each identify the page alone
-   are never both dropped), or all of them are kept.
+   parameters removed at once. If the page changes (or cannot be judged), parameters are
+   added back one at a time until it shows the same page (``id`` and ``slug`` that each
+   identify the page alone are never both dropped), or all of them are kept.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from miqps.canonical import StaticLayers
 from miqps.content import content_id
 from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification, utc_now
 from miqps.prober import Comparison, Outcome, PageProber
-from miqps.urls import NormalizedURL, path_shape
+from miqps.urls import InvalidURL, NormalizedURL, parse, path_shape
 
 # A path no site serves a real page at: what a site answers there tells a bot wall (the same
 # page as everywhere) from a site whose sampled URLs happen to be one page.
@@ -42,12 +45,28 @@ CONTRAST_PATH = "miqps-contrast-probe-8c1f0b7d"
 
 @dataclass(frozen=True, slots=True)
 class LearnConfig:
-    """S, T, N and the verification budget. Defaults are measured, see README (Tuning)."""
+    """How much evidence a decision takes. Defaults are measured, see README (How it decides).
+
+    A parameter is dropped only after it left the page unchanged on ``samples`` distinct
+    *items* (distinct paths and values of the pattern's other kept parameters), or on
+    ``choice_items`` of them when its values look like a choice among a few options (at most
+    ``choice_values`` values, each carried on ``choice_repeats`` URLs or more on average:
+    sizes, colours, formats). With n items all unchanged, a parameter that changes a share p
+    of the items survives with probability (1 - p)^n. When the path shape has no more
+    items to offer, ``min_conclusive`` items (``samples`` for a choice-like parameter)
+    are enough. One confirmed change on any item keeps the parameter: a change seen on
+    fewer than ``threshold`` of its conclusive samples, or on its only one, is confirmed by
+    fetching both pages again first.
+    """
 
     samples: int = 6
     threshold: float = 0.2
     min_conclusive: int = 3
     verify_samples: int = 1
+    choice_items: int = 30
+    choice_sampled: int = 12
+    choice_values: int = 12
+    choice_repeats: int = 3
     default_confirmations: int = 2
     default_candidates: int = 3
     default_min_share: float = 0.1
@@ -59,34 +78,62 @@ class LearnConfig:
             raise ValueError("samples, min_conclusive and verify_samples must be at least 1")
         if self.min_conclusive > self.samples:
             raise ValueError("min_conclusive cannot exceed samples")
+        if not self.samples <= self.choice_sampled <= self.choice_items:
+            raise ValueError("choice_sampled must lie between samples and choice_items")
         if not 0.0 < self.threshold <= 1.0:
             raise ValueError("threshold must be in (0, 1]")
 
-    def verdict(self, changed: int, conclusive: int, tried: int = 0) -> tuple[str, Layer]:
-        """Keep or drop on ``changed`` of ``conclusive`` outcomes. Below ``min_conclusive``
-        the parameter is kept, as *learned* content when it changed often enough that the
-        rest of the budget (``samples - tried``, ``tried`` counting inconclusive ones too)
-        could not make it a drop, else for insufficient evidence."""
-        if conclusive < self.min_conclusive:
-            possible = conclusive + max(0, self.samples - max(tried, conclusive))
-            certain = changed >= self.threshold * possible
-            return "keep", Layer.LEARNED if certain and changed else Layer.INSUFFICIENT
-        if changed >= self.threshold * conclusive:
-            return "keep", Layer.LEARNED
-        return "drop", Layer.LEARNED
+    def items_needed(self, choice: bool, *, sampling: bool = False) -> int:
+        """Distinct unchanged items that drop a parameter. While sampling, a choice-like
+        one is tried on ``choice_sampled`` items: the verification of the path shape's
+        patterns then tries it on one more item each, and it is dropped only if these
+        bring it to ``choice_items`` and none of them changed."""
+        if not choice:
+            return self.samples
+        return self.choice_sampled if sampling else self.choice_items
 
-    def settled(self, evidence: ParamEvidence) -> bool:
-        """True when no outcome of the remaining samples can change the decision."""
-        remaining = self.samples - evidence.samples
-        if remaining <= 0:
+    def items_at_least(self, choice: bool) -> int:
+        """Distinct unchanged items that drop a parameter whose path shape has no more."""
+        return self.samples if choice else self.min_conclusive
+
+    def verdict(
+        self,
+        changed: int,
+        items: int,
+        conclusive: int = 0,
+        *,
+        choice: bool = False,
+        available: int | None = None,
+        sampling: bool = False,
+    ) -> tuple[str, Layer]:
+        """Keep on ``changed`` confirmed changes, if any. Drop once the parameter left
+        ``items`` distinct items unchanged, enough for its kind; or, when the path shape
+        has no untried item left (``available`` items in all), ``min_conclusive``
+        outcomes on at least ``items_at_least`` items, or on every item there is (a home
+        page is one item). Else keep for insufficient evidence."""
+        if changed:
+            return "keep", Layer.LEARNED
+        if items >= self.items_needed(choice, sampling=sampling):
+            return "drop", Layer.LEARNED
+        if (
+            available is not None
+            and max(conclusive, items) >= self.min_conclusive
+            and items >= min(self.items_at_least(choice), available)
+        ):
+            return "drop", Layer.LEARNED
+        return "keep", Layer.INSUFFICIENT
+
+    def settled(self, evidence: ParamEvidence, *, choice: bool = False) -> bool:
+        """True when sampling more cannot change the decision, or is not worth it: a
+        confirmed change, enough unchanged items, or a budget spent mostly on inconclusive
+        outcomes."""
+        needed = self.items_needed(choice, sampling=True)
+        if evidence.changed or evidence.items >= needed:
             return True
-        base = evidence.changed, evidence.conclusive
-        first = self.verdict(*base)[0]
-        return all(
-            self.verdict(base[0] + changed, base[1] + added)[0] == first
-            for added in range(remaining + 1)
-            for changed in range(added + 1)
-        )
+        if evidence.samples >= 2 * needed + self.min_conclusive:
+            return True
+        lost = evidence.inconclusive
+        return lost >= self.min_conclusive and lost > 2 * evidence.conclusive
 
 
 @dataclass(slots=True)
@@ -123,6 +170,67 @@ class _ShapePool:
     samples: list[_Sample] = field(default_factory=list)
     walled: bool = False
     refuted: dict[str, set[str]] = field(default_factory=dict)
+    choice: set[str] = field(default_factory=set)
+    # Names whose evidence so far is all "unchanged": not part of what identifies an item.
+    leaning_neutral: set[str] = field(default_factory=set)
+    tested: dict[str, set[_ItemKey]] = field(default_factory=dict)
+    tested_values: dict[str, set[tuple[_ItemKey, str]]] = field(default_factory=dict)
+    isolated: set[str] = field(default_factory=set)
+    # Names whose removal along with a group once kept the group from showing the same page
+    # (an alias removed with its twin): they ride along no more.
+    unfit_riders: set[str] = field(default_factory=set)
+    alone_inconclusive: Counter[str] = field(default_factory=Counter)
+    # (URL, name) -> the second look at a change: both pages fetched again.
+    rechecks: dict[tuple[str, str], Comparison] = field(default_factory=dict)
+    unconfirmed: list[_Sample] = field(default_factory=list)
+    floor: int = 3
+    """The learner's ``min_conclusive``."""
+    # Choice-like names dropped on ``choice_sampled`` items, waiting for verification to
+    # bring them to ``choice_items``: the unchanged items so far.
+    provisional: dict[str, set[_ItemKey]] = field(default_factory=dict)
+    changed_in_verification: set[str] = field(default_factory=set)
+    # Provisional names short of ``choice_items`` on a shape that has no more items.
+    exhausted: set[str] = field(default_factory=set)
+
+    def verified(self, url: NormalizedURL, removed: Iterable[str]) -> None:
+        for name in removed:
+            if name in self.provisional:
+                self.provisional[name].add(self.item_key(url, name))
+
+    def item_key(self, url: NormalizedURL, name: str) -> _ItemKey:
+        """Which item ``url`` shows, as far as testing ``name`` on it goes: its path and the
+        values of its other parameters, but those that have only ever left pages unchanged."""
+        return url.path, tuple(
+            url.value_of(other)
+            for other in sorted(url.names)
+            if other != name and other not in self.leaning_neutral
+        )
+
+    def mark_tested(self, url: NormalizedURL, name: str) -> _ItemKey:
+        key = self.item_key(url, name)
+        self.tested[name].add(key)
+        self.tested_values[name].add((key, url.value_of(name)))
+        return key
+
+    def novel(self, url: NormalizedURL, name: str) -> bool:
+        """Whether testing ``name`` on ``url`` brings evidence: a new item, or, while the
+        parameter has too few conclusive outcomes, a new value on an item tried already
+        (a shape of one item, such as the home page)."""
+        key = self.item_key(url, name)
+        if key not in self.tested[name]:
+            return True
+        evidence = self.evidence[name]
+        return (
+            evidence.conclusive < self.floor
+            and (key, url.value_of(name)) not in self.tested_values[name]
+        )
+
+    def items_of(self, name: str) -> set[_ItemKey]:
+        """The distinct items of the shape that carry ``name``."""
+        return {self.item_key(url, name) for url in self.urls if name in url.names}
+
+
+_ItemKey = tuple[str, tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +241,7 @@ class _Sample:
     value: str
     pattern: str
     comparison: Comparison
+    url: NormalizedURL
 
 
 class Learner:
@@ -157,7 +266,7 @@ class Learner:
         for url in distinct.values():
             by_shape[path_shape(url.path)].append(url)
         pools = [
-            _ShapePool(shape, f"{domain}{shape}", shape_urls)
+            _ShapePool(shape, f"{domain}{shape}", shape_urls, floor=self.config.min_conclusive)
             for shape, shape_urls in sorted(by_shape.items())
         ]
         await asyncio.gather(*(self._probe_pool(pool) for pool in pools))
@@ -195,20 +304,25 @@ class Learner:
         for name in names:
             pool.evidence[name] = ParamEvidence()
             pool.value_outcomes[name] = {}
+            pool.tested[name] = set()
+            pool.tested_values[name] = set()
+        pool.choice = _choice_like(pool.urls, pool.carriers, config)
         learnable = [name for name in names if name not in self.layers.allowlist]
         open_names = set(learnable)
-        seen: dict[str, set[str]] = {name: set() for name in names}
         candidates = list(pool.urls)
         random.Random(f"{config.seed}:{pool.template}").shuffle(candidates)
         while open_names:
             batch: list[tuple[NormalizedURL, list[str]]] = []
+            riders: dict[str, list[str]] = {}
             for _ in range(config.parallel_samples):
-                pick = self._pick_sample(pool, candidates, open_names, seen)
+                pick = self._pick_sample(pool, candidates, open_names, {u.url for u, _ in batch})
                 if pick is None:
                     break
                 url, group = pick
+                riders[url.url] = self._riders(pool, url, group)
+                group += riders[url.url]
                 for name in group:
-                    seen[name].add(url.value_of(name))
+                    pool.mark_tested(url, name)
                     pool.evidence[name].samples += 1
                 pool.covered_patterns.add(url.pattern)
                 batch.append(pick)
@@ -217,45 +331,162 @@ class Learner:
             results = await asyncio.gather(
                 *(self._group_test(pool, url, group) for url, group in batch)
             )
-            for (url, _), comparisons in zip(batch, results, strict=True):
+            for (url, group), comparisons in zip(batch, results, strict=True):
+                if frozenset(group) not in pool.unchanged_removals.get(url.url, ()):
+                    pool.unfit_riders.update(riders[url.url])
                 pool.samples.extend(
-                    _Sample(name, url.value_of(name), url.pattern, comparison)
+                    _Sample(name, url.value_of(name), url.pattern, comparison, url)
                     for name, comparison in comparisons.items()
                 )
             self._tally(pool)
+            if await self._recheck_changes(pool):
+                self._tally(pool)
             # every learnable name, not just the open ones: a change that turned out to be
             # noise can reopen a name that looked settled
             open_names = {
                 name
                 for name in learnable
-                if not config.settled(pool.evidence[name]) and _has_unseen(candidates, name, seen)
+                if name not in pool.isolated
+                and not config.settled(pool.evidence[name], choice=name in pool.choice)
+                and self._untested(pool, candidates, name) is not None
             }
         for name, evidence in pool.evidence.items():
             if name in self.layers.allowlist:
                 evidence.decision, evidence.layer = "keep", Layer.ALLOWLIST
             else:
+                exhausted = self._untested(pool, candidates, name) is None
                 evidence.decision, evidence.layer = config.verdict(
-                    evidence.changed, evidence.conclusive, evidence.samples
+                    evidence.changed,
+                    evidence.items,
+                    evidence.conclusive,
+                    choice=name in pool.choice,
+                    available=len(pool.items_of(name)) if exhausted else None,
+                    sampling=True,
                 )
+                if (
+                    evidence.decision == "drop"
+                    and name in pool.choice
+                    and evidence.items < config.choice_items
+                    and not exhausted
+                ):
+                    pool.provisional[name] = {
+                        pool.item_key(s.url, name)
+                        for s in pool.samples
+                        if s.name == name and s.comparison.outcome is Outcome.UNCHANGED
+                    }
         await self._confirm_defaults(pool)
+
+    def _riders(self, pool: _ShapePool, url: NormalizedURL, group: list[str]) -> list[str]:
+        """The parameters of ``url`` that would be dropped on the evidence so far, removed
+        along with ``group`` at no extra fetch: the reduced URL is then often the pattern's
+        final form, and its verification is already done."""
+        config = self.config
+        return [
+            name
+            for name in sorted(url.names - set(group) - pool.isolated - pool.unfit_riders)
+            if name not in self.layers.allowlist
+            and config.verdict(pool.evidence[name].changed, pool.evidence[name].items)[0] == "drop"
+        ]
+
+    @staticmethod
+    def _untested(
+        pool: _ShapePool, candidates: Sequence[NormalizedURL], name: str
+    ) -> NormalizedURL | None:
+        """A URL carrying ``name`` on an item it was not tried on yet."""
+        for url in candidates:
+            if name in url.names and pool.novel(url, name):
+                return url
+        return None
 
     def _tally(self, pool: _ShapePool) -> None:
         """Count every parameter's outcomes anew, in the light of the noise known now: a
         change seen before its blocks were found to change by themselves (a rotating ad that
-        repeated on the refetches of that time) no longer counts as a change."""
+        repeated on the refetches of that time) no longer counts as a change, and nor does
+        one that a second look at both pages did not show again. A change not looked at
+        twice yet is left out of the counts and listed in ``pool.unconfirmed``, unless the
+        parameter changed on at least two items and ``threshold`` of its samples."""
         for name, evidence in pool.evidence.items():
             evidence.changed = evidence.unchanged = evidence.inconclusive = 0
             pool.value_outcomes[name] = {}
         pool.pattern_outcomes.clear()
+        outcomes: list[Outcome] = []
         for sample in pool.samples:
             outcome = sample.comparison.outcome
-            if outcome is Outcome.CHANGED and not self.prober.still_changed(
-                pool.template, sample.comparison
+            if outcome is Outcome.CHANGED:
+                outcome = self._change_stands(pool, sample)
+            outcomes.append(outcome)
+        raw_changes: Counter[str] = Counter()
+        for sample, outcome in zip(pool.samples, outcomes, strict=True):
+            if outcome is Outcome.CHANGED:
+                raw_changes[sample.name] += 1
+            elif outcome is Outcome.UNCHANGED:
+                pool.evidence[sample.name].unchanged += 1
+            else:
+                pool.evidence[sample.name].inconclusive += 1
+        pool.unconfirmed = []
+        for sample, outcome in zip(pool.samples, outcomes, strict=True):
+            if outcome is not Outcome.CHANGED:
+                continue
+            name = sample.name
+            share = raw_changes[name] / (raw_changes[name] + pool.evidence[name].unchanged)
+            if (sample.url.url, name) in pool.rechecks or (
+                raw_changes[name] >= 2 and share >= self.config.threshold
             ):
-                outcome = Outcome.UNCHANGED
-            _count(pool.evidence[sample.name], outcome)
-            pool.value_outcomes[sample.name][sample.value] = outcome
+                pool.evidence[name].changed += 1
+            else:
+                pool.unconfirmed.append(sample)
+        pool.leaning_neutral = {
+            name for name, e in pool.evidence.items() if not e.changed and e.unchanged
+        }
+        items: dict[str, set[_ItemKey]] = {name: set() for name in pool.evidence}
+        for name in pool.tested:
+            pool.tested[name] = set()
+            pool.tested_values[name] = set()
+        for sample, outcome in zip(pool.samples, outcomes, strict=True):
+            key = pool.mark_tested(sample.url, sample.name)
+            if outcome is not Outcome.INCONCLUSIVE:
+                items[sample.name].add(key)
+            values = pool.value_outcomes[sample.name]
+            # a change is never undone by a later sample of the same value
+            if values.get(sample.value) is not Outcome.CHANGED and (
+                outcome is not Outcome.INCONCLUSIVE or sample.value not in values
+            ):
+                values[sample.value] = outcome
             pool.pattern_outcomes.setdefault((sample.pattern, sample.name), []).append(outcome)
+        for name, keys in items.items():
+            pool.evidence[name].items = len(keys)
+
+    def _change_stands(self, pool: _ShapePool, sample: _Sample) -> Outcome:
+        if not self.prober.still_changed(pool.template, sample.comparison):
+            return Outcome.UNCHANGED
+        recheck = pool.rechecks.get((sample.url.url, sample.name))
+        if recheck is None:
+            return Outcome.CHANGED
+        if recheck.outcome is Outcome.CHANGED and self.prober.still_changed(pool.template, recheck):
+            return Outcome.CHANGED
+        return recheck.outcome if recheck.outcome is Outcome.INCONCLUSIVE else Outcome.UNCHANGED
+
+    async def _recheck_changes(self, pool: _ShapePool) -> bool:
+        """Look a second time at each unconfirmed change of a parameter with no confirmed
+        one: the reduced URL taken as the original, so that it is fetched again too and a
+        block rotating on either page shows as noise."""
+        wanted: dict[tuple[str, str], _Sample] = {}
+        for sample in pool.unconfirmed:
+            if pool.evidence[sample.name].changed or any(key[1] == sample.name for key in wanted):
+                continue
+            wanted[sample.url.url, sample.name] = sample
+        if not wanted:
+            return False
+        checks = await asyncio.gather(
+            *(
+                self.prober.compare_detail(
+                    pool.template, sample.url.without([sample.name]), sample.url.url
+                )
+                for sample in wanted.values()
+            )
+        )
+        pool.rechecks.update(zip(wanted, checks, strict=True))
+        return True
 
     async def _answers_one_page(
         self, pools: Sequence[_ShapePool], contrast_path: str = "/" + CONTRAST_PATH
@@ -326,24 +557,29 @@ class Learner:
         pool: _ShapePool,
         candidates: Sequence[NormalizedURL],
         open_names: set[str],
-        seen: dict[str, set[str]],
+        taken: set[str],
     ) -> tuple[NormalizedURL, list[str]] | None:
-        """The URL that brings a new value for the least-sampled open parameter and for as
-        many other open parameters as possible, preferring patterns not sampled yet (their
-        fetch then serves verification too)."""
+        """The URL that brings a new item for the open parameter furthest from its goal and
+        for as many other open parameters as possible, preferring patterns not sampled yet
+        (their fetch then serves verification too)."""
         evidence = pool.evidence
-        for target in sorted(open_names, key=lambda n: (evidence[n].samples, n)):
+        config = self.config
+
+        def progress(name: str) -> tuple[float, str]:
+            needed = config.items_needed(name in pool.choice, sampling=True)
+            return len(pool.tested[name]) / needed, name
+
+        for target in sorted(open_names, key=progress):
             best: tuple[tuple[int, bool], NormalizedURL, list[str]] | None = None
             looked = 0
             for url in candidates:
-                if target not in url.names or url.value_of(target) in seen[target]:
+                if target not in url.names or url.url in taken or not pool.novel(url, target):
                     continue
-                group = [
-                    name
-                    for name in sorted(url.names & open_names)
-                    if url.value_of(name) not in seen[name]
-                ]
-                score = (len(group), url.pattern not in pool.covered_patterns)
+                group = [name for name in sorted(url.names & open_names) if pool.novel(url, name)]
+                score = (
+                    len(group) + 2 * (url.pattern not in pool.covered_patterns),
+                    url.pattern not in pool.covered_patterns,
+                )
                 if best is None or score > best[0]:
                     best = (score, url, group)
                 looked += 1
@@ -358,10 +594,23 @@ class Learner:
     async def _group_test(
         self, pool: _ShapePool, url: NormalizedURL, group: list[str]
     ) -> dict[str, Comparison]:
+        """Remove ``group`` from ``url`` at once. A group that changed the page, or whose
+        reduced page could not be judged while the original could, is split in halves: one
+        parameter whose removal shows a terse error page must not cost the others their
+        evidence. A parameter that alone made the page unjudgeable twice, and never showed
+        anything else, is isolated: left out of later groups, and kept."""
         comparison = await self.prober.compare_detail(pool.template, url.url, url.without(group))
-        if comparison.outcome is Outcome.UNCHANGED:
+        outcome = comparison.outcome
+        if outcome is Outcome.UNCHANGED:
             pool.unchanged_removals.setdefault(url.url, set()).add(frozenset(group))
-        if comparison.outcome is not Outcome.CHANGED or len(group) == 1:
+        original_judged = self.prober.fetched(url.url) is not None
+        if outcome is Outcome.INCONCLUSIVE and original_judged and len(group) == 1:
+            name = group[0]
+            pool.alone_inconclusive[name] += 1
+            if pool.alone_inconclusive[name] >= 2 and not pool.evidence[name].conclusive:
+                pool.isolated.add(name)
+        split = outcome is Outcome.CHANGED or (outcome is Outcome.INCONCLUSIVE and original_judged)
+        if not split or len(group) == 1:
             return dict.fromkeys(group, comparison)
         half = len(group) // 2
         first, second = await asyncio.gather(
@@ -391,7 +640,12 @@ class Learner:
                 pool.refuted.setdefault(name, set()).update(changed)
             if evidence.decision != "keep" or evidence.layer not in _CONTENT_LAYERS:
                 continue
-            candidates = [v for v, o in outcomes.items() if o is Outcome.UNCHANGED][:2]
+            harmless = [v for v, o in outcomes.items() if o is Outcome.UNCHANGED]
+            if changed and len(harmless) > 2:
+                # a value that changes some items and not others (a size that matters for
+                # apparel only) leaves several values looking harmless: none is a default
+                continue
+            candidates = harmless[:2]
             counts = Counter(u.value_of(name) for u in pool.urls if name in u.names)
             common = [
                 value
@@ -434,7 +688,37 @@ class Learner:
         if any(self.prober.still_changed(pool.template, change) for change in changes):
             pool.refuted.setdefault(name, set()).add(value)
         elif confirmed >= needed:
-            pool.defaults.setdefault(name, []).append(value)
+            if await self._default_where_it_matters(pool, name, value):
+                pool.defaults.setdefault(name, []).append(value)
+            else:
+                pool.refuted.setdefault(name, set()).add(value)
+
+    async def _default_where_it_matters(self, pool: _ShapePool, name: str, pair: str) -> bool:
+        """A default must also be harmless on the items the parameter was seen to change:
+        ``lang=en`` shows an article as it is without ``lang``, but ``size=xl`` does not show
+        a shirt as it is without a size, however many mugs it leaves unchanged. The value
+        is tried on (up to two of) those items, with the URL the change was seen on."""
+        if name.startswith(";"):
+            return True
+        changed_on: dict[_ItemKey, NormalizedURL] = {}
+        for sample in pool.samples:
+            if (
+                sample.name == name
+                and sample.value != pair
+                and sample.comparison.outcome is Outcome.CHANGED
+                and self.prober.still_changed(pool.template, sample.comparison)
+            ):
+                changed_on.setdefault(pool.item_key(sample.url, name), sample.url)
+        for url in list(changed_on.values())[:2]:
+            without = url.without([name])
+            try:
+                with_value = parse(without + ("&" if "?" in without else "?") + pair)
+            except InvalidURL:
+                return False
+            outcome = await self.prober.compare(pool.template, with_value.url, without)
+            if outcome is not Outcome.UNCHANGED:
+                return False
+        return True
 
     async def _decide_patterns(self, pool: _ShapePool) -> dict[str, PatternDecision]:
         """Verify every pattern of the shape, largest first, a few at a time, so that a
@@ -451,7 +735,91 @@ class Learner:
                 *(self._decide_pattern(pool, key, by_pattern[key]) for key in keys)
             )
             decisions.update(zip(keys, wave, strict=True))
-        return decisions
+        await self._top_up(pool)
+        return self._settle_provisional(pool, decisions)
+
+    async def _top_up(self, pool: _ShapePool) -> None:
+        """Try the provisionally dropped choice-like parameters that verification left
+        short of ``choice_items`` on more items, in groups, until they have enough, one
+        changes, or the shape has no item left."""
+        config = self.config
+        candidates = sorted(pool.urls, key=lambda u: u.url)
+        random.Random(f"{config.seed}:{pool.template}:top-up").shuffle(candidates)
+        candidates.sort(key=lambda u: not self.prober.has_snapshot(u.url))  # fetched already
+
+        def short() -> set[str]:
+            return {
+                name
+                for name, items in pool.provisional.items()
+                if name not in pool.changed_in_verification and len(items) < config.choice_items
+            }
+
+        open_names = short()
+        tried = {name: set(items) for name, items in pool.provisional.items()}
+        while open_names:
+            batch: list[tuple[NormalizedURL, list[str]]] = []
+            for url in candidates:
+                group = [
+                    name
+                    for name in sorted(url.names & open_names)
+                    if pool.item_key(url, name) not in tried[name]
+                ]
+                if group:
+                    batch.append((url, group))
+                    for name in group:
+                        tried[name].add(pool.item_key(url, name))
+                    if len(batch) >= config.parallel_samples:
+                        break
+            if not batch:
+                break
+            results = await asyncio.gather(
+                *(self._group_test(pool, url, group) for url, group in batch)
+            )
+            for (url, _), comparisons in zip(batch, results, strict=True):
+                for name, comparison in comparisons.items():
+                    if comparison.outcome is Outcome.UNCHANGED:
+                        pool.provisional[name].add(pool.item_key(url, name))
+                    elif comparison.outcome is Outcome.CHANGED and self.prober.still_changed(
+                        pool.template, comparison
+                    ):
+                        pool.changed_in_verification.add(name)
+            open_names = short() & open_names
+        for name in short():
+            available = len(pool.items_of(name))
+            if len(pool.provisional[name]) >= min(config.items_at_least(True), available):
+                pool.exhausted.add(name)
+
+    def _settle_provisional(
+        self, pool: _ShapePool, decisions: dict[str, PatternDecision]
+    ) -> dict[str, PatternDecision]:
+        """A choice-like parameter dropped on the sampled items stays dropped only if the
+        verifications of the shape's patterns brought its unchanged items to
+        ``choice_items`` and none of them changed the page with it. Otherwise it is kept
+        in every pattern of the shape, as keeping needs no fetch."""
+        settled: dict[str, PatternDecision] = {}
+        for key, decision in decisions.items():
+            params = dict(decision.params)
+            kept = set(decision.kept)
+            for name, items in pool.provisional.items():
+                evidence = params.get(name)
+                if evidence is None or name not in decision.dropped:
+                    continue
+                evidence = replace(evidence, items=max(evidence.items, len(items)))
+                if name in pool.changed_in_verification:
+                    evidence.decision, evidence.layer = "keep", Layer.VERIFICATION
+                elif len(items) < self.config.choice_items and name not in pool.exhausted:
+                    evidence.decision, evidence.layer = "keep", Layer.INSUFFICIENT
+                params[name] = evidence
+                if evidence.decision == "keep":
+                    kept.add(name)
+            if params == decision.params:
+                settled[key] = decision
+                continue
+            names = frozenset(params)
+            settled[key] = replace(
+                decision, kept=frozenset(kept), dropped=names - kept, params=params
+            )
+        return settled
 
     async def _decide_pattern(
         self, pool: _ShapePool, key: str, urls: list[NormalizedURL]
@@ -469,7 +837,7 @@ class Learner:
         verification = Verification()
         samples = sorted(urls, key=lambda u: u.url)
         random.Random(f"{self.config.seed}:{key}").shuffle(samples)
-        samples.sort(key=lambda u: not self.prober.has_snapshot(u.url))
+        samples.sort(key=lambda u: self._fetches_to_verify(pool, u, kept, defaults))
         unconfirmed = DefaultsToConfirm(defaults)
         attempts = 0
         forms: set[frozenset[str]] = set()
@@ -481,16 +849,26 @@ class Learner:
                 outcome = Outcome.UNCHANGED
             else:
                 outcome = await self.prober.compare(pool.template, url.url, url.without(removed))
+            restored: list[str] | None = None
             if outcome is Outcome.INCONCLUSIVE:
-                verification.inconclusive += 1
-                return
+                # the original was judged, the final form not (an identifier's error page):
+                # a form with one parameter back may be judged, and show the same page
+                if len(removed) > 1 and self.prober.fetched(url.url) is not None:
+                    restored = await self._repair(pool, url, sorted(removed), judged_only=True)
+                if not restored:
+                    verification.inconclusive += 1
+                    return
+                pool.verified(url, removed - set(restored))
             forms.add(removed)
             verification.samples += 1
             if outcome is Outcome.UNCHANGED:
+                pool.verified(url, removed)
                 unconfirmed.confirmed_by(url, removed)
                 return
             verification.changed += 1
-            restored = await self._repair(pool, url, sorted(removed))
+            if restored is None:
+                restored = await self._repair(pool, url, sorted(removed))
+                pool.changed_in_verification.update(restored)
             pool.restore_contexts.extend((name, frozenset(kept)) for name in restored)
             verification.restored.extend(restored)
             for name in restored:
@@ -527,6 +905,21 @@ class Learner:
             urls_seen=len(urls),
         )
 
+    def _fetches_to_verify(
+        self,
+        pool: _ShapePool,
+        url: NormalizedURL,
+        kept: set[str],
+        defaults: dict[str, list[str]],
+    ) -> int:
+        """How many new fetches verifying ``url``'s final form costs: none when a group
+        test already showed it, else one for each of the URL and its form not fetched."""
+        removed = _removed(url, kept, defaults)
+        if removed in pool.unchanged_removals.get(url.url, ()):
+            return 0
+        has = self.prober.has_snapshot
+        return (not has(url.url)) + (not has(url.without(removed)))
+
     @staticmethod
     def _restore_first(pool: _ShapePool, names: Sequence[str], kept: set[str]) -> str | None:
         """The parameter that verification would most likely add back here: one restored
@@ -549,7 +942,13 @@ class Learner:
         neutral = set()
         for name in kept:
             pooled = evidence[name]
-            if pooled.layer is not Layer.LEARNED or not pooled.unchanged:
+            # an identifier changes most items when alone; a parameter that changed only
+            # some items (a size that matters for apparel) stays kept in every pattern
+            if (
+                pooled.layer is not Layer.LEARNED
+                or not pooled.unchanged
+                or pooled.changed < pooled.unchanged
+            ):
                 continue
             local = pool.pattern_outcomes.get((key, name), [])
             if len(local) >= 2 and all(outcome is Outcome.UNCHANGED for outcome in local):
@@ -562,18 +961,22 @@ class Learner:
         pool: _ShapePool,
         url: NormalizedURL,
         removed: list[str],
+        *,
+        judged_only: bool = False,
     ) -> list[str]:
         """Add removed parameters back one at a time until the page no longer changes;
-        if no single one is enough, keep them all."""
+        if no single one is enough, keep them all. ``judged_only``: the form without all of
+        them could not be judged; look past forms that cannot be judged either, and return
+        nothing if none shows the same page."""
         order = _restore_order(pool, removed)
         for name in order:
             restore = frozenset(removed) - {name}
             outcome = await self.prober.compare(pool.template, url.url, url.without(restore))
             if outcome is Outcome.UNCHANGED:
                 return [name]
-            if outcome is Outcome.INCONCLUSIVE:
+            if outcome is Outcome.INCONCLUSIVE and not judged_only:
                 break
-        return order
+        return [] if judged_only else order
 
 
 class DefaultsToConfirm:
@@ -661,21 +1064,25 @@ def _smallest_number(values: Iterable[str]) -> str | None:
     return min(numbers)[1] if numbers else None
 
 
-def _count(evidence: ParamEvidence, outcome: Outcome) -> None:
-    if outcome is Outcome.CHANGED:
-        evidence.changed += 1
-    elif outcome is Outcome.UNCHANGED:
-        evidence.unchanged += 1
-    else:
-        evidence.inconclusive += 1
-
-
 def _change_ratio(evidence: ParamEvidence) -> float:
     return evidence.changed / evidence.conclusive if evidence.conclusive else 0.0
 
 
-def _has_unseen(candidates: Sequence[NormalizedURL], name: str, seen: dict[str, set[str]]) -> bool:
-    return any(name in url.names and url.value_of(name) not in seen[name] for url in candidates)
+def _choice_like(
+    urls: Iterable[NormalizedURL], carriers: Mapping[str, int], config: LearnConfig
+) -> set[str]:
+    """Parameters whose values look like a choice among a few options: a small value set,
+    each value repeating across many URLs (sizes, colours, formats, ``print=1``)."""
+    values: dict[str, set[str]] = defaultdict(set)
+    for url in urls:
+        for name in url.names:
+            if len(values[name]) <= config.choice_values:
+                values[name].add(url.value_of(name))
+    return {
+        name
+        for name, seen in values.items()
+        if len(seen) <= config.choice_values and carriers[name] >= config.choice_repeats * len(seen)
+    }
 
 
 def _copy(evidence: ParamEvidence) -> ParamEvidence:

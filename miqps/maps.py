@@ -75,7 +75,9 @@ def utc_now() -> str:
 
 @dataclass(slots=True)
 class ParamEvidence:
-    """What probing showed about one parameter; ``samples`` counts distinct values tried."""
+    """What probing showed about one parameter: ``samples`` tests, their outcomes, and
+    ``items``, the distinct items (paths and values of the other kept parameters) with a
+    conclusive outcome: a dropped parameter left that many items unchanged."""
 
     decision: str = "keep"
     layer: Layer = Layer.INSUFFICIENT
@@ -84,6 +86,7 @@ class ParamEvidence:
     unchanged: int = 0
     inconclusive: int = 0
     default_values: list[str] = field(default_factory=list)
+    items: int = 0
 
     @property
     def conclusive(self) -> int:
@@ -97,6 +100,7 @@ class ParamEvidence:
             "changed": self.changed,
             "unchanged": self.unchanged,
             "inconclusive": self.inconclusive,
+            "items": self.items,
         }
         if self.default_values:
             document["default_values"] = self.default_values
@@ -112,6 +116,7 @@ class ParamEvidence:
             unchanged=int(data["unchanged"]),
             inconclusive=int(data["inconclusive"]),
             default_values=[interner.text(str(v)) for v in data.get("default_values", ())],
+            items=int(data.get("items", 0)),
         )
 
 

@@ -325,7 +325,9 @@ def prior_evidence(
     current: DomainMap | None, pattern: str, learner: Learner
 ) -> dict[str, ParamEvidence] | None:
     """The newest learned evidence of each parameter of ``pattern`` within its path shape
-    in ``current``, or None if any parameter has none (an allowlisted one needs none)."""
+    in ``current``, or None if any parameter has none (an allowlisted one needs none). A
+    drop counts only if it records enough distinct items tested (maps of earlier
+    releases record none)."""
     if current is None:
         return None
     shape, names = split_pattern(pattern)
@@ -336,6 +338,8 @@ def prior_evidence(
         for name, evidence in decision.params.items():
             if evidence.layer not in (Layer.LEARNED, Layer.ALLOWLIST):
                 continue
+            if evidence.decision == "drop" and evidence.items < learner.config.min_conclusive:
+                continue  # dropped on fewer items than any drop takes now (an older map)
             seen = newest.get(name)
             if seen is None or seen[0] < decision.decided_at:
                 newest[name] = (decision.decided_at, evidence)

@@ -106,7 +106,7 @@ def test_a_map_kept_as_its_document_decides_and_explains_alike() -> None:
         url = parse(text)
         assert as_document.decide(url) == as_objects.decide(url)
         assert as_document.decide(url, with_layers=False) == as_objects.decide(url)._replace(
-            layers={}
+            layers={}, items={}
         )
 
 

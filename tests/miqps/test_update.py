@@ -101,6 +101,21 @@ async def test_a_new_combination_is_decided_from_the_maps_evidence(fetcher: Fetc
     assert learned.fetches <= 2 * LearnConfig().verify_samples
 
 
+async def test_a_drop_recorded_without_its_items_is_not_reused(fetcher: Fetcher) -> None:
+    """A map of an earlier release records no distinct items for its drops: a new
+    combination is then decided by the learner, not from that evidence."""
+    current = await first_map(fetcher, sample_urls() + urls_of("id={n}&utm_source=s{n}", range(8)))
+    document = current.to_json()
+    for pattern in document["patterns"].values():
+        for evidence in pattern["params"].values():
+            evidence.pop("items", None)
+    earlier = DomainMap.from_json(document)
+    combined = "/p?id&ref&utm_source"
+    urls = urls_of("id={n}&ref=x{n}&utm_source=mail", range(50, 53))
+    learned = await update(fetcher, earlier, urls, {combined: Request()})
+    assert not learned.decided[combined].from_map_evidence
+
+
 def test_a_default_from_another_pattern_is_elided_only_once_this_pattern_confirms_it() -> None:
     """The map learned ``pid=1`` as a default beside the alias ``id``; a new pattern without
     ``id`` decided from that evidence must not leave ``pid=1`` out unless one of its own URLs
