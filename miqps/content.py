@@ -5,8 +5,9 @@ something is and the xxhash of what is there. The hash names the content alone, 
 place (a data leaf's path and a property's name are content; a DOM path is not), so the same
 item in another template (a print view, an AMP page, an A/B layout with other wrappers and
 classes) has the same blocks under other keys. Two snapshots are compared by what they hold:
-a block is different only when nothing left over in the other snapshot holds the same thing
-(:func:`differing_paths`). What a snapshot sees:
+a block is different unless the other holds the same at its key or, when the other has
+nothing at its key, anywhere among its blocks left over (:func:`differing_paths`). What a
+snapshot sees:
 
 - **visible text**, grouped by the DOM path of its element (``body>main#p.product>h1``);
   scripts, styles, templates, ``noscript`` and hidden subtrees are skipped;
@@ -496,17 +497,22 @@ def snapshot_bytes(status: int, final_url: str, body: bytes, redirects: int = 0)
 def differing_paths(a: Snapshot, b: Snapshot) -> set[int]:
     """The keys, of either snapshot, of the blocks whose content the other does not hold.
 
-    A block is matched at its own key first, then by content anywhere among the other's
-    unmatched blocks, one for one: the same item in another layout differs in no block,
-    and a block shown twice in one and once in the other differs once."""
+    A block is matched at its own key first. One whose key the other snapshot lacks (it sits
+    where the other's layout has nothing) is then matched by content among the other's
+    blocks whose keys this one lacks, one for one: the same item in another layout differs
+    in no block, a block shown twice in one and once in the other differs once, and two
+    blocks that swap places (the two sides of a comparison) still differ."""
     blocks_a, blocks_b = a.blocks, b.blocks
     only_a = [path for path, digest in blocks_a.items() if blocks_b.get(path) != digest]
     only_b = [path for path, digest in blocks_b.items() if blocks_a.get(path) != digest]
-    if not only_a or not only_b:
+    moved_a = [path for path in only_a if path not in blocks_b]
+    moved_b = [path for path in only_b if path not in blocks_a]
+    if not moved_a or not moved_b:
         return {*only_a, *only_b}
     return {
-        *_unmatched(only_a, blocks_a, only_b, blocks_b),
-        *_unmatched(only_b, blocks_b, only_a, blocks_a),
+        *(path for path in only_a if path in blocks_b),
+        *_unmatched(moved_a, blocks_a, moved_b, blocks_b),
+        *_unmatched(moved_b, blocks_b, moved_a, blocks_a),
     }
 
 

@@ -393,3 +393,20 @@ def test_a_block_shown_twice_differs_from_the_same_block_shown_once_in_another_l
     )
     assert differing_paths(once, twice) == {K("body>div>b")}
     assert content_id(once) != content_id(twice)
+
+
+def test_two_blocks_that_swap_places_are_another_page() -> None:
+    """Home and away swapped: every text is still on the page, each in the other's place."""
+
+    def match(home: str, away: str, layout: str = "") -> Snapshot:
+        body = (
+            f"<body><main{layout}><h1>Final</h1><p class='home'>{home}</p>"
+            f"<p class='away'>{away}</p></main></body>"
+        )
+        return snapshot_html(200, "u", body.encode())
+
+    assert differing_paths(match("Lions", "Bears"), match("Bears", "Lions")) == {
+        K("body>main>p.home"),
+        K("body>main>p.away"),
+    }
+    assert differing_paths(match("Lions", "Bears"), match("Lions", "Bears", " class='v2'")) == set()
