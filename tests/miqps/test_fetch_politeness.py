@@ -72,7 +72,9 @@ def serve() -> Iterator[list[ThreadingHTTPServer]]:
 
 def _start(servers: list[ThreadingHTTPServer], server: ThreadingHTTPServer) -> int:
     servers.append(server)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     return server.server_address[1]
 
 
