@@ -75,6 +75,7 @@ def run_audit(
     return asyncio.run(go())
 
 
+@pytest.mark.slow  # 20,000 URLs
 def test_a_size_that_changes_five_percent_of_items_is_restored_within_20000_urls(
     proxy: str,
 ) -> None:

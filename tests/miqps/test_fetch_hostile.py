@@ -296,6 +296,7 @@ def raw_responses(draw: st.DrawFn) -> bytes:
     return head + b"\r\n" + draw(_BODIES)
 
 
+@pytest.mark.slow  # 300 raw responses, one fetch each
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(response=raw_responses())
 def test_no_response_makes_a_fetch_raise_anything_but_fetch_failed(

@@ -97,6 +97,7 @@ def test_at_most_one_request_in_flight_per_host_by_default(
     assert recorder.max_in_flight == 1
 
 
+@pytest.mark.slow  # waits out the rate limit
 def test_the_rate_limit_spaces_requests_to_one_host(serve: list[ThreadingHTTPServer]) -> None:
     recorder = _Recorder()
     port = _start(serve, _server(recorder, delay=0.0))
@@ -146,6 +147,7 @@ def test_a_retry_after_longer_than_the_cap_is_inconclusive_at_once(
     assert len(recorder.arrivals) == 1
 
 
+@pytest.mark.slow  # slow pages run into the time cap
 def test_bodies_over_the_cap_and_slow_pages_are_failures(serve: list[ThreadingHTTPServer]) -> None:
     recorder = _Recorder()
     port = _start(serve, _server(recorder, delay=1.5))
@@ -274,6 +276,7 @@ def test_a_robots_txt_answering_5xx_closes_the_host_until_it_answers(
     assert stats.robots_fetches == {"unreachable": 1}
 
 
+@pytest.mark.slow  # waits out the crawl delays
 def test_no_request_comes_faster_than_the_crawl_delay(polite_web: PoliteWeb) -> None:
     urls = [f"http://spaced.polite.test/p/{n}?id={n}" for n in range(4)]
     config = _fast(polite_web, per_host_concurrency=4)
@@ -294,6 +297,7 @@ def test_a_host_asking_for_a_crawl_delay_over_the_cap_is_not_probed(
     assert stats.not_probed == {"Crawl-delay over the cap": 3}
 
 
+@pytest.mark.slow  # waits out a Retry-After
 def test_no_request_arrives_while_a_retry_after_is_in_force(polite_web: PoliteWeb) -> None:
     urls = [f"http://busy.polite.test/p/{n}?id={n}" for n in range(6)]
     results, stats = asyncio.run(_fetch_all(_fast(polite_web), urls))

@@ -288,6 +288,7 @@ def test_lying_canonical_does_not_merge_products(tuning_run: LearnedRun) -> None
     assert len(canonicals) >= len(set(items.values()))
 
 
+@pytest.mark.slow  # waits out the 429s' Retry-After
 def test_rate_limits_are_honoured_with_retry_after() -> None:
     sites = build_sites("tuning", 1, seed=5)
     corpus = generate_corpus(sites, 30, seed=5)
@@ -441,6 +442,7 @@ def test_a_parameter_that_changes_nothing_is_unchanged_despite_page_noise() -> N
     assert identity is Outcome.CHANGED
 
 
+@pytest.mark.slow  # the forum's hanging pages time out
 def test_an_allowlisted_parameter_is_kept_but_its_default_value_is_elided() -> None:
     allowlist = StaticLayers.default().allowlist
     sites = build_sites("validation", 6, seed=7)

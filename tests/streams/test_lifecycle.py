@@ -92,6 +92,7 @@ def test_other_errors_are_not_outages(error: Exception) -> None:
     assert not is_broker_outage(error)
 
 
+@pytest.mark.slow  # waits 1 s, then 2 s
 def test_waiting_for_the_broker_retries_outages_with_growing_pauses(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -251,6 +251,7 @@ def test_history_rollback_freeze_and_their_errors_through_the_commands(
     assert "Traceback" not in err
 
 
+@pytest.mark.slow  # the client's timeout
 def test_a_broker_that_does_not_answer_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     for command in (["history", DOMAIN], ["rollback", DOMAIN, "--to", "1"]):
         code = cli.main("maps", [*command, "--bootstrap-servers", "127.0.0.1:1", "--timeout", "2"])
