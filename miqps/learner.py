@@ -693,6 +693,35 @@ class Learner:
             else:
                 pool.refuted.setdefault(name, set()).add(value)
 
+    async def _items_it_changes(
+        self, pool: _ShapePool, name: str, pair: str
+    ) -> dict[_ItemKey, NormalizedURL]:
+        """For a parameter kept without sampling (allowlisted): up to ``samples`` distinct
+        items carrying another value of it, removed; those whose page changed."""
+        carriers = sorted(
+            (u for u in pool.urls if name in u.names and u.value_of(name) != pair),
+            key=lambda u: u.url,
+        )
+        random.Random(f"{self.config.seed}:{pool.template}:{name}:matters").shuffle(carriers)
+        found: dict[_ItemKey, NormalizedURL] = {}
+        tried: set[_ItemKey] = set()
+        for url in carriers:
+            key = pool.item_key(url, name)
+            if key in tried:
+                continue
+            tried.add(key)
+            comparison = await self.prober.compare_detail(
+                pool.template, url.url, url.without([name])
+            )
+            if comparison.outcome is Outcome.CHANGED and self.prober.still_changed(
+                pool.template, comparison
+            ):
+                found[key] = url
+                break
+            if len(tried) >= self.config.samples:
+                break
+        return found
+
     async def _default_where_it_matters(self, pool: _ShapePool, name: str, pair: str) -> bool:
         """A default must also be harmless on the items the parameter was seen to change:
         ``lang=en`` shows an article as it is without ``lang``, but ``size=xl`` does not show
@@ -709,6 +738,10 @@ class Learner:
                 and self.prober.still_changed(pool.template, sample.comparison)
             ):
                 changed_on.setdefault(pool.item_key(sample.url, name), sample.url)
+        if not changed_on:
+            changed_on = await self._items_it_changes(pool, name, pair)
+            if not changed_on:
+                return False  # nowhere shown to matter: nowhere shown harmless where it does
         for url in list(changed_on.values())[:2]:
             without = url.without([name])
             try:

@@ -554,7 +554,7 @@ class _ItemShop(BaseHTTPRequestHandler):
         query = dict(parse_qsl(urlsplit(url).query))
         if "id" not in query:
             return "missing"
-        size = query.get("size", "") if query["id"].endswith("0") else ""
+        size = query.get("size", query.get("sz", "")) if query["id"].endswith("0") else ""
         return f"item {query['id']} {size}".strip()
 
     def do_GET(self) -> None:
@@ -650,6 +650,24 @@ def test_the_common_value_of_a_parameter_that_changes_some_items_is_no_default()
     ]
     learned, canonicalizer = _learn_item_shop(texts)
     assert not learned.patterns["/p?id&size"].params["size"].default_values
+    pages: dict[str, set[str]] = defaultdict(set)
+    for text in texts:
+        url = "http://items.test" + text
+        pages[canonicalizer.canonicalize(url)].add(_ItemShop.page(url))
+    assert all(len(shown) == 1 for shown in pages.values()), pages
+
+
+def test_an_allowlisted_parameter_that_changes_some_items_gets_no_default() -> None:
+    """``sz`` (allowlisted, kept without sampling) that picks the size of apparel only:
+    ``sz=m``, harmless on every other item, is no default value."""
+    texts = [
+        f"/p?id={n}&sz={'m' if k < 4 else SIZES[(n + k) % 6]}"
+        for n in range(1, 61)
+        for k in range(5)
+    ]
+    learned, canonicalizer = _learn_item_shop(texts)
+    assert "sz" in StaticLayers.default().allowlist
+    assert not learned.patterns["/p?id&sz"].params["sz"].default_values
     pages: dict[str, set[str]] = defaultdict(set)
     for text in texts:
         url = "http://items.test" + text
