@@ -33,8 +33,8 @@ class SimWeb:
     """Serve ``sites`` on loopback; point an HTTP client's proxy at ``proxy_url``.
 
     ``rate_limit_per_second`` <= 0 or infinite disables the 429 answers; ``flaky_rate`` is
-    the fraction of requests answered with a 5xx, chosen by a seeded hash of the URL and of
-    how often it has been fetched; routes marked ``hang`` answer after ``hang_seconds``.
+    the fraction of page requests answered with a 5xx (robots.txt always answers), chosen by
+    a seeded hash of the URL and of how often it has been fetched; routes marked ``hang`` answer after ``hang_seconds``.
     With ``interstitials``, sites that have them answer their ``interstitial_rate`` of
     requests (drawn the same way) with a challenge or consent page instead.
     """
@@ -224,7 +224,7 @@ class SimWeb:
         if not allowed:
             _send(handler, 429, [("Retry-After", "1")], b"Too many requests\n", head)
             return
-        failure = self._flaky(url, fetches)
+        failure = None if path == "/robots.txt" else self._flaky(url, fetches)
         if failure is not None:
             status, headers = failure
             _send(handler, status, headers, f"{HTTPStatus(status).phrase}\n".encode(), head)
