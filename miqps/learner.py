@@ -29,7 +29,7 @@ import asyncio
 import random
 import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from miqps.canonical import StaticLayers
@@ -91,6 +91,11 @@ class LearnConfig:
         if not choice:
             return self.samples
         return self.choice_sampled if sampling else self.choice_items
+
+    def choice_like(self, values: int, carriers: int) -> bool:
+        """Whether a parameter with ``values`` distinct values over ``carriers`` URLs looks
+        like a choice among a few options."""
+        return values <= self.choice_values and carriers >= self.choice_repeats * values
 
     def items_at_least(self, choice: bool) -> int:
         """Distinct unchanged items that drop a parameter whose path shape has no more."""
@@ -198,13 +203,9 @@ class _ShapePool:
                 self.provisional[name].add(self.item_key(url, name))
 
     def item_key(self, url: NormalizedURL, name: str) -> _ItemKey:
-        """Which item ``url`` shows, as far as testing ``name`` on it goes: its path and the
-        values of its other parameters, but those that have only ever left pages unchanged."""
-        return url.path, tuple(
-            url.value_of(other)
-            for other in sorted(url.names)
-            if other != name and other not in self.leaning_neutral
-        )
+        """Which item ``url`` shows, as far as testing ``name`` on it goes (:func:`item_key`),
+        but for the names that have only ever left pages unchanged."""
+        return item_key(url, name, self.leaning_neutral)
 
     def mark_tested(self, url: NormalizedURL, name: str) -> _ItemKey:
         key = self.item_key(url, name)
@@ -231,6 +232,14 @@ class _ShapePool:
 
 
 _ItemKey = tuple[str, tuple[str, ...]]
+
+
+def item_key(url: NormalizedURL, name: str, neutral: Collection[str] = ()) -> _ItemKey:
+    """Which item ``url`` shows, as far as testing ``name`` on it goes: its path and the
+    values of its other parameters, but those in ``neutral``."""
+    return url.path, tuple(
+        url.value_of(other) for other in sorted(url.names) if other != name and other not in neutral
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -1111,11 +1120,7 @@ def _choice_like(
         for name in url.names:
             if len(values[name]) <= config.choice_values:
                 values[name].add(url.value_of(name))
-    return {
-        name
-        for name, seen in values.items()
-        if len(seen) <= config.choice_values and carriers[name] >= config.choice_repeats * len(seen)
-    }
+    return {name for name, seen in values.items() if config.choice_like(len(seen), carriers[name])}
 
 
 def _copy(evidence: ParamEvidence) -> ParamEvidence:

@@ -2,11 +2,15 @@
 the learner wants.
 
 Evidence is pooled per path shape, as the learner pools it: tracking parameters appear in
-every combination, so patterns multiply while each holds few URLs. A :class:`SamplePool`
-keeps, per parameter, the digests of up to ``min_distinct_values`` distinct values, and a
-bounded list of sample URLs that bring those values, a few per pattern. A pattern is
-*ready* once every parameter that is not allowlisted has that many distinct values, or has
-been seen in so many URLs of the shape that it has shown all the values it has.
+every combination, so patterns multiply while each holds few URLs. The learner decides a
+parameter on distinct *items* (:func:`miqps.learner.item_key`: the path and the values of
+the other parameters), so a :class:`SamplePool` keeps, per parameter, the digests of the
+distinct items its samples bring, up to what the learner wants (``LearnConfig.items_needed``:
+more for a parameter whose values look like a choice among a few options), a few of its
+distinct values (enough to tell such a parameter), and a bounded list of sample URLs that
+bring them, a few per pattern. A pattern is *ready* once every parameter that is not
+allowlisted has the items the learner wants, or has been seen in so many URLs of the shape,
+for the items it showed, that it has shown all the items it has.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from dataclasses import dataclass, field
 
 import xxhash
 
-from miqps.learner import LearnConfig
+from miqps.learner import LearnConfig, item_key
 from miqps.urls import NormalizedURL, split_pattern
 
 
@@ -24,22 +28,42 @@ from miqps.urls import NormalizedURL, split_pattern
 class SamplingRule:
     """How much evidence a pattern waits for, and how many sample URLs a shape keeps.
 
-    ``min_distinct_values`` defaults to the learner's ``LearnConfig.samples``: the learner
-    tries that many distinct values of a parameter before it settles the parameter, so
-    fewer would leave it short and more would never be fetched. ``saturation_urls`` is how
-    many URLs of the shape show that a parameter has no more values than it has shown.
-    ``max_pool_urls`` bounds the sample URLs of a shape, ``urls_per_pattern`` those of a
-    pattern that bring no new value.
+    A parameter waits for as many distinct items as the learner wants before it drops it
+    (``LearnConfig.items_needed``), so fewer would leave it short and more would never be
+    fetched: ``min_distinct_values`` (the learner's ``samples``), or ``learn.choice_items``
+    when its values look like a choice among a few options (``LearnConfig.choice_like``).
+    It has shown all its items once it was seen in ``saturation_urls`` URLs of the shape,
+    and in ``urls_per_item`` times as many URLs as it showed items. ``max_pool_urls``
+    bounds the sample URLs of a shape, ``urls_per_pattern`` those of a pattern that bring
+    no new item.
     """
 
     min_distinct_values: int = LearnConfig().samples
     saturation_urls: int = 24
     max_pool_urls: int = 64
     urls_per_pattern: int = 3
+    urls_per_item: int = 4
+    learn: LearnConfig = field(default_factory=LearnConfig)
+
+    def items_wanted(self, values: int, carriers: int | None = None) -> int:
+        """The distinct items a parameter with ``values`` distinct values (over ``carriers``
+        URLs, when known) waits for: a choice-like one's, while it may be one."""
+        choice = values <= self.learn.choice_values
+        if carriers is not None:
+            choice = self.learn.choice_like(values, carriers)
+        return self.learn.choice_items if choice else self.min_distinct_values
 
 
 def value_digest(value: str) -> int:
     return xxhash.xxh3_64_intdigest(value.encode("utf-8", "surrogatepass"))
+
+
+def item_digest(url: NormalizedURL, name: str) -> int:
+    """The digest of the item ``url`` shows for ``name`` (:func:`miqps.learner.item_key`,
+    before any name is known to be neutral)."""
+    path, others = item_key(url, name)
+    # A normalized URL carries no NUL: it is percent-encoded.
+    return value_digest("\0".join((path, *others)))
 
 
 def urls_per_name(urls_per_pattern: Iterable[tuple[str, int]]) -> dict[str, int]:
@@ -53,42 +77,57 @@ def urls_per_name(urls_per_pattern: Iterable[tuple[str, int]]) -> dict[str, int]
 
 @dataclass(slots=True)
 class SamplePool:
-    """The sample URLs of one path shape and the distinct values they brought."""
+    """The sample URLs of one path shape and the distinct values and items they brought."""
 
-    # Parameter name -> digests of its distinct values, at most ``min_distinct_values``.
+    # Parameter name -> digests of its distinct values, at most the learner's
+    # ``choice_values`` + 1 (enough to tell whether they look like a choice).
     values: dict[str, list[int]] = field(default_factory=dict)
     # (pattern, URL), oldest first.
     samples: list[tuple[str, str]] = field(default_factory=list)
+    # Parameter name -> digests of the distinct items it was sampled on, at most the items
+    # the learner wants of it. A record written before items were kept has none.
+    items: dict[str, list[int]] = field(default_factory=dict)
 
     def consider(
         self, pattern: str, url: NormalizedURL, rule: SamplingRule, allowlist: frozenset[str]
     ) -> None:
-        """Keep ``url`` as a sample of ``pattern`` if it brings a new value of a parameter,
-        or if the pattern has fewer than ``urls_per_pattern`` samples. When the pool is
-        full, a pattern without a sample takes the place of one of the richest pattern's."""
+        """Keep ``url`` as a sample of ``pattern`` if it brings a new item or value of a
+        parameter, or if the pattern has fewer than ``urls_per_pattern`` samples. When the
+        pool is full, a pattern without a sample takes the place of one of the richest
+        pattern's."""
         text = url.url
         if any(sample == text for _, sample in self.samples):
             return
         own = self.samples_of(pattern)
-        fresh: list[tuple[str, int]] = []
+        value_limit = rule.learn.choice_values + 1
+        fresh_values: list[tuple[str, int]] = []
+        fresh_items: list[tuple[str, int]] = []
         for name in url.names:
             if name in allowlist:
                 continue
             seen = self.values.get(name, ())
-            digest = value_digest(url.value_of(name))
-            if len(seen) < rule.min_distinct_values and digest not in seen:
-                fresh.append((name, digest))
-        if own >= rule.urls_per_pattern and not fresh:
+            values = len(seen)
+            if values < value_limit:
+                digest = value_digest(url.value_of(name))
+                if digest not in seen:
+                    fresh_values.append((name, digest))
+                    values += 1
+            known = self.items.get(name, ())
+            if len(known) < rule.items_wanted(values):
+                digest = item_digest(url, name)
+                if digest not in known:
+                    fresh_items.append((name, digest))
+        if own >= rule.urls_per_pattern and not fresh_values and not fresh_items:
             return
         if len(self.samples) >= rule.max_pool_urls:
             if own:
                 return
             self._make_room()
         self.samples.append((pattern, text))
-        for name, digest in fresh:
-            seen_list = self.values.setdefault(name, [])
-            if digest not in seen_list:
-                seen_list.append(digest)
+        for name, digest in fresh_values:
+            self.values.setdefault(name, []).append(digest)
+        for name, digest in fresh_items:
+            self.items.setdefault(name, []).append(digest)
 
     def _make_room(self) -> None:
         """Drop one sample of the pattern with the most samples, keeping its first."""
@@ -119,13 +158,17 @@ class SamplePool:
         allowlist: frozenset[str],
     ) -> bool:
         """Whether ``pattern`` has a sample and, for every parameter not in ``allowlist``,
-        enough distinct values or so many URLs of the shape (``urls_per_name``, see
-        :func:`urls_per_name`) that there are no more."""
+        the items the learner wants, or so many URLs of the shape (``urls_per_name``, see
+        :func:`urls_per_name`) for the items it showed that there are no more."""
         if not self.samples_of(pattern):
             return False
         return all(
-            name in allowlist
-            or len(self.values.get(name, ())) >= rule.min_distinct_values
-            or urls_per_name.get(name, 0) >= rule.saturation_urls
+            name in allowlist or self._has_enough(name, urls_per_name.get(name, 0), rule)
             for name in split_pattern(pattern)[1]
         )
+
+    def _has_enough(self, name: str, carriers: int, rule: SamplingRule) -> bool:
+        items = len(self.items.get(name, ()))
+        if items >= rule.items_wanted(len(self.values.get(name, ())), carriers):
+            return True
+        return carriers >= max(rule.saturation_urls, rule.urls_per_item * items)

@@ -1,8 +1,10 @@
 """What the canonicalizer front forwards for learning, so that the per-URL path stays lean.
 
 Only URLs of unlearned patterns (and of learned ones due for re-verification) are looked at.
-A URL is forwarded at once when it brings a pattern or a parameter value this worker has not
-forwarded yet (up to ``values_per_name`` values per parameter); other URLs are only counted,
+A URL is forwarded at once when it brings a pattern, a parameter value or an item of a
+parameter (:func:`miqps.learner.item_key`) this worker has not forwarded yet (up to
+``values_per_name`` values and ``items_per_name`` items per parameter: the items the learner
+wants of a choice-like one, the most it wants of any); other URLs are only counted,
 and the counts go out in bulk with :meth:`LocalSampler.drain_counts`. Memory is bounded by
 ``max_entries`` patterns, oldest first out: an evicted pattern merely gets forwarded again.
 
@@ -17,19 +19,21 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from miqps.audit import AuditRule, ItemMemory
+from miqps.learner import LearnConfig, item_key
 from miqps.maps import DomainMap
 from miqps.urls import NormalizedURL, path_shape
 from streams.messages import AUDIT, ProbeRequest, RequestedPattern
 
 
 class _Entry:
-    __slots__ = ("basis", "domain", "pattern", "pending", "values")
+    __slots__ = ("basis", "domain", "items", "pattern", "pending", "values")
 
     def __init__(self, domain: str, pattern: str, basis: str) -> None:
         self.domain = domain
         self.pattern = pattern
         self.basis = basis
         self.values: dict[str, set[int]] = {}
+        self.items: dict[str, set[int]] = {}
         self.pending = 0
 
 
@@ -42,9 +46,15 @@ class PendingCount:
 
 
 class LocalSampler:
-    def __init__(self, max_entries: int, values_per_name: int) -> None:
+    def __init__(
+        self,
+        max_entries: int,
+        values_per_name: int,
+        items_per_name: int = LearnConfig().choice_items,
+    ) -> None:
         self.max_entries = max_entries
         self.values_per_name = values_per_name
+        self.items_per_name = items_per_name
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._dirty: dict[str, _Entry] = {}
 
@@ -78,17 +88,23 @@ class LocalSampler:
 
     def _remember(self, entry: _Entry, url: NormalizedURL) -> bool:
         novel = False
-        limit = self.values_per_name
-        values = entry.values
+        limit, item_limit = self.values_per_name, self.items_per_name
+        values, items = entry.values, entry.items
         for name in url.names:
-            value = url.value_of(name)
             seen = values.get(name)
             if seen is None:
                 seen = values[name] = set()
+                items[name] = set()
             if len(seen) < limit:
-                digest = hash(value)
+                digest = hash(url.value_of(name))
                 if digest not in seen:
                     seen.add(digest)
+                    novel = True
+            known = items[name]
+            if len(known) < item_limit:
+                digest = hash(item_key(url, name))
+                if digest not in known:
+                    known.add(digest)
                     novel = True
         return novel
 

@@ -232,13 +232,13 @@ class LearningPolicy:
 
     min_distinct_values: int = setting(
         "MIQPS_MIN_DISTINCT_VALUES",
-        "distinct values of each parameter a pattern waits for",
+        "distinct items a parameter waits for (if choice-like, the learner's choice_items)",
         DEFAULT_SAMPLING.min_distinct_values,
         minimum=1,
     )
     saturation_urls: int = setting(
         "MIQPS_SATURATION_URLS",
-        "URLs after which a parameter has shown all its values",
+        "URLs after which a parameter has shown all its items (and 4 per item it showed)",
         DEFAULT_SAMPLING.saturation_urls,
         minimum=1,
     )

@@ -4,7 +4,7 @@ One record per (domain, path shape), because the learner pools evidence per shap
 parameters appear in every combination, so patterns multiply while each holds few URLs.
 The record keeps, per pattern, when it was first seen, how many URLs it had and when it was
 last requested, and the shape's :class:`~miqps.sampling.SamplePool`: the sample URLs and
-the distinct values they brought, kept by the core's sampling rule.
+the distinct values and items they brought, kept by the core's sampling rule.
 
 A pattern is requested once it is *ready* (:meth:`~miqps.sampling.SamplePool.ready`: enough
 evidence for the learner), or once it is older than ``rare_after``. A request is sent once;
@@ -65,18 +65,19 @@ class ShapeStats:
     pool: SamplePool = field(default_factory=SamplePool)
 
     def dumps(self) -> bytes:
-        return orjson.dumps(
-            {
-                "d": self.domain,
-                "s": self.shape,
-                "p": {
-                    key: [st.first_seen, st.urls, st.requested_at, st.basis, st.requests]
-                    for key, st in self.patterns.items()
-                },
-                "v": self.pool.values,
-                "u": self.pool.samples,
-            }
-        )
+        record = {
+            "d": self.domain,
+            "s": self.shape,
+            "p": {
+                key: [st.first_seen, st.urls, st.requested_at, st.basis, st.requests]
+                for key, st in self.patterns.items()
+            },
+            "v": self.pool.values,
+            "u": self.pool.samples,
+        }
+        if self.pool.items:
+            record["i"] = self.pool.items
+        return orjson.dumps(record)
 
     @classmethod
     def loads(cls, data: bytes) -> ShapeStats:
@@ -86,7 +87,10 @@ class ShapeStats:
             shape=doc["s"],
             # Records written before the request count was kept have four fields.
             patterns={key: PatternState(*fields) for key, fields in doc["p"].items()},
-            pool=SamplePool(doc["v"], [(pattern, url) for pattern, url in doc["u"]]),
+            # Records written before the pool kept items have none.
+            pool=SamplePool(
+                doc["v"], [(pattern, url) for pattern, url in doc["u"]], doc.get("i", {})
+            ),
         )
 
     def next_deadline(

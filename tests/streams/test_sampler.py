@@ -13,8 +13,8 @@ def offer(sampler: LocalSampler, text: str, basis: str = "") -> int:
     return sampler.offer(url.host, url.pattern, url, basis)
 
 
-def test_only_new_values_are_forwarded_and_the_rest_is_counted() -> None:
-    sampler = LocalSampler(max_entries=10, values_per_name=2)
+def test_only_new_values_and_items_are_forwarded_and_the_rest_is_counted() -> None:
+    sampler = LocalSampler(max_entries=10, values_per_name=2, items_per_name=2)
     assert offer(sampler, "http://a.example/p?id=1&utm_source=x") == 1
     assert offer(sampler, "http://a.example/p?id=1&utm_source=x") == 0
     assert offer(sampler, "http://a.example/p?id=1&utm_source=x") == 0
@@ -27,6 +27,13 @@ def test_only_new_values_are_forwarded_and_the_rest_is_counted() -> None:
     [pending] = sampler.drain_counts()
     assert (pending.domain, pending.pattern, pending.count) == ("a.example", "/p?id&utm_source", 1)
     assert sampler.drain_counts() == []
+
+
+def test_a_single_valued_parameter_is_forwarded_on_each_new_item_up_to_the_limit() -> None:
+    sampler = LocalSampler(max_entries=10, values_per_name=2, items_per_name=4)
+    forwarded = [offer(sampler, f"http://a.example/a/{n}?print=1") for n in range(6)]
+    assert forwarded == [1, 1, 1, 1, 0, 0], "one value, but a new article is a new item"
+    assert offer(sampler, "http://a.example/a/0?print=1&ref=x") == 1, "another pattern"
 
 
 def test_re_verification_is_a_separate_round() -> None:
