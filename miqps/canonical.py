@@ -91,6 +91,10 @@ class Decision(NamedTuple):
     items: Mapping[str, int] = MappingProxyType({})
     """Per parameter dropped on learned evidence: the distinct items it left unchanged
     (empty, like ``layers``, without ``with_layers``)."""
+    undecided: str | None = None
+    """For a provisional URL whose pattern the map records as undecided, the cause (an
+    :class:`~miqps.update.Undecided` name such as ``disallowed``); None, like ``layers``,
+    without ``with_layers``."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -104,6 +108,7 @@ class Decision(NamedTuple):
             "status": self.status,
             "map_version": self.map_version,
             "items": dict(self.items),
+            "undecided": self.undecided,
         }
 
 
@@ -154,7 +159,7 @@ class _CompiledDomain:
     whenever :attr:`map` is read.
     """
 
-    __slots__ = ("_map", "document", "plans", "rules", "splits", "version")
+    __slots__ = ("_map", "document", "plans", "rules", "splits", "undecided", "version")
 
     def __init__(
         self,
@@ -166,6 +171,7 @@ class _CompiledDomain:
         self._map = domain_map if document is None else None
         self.document = document
         self.version = domain_map.version
+        self.undecided = domain_map.undecided
         rules = self.rules = DomainRules(domain_map, layers, use_prior)
         self.plans: dict[str, _Plan] = {}
         self.splits: dict[str, _PatternSplit] = {}
@@ -637,6 +643,11 @@ class Canonicalizer:
             kept, dropped = split.kept, split.dropped
         else:
             kept, dropped = tuple(sorted(final)), tuple(sorted(first.names - final))
+        undecided = (
+            compiled.undecided.get(first.pattern)
+            if with_layers and split is None and compiled is not None
+            else None
+        )
         return Decision(  # by position: several times faster than by keyword
             original if original is not None else url.url,
             url.with_only(final),
@@ -648,6 +659,7 @@ class Canonicalizer:
             Status.PROVISIONAL if split is None else Status.LEARNED,
             compiled.version if compiled else 0,
             self._items_of(compiled, rounds) if with_layers else {},
+            undecided,
         )
 
     @staticmethod

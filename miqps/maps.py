@@ -188,6 +188,10 @@ class DomainMap:
     updated_at: str = ""
     patterns: dict[str, PatternDecision] = field(default_factory=dict)
     frozen: bool = False
+    undecided: dict[str, str] = field(default_factory=dict)
+    """Patterns asked for that got no decision, each with its cause (an
+    :class:`~miqps.update.Undecided` name): every parameter of them is kept, as for any
+    pattern the map lacks."""
 
     def kept_pairs(self) -> set[tuple[str, str]]:
         return {(key, name) for key, dec in self.patterns.items() for name in dec.kept}
@@ -202,6 +206,8 @@ class DomainMap:
         }
         if self.frozen:
             document["frozen"] = True
+        if self.undecided:
+            document["undecided"] = {key: self.undecided[key] for key in sorted(self.undecided)}
         return document
 
     def dumps(self) -> str:
@@ -222,6 +228,9 @@ class DomainMap:
                 for key, decision in data["patterns"].items()
             },
             frozen=data.get("frozen") is True,
+            undecided={
+                key: interner.text(str(cause)) for key, cause in data.get("undecided", {}).items()
+            },
         )
 
 
@@ -267,15 +276,18 @@ def anomaly_gate(old: DomainMap | None, new: DomainMap, max_flip_share: float) -
 
 def merge_update(old: DomainMap | None, learned: DomainMap) -> DomainMap:
     """The next version: the old map's patterns, overridden by the newly learned ones; a
-    frozen map stays frozen."""
+    frozen map stays frozen. The undecided patterns of both, newest cause first, less any
+    pattern that has a decision."""
     patterns = dict(old.patterns) if old else {}
     patterns.update(learned.patterns)
+    undecided = {**(old.undecided if old else {}), **learned.undecided}
     return DomainMap(
         domain=learned.domain,
         version=(old.version if old else 0) + 1,
         updated_at=utc_now(),
         patterns=patterns,
         frozen=old.frozen if old else False,
+        undecided={key: cause for key, cause in undecided.items() if key not in patterns},
     )
 
 

@@ -21,7 +21,9 @@ map, sample URLs and the patterns asked for, it decides what it can and says why
   patterns of a domain whose every URL showed one and the same page (*walled*: a bot wall,
   a login page). The map keeps what it had and the pattern is asked for again later. Each
   such pattern is named for what happened (:class:`Undecided`): its pages were shells or
-  interstitials, robots.txt disallowed them, or every fetch failed.
+  interstitials, robots.txt disallowed them, or every fetch failed. A pattern the map does
+  not decide is recorded in its ``undecided`` with that cause (a new version, when the
+  cause is new), keeping every parameter; a later decision replaces the record.
 - The decisions are merged into the current map and passed through the anomaly gate.
 - A *frozen* map (an operator's ``miqps maps freeze``) is not changed at all: the patterns
   asked for are reported as ``frozen``, without a fetch, until the map is unfrozen.
@@ -238,11 +240,27 @@ async def update_map(
         kinds = (failure_kinds.get(url.url) for url in samples if url.pattern == pattern)
         update.undecided[pattern] = undecided_cause(kind for kind in kinds if kind)
     update.fetches = stats.by_host[domain] - fetches_before
-    if update.decided:
+    newly_undecided = _newly_undecided(current, update.undecided)
+    if update.decided or newly_undecided:
         patterns = {pattern: entry.decision for pattern, entry in update.decided.items()}
-        update.candidate = merge_update(current, DomainMap(domain, 0, utc_now(), patterns))
+        learned = DomainMap(domain, 0, utc_now(), patterns, undecided=newly_undecided)
+        update.candidate = merge_update(current, learned)
         update.verdict = anomaly_gate(current, update.candidate, max_flip_share)
     return update
+
+
+def _newly_undecided(
+    current: DomainMap | None, undecided: Mapping[str, Undecided]
+) -> dict[str, str]:
+    """The undecided patterns the map is to record: those it neither decides nor already
+    records with the same cause (a pattern with a decision keeps it)."""
+    patterns = current.patterns if current is not None else {}
+    recorded = current.undecided if current is not None else {}
+    return {
+        pattern: str(cause)
+        for pattern, cause in undecided.items()
+        if pattern not in patterns and recorded.get(pattern) != cause
+    }
 
 
 async def update_all(

@@ -694,3 +694,30 @@ def test_a_pattern_with_default_values_that_drops_moves_the_url_on_without_elidi
         "http://shop.example/list?ref=x&page=1&q=shoes",
     ):
         assert _all_answers(canon, text) == {"http://shop.example/list?q=shoes"}, text
+
+
+def test_a_pattern_recorded_undecided_is_explained_with_its_cause_and_canonicalized_alike() -> None:
+    recorded = learned_map()
+    recorded.undecided = {
+        "/account?id&utm_source": "disallowed",
+        "/p?id&sid&utm_source&variant": "failed",  # decided too: the decision wins
+    }
+    with_record, without = Canonicalizer(), Canonicalizer()
+    with_record.update(recorded)
+    without.update(learned_map())
+    refused = with_record.explain("http://shop.example/account?utm_source=a&id=4")
+    assert (refused.status, refused.undecided) == ("provisional", "disallowed")
+    assert refused.to_json()["undecided"] == "disallowed"
+    assert refused._replace(undecided=None) == without.explain(refused.url)
+    learned = with_record.explain("http://shop.example/p?sid=9&utm_source=a&id=4&variant=1")
+    assert (learned.status, learned.undecided) == ("learned", None)
+    assert with_record.explain("http://shop.example/other?id=4").undecided is None
+    unlayered = with_record.decide(parse(refused.url), with_layers=False)
+    assert unlayered.undecided is None, "the per-URL path looks nothing up"
+    texts = [
+        "http://shop.example/account?utm_source=a&id=4&gclid=1",
+        "http://shop.example/account?id=5",
+        "http://shop.example/p?sid=9&utm_source=a&id=4&variant=1",
+        "http://shop.example/x?y=1",
+    ]
+    assert with_record.canonical_texts(texts) == without.canonical_texts(texts)

@@ -4,6 +4,7 @@ patterns left undecided are named in the summary."""
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterator
 from contextlib import redirect_stdout
 from http.server import BaseHTTPRequestHandler
@@ -85,6 +86,45 @@ def test_learn_never_fetches_disallowed_paths_and_names_the_patterns_disallowed(
     assert "robots.txt does not answer" in summary
     assert "every fetch failed" not in summary
     assert "2 left undecided (1 disallowed, 1 robots-unreachable)" in summary
+
+
+def _canonicalize(maps: Path, urls: list[str], *extra: str) -> str:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["canonicalize", "--maps", str(maps), *extra, *urls]) == 0
+    return out.getvalue()
+
+
+def test_a_disallowed_pattern_is_recorded_in_the_map_and_named_by_canonicalize_json(
+    tmp_path: Path,
+) -> None:
+    disallowed = [
+        f"http://private.polite.test/account/orders?id={n}&utm_source=s{n}" for n in range(8)
+    ]
+    allowed = [f"http://private.polite.test/p/{n}?id={n}&utm_source=s{n}" for n in range(8)]
+    with PoliteWeb() as web:
+        code, summary = _learn(tmp_path, web.proxy_url, disallowed + allowed)
+    assert code == 0, summary
+    maps = tmp_path / "maps.jsonl"
+    [document] = [json.loads(line) for line in maps.read_text().splitlines()]
+    assert document["undecided"] == {"/account/*?id&utm_source": "disallowed"}
+    assert "/account/*?id&utm_source" not in document["patterns"]
+    assert "/p/*?id&utm_source" in document["patterns"]
+
+    urls = [disallowed[0], allowed[0]]
+    refused, learned = map(json.loads, _canonicalize(maps, urls, "--json").splitlines())
+    assert (refused["status"], refused["undecided"]) == ("provisional", "disallowed")
+    assert (learned["status"], learned["undecided"]) == ("learned", None)
+
+    unrecorded = tmp_path / "unrecorded.jsonl"
+    del document["undecided"]
+    unrecorded.write_text(json.dumps(document) + "\n", encoding="utf-8")
+    [as_before] = map(json.loads, _canonicalize(unrecorded, urls[:1], "--json").splitlines())
+    assert as_before["undecided"] is None
+    assert {**refused, "undecided": None} == as_before, "the record changes no decision"
+    plain = _canonicalize(maps, disallowed + allowed)
+    assert plain == _canonicalize(unrecorded, disallowed + allowed)
+    assert _canonicalize(maps, disallowed, "--no-prior").splitlines() == disallowed
 
 
 def test_learn_names_shell_pages_for_what_they_are(tmp_path: Path, shell_proxy: str) -> None:

@@ -360,3 +360,26 @@ def test_a_parameter_with_an_empty_name_is_accounted_for(tmp_path: Path) -> None
         "empty-name.example",
         "no-names.example",
     ]
+
+
+def test_undecided_patterns_round_trip_and_a_map_without_them_still_loads(tmp_path: Path) -> None:
+    original = a_map(2, {"/p/*?id&utm_source": decision({"id"}, {"utm_source"})})
+    original.undecided = {"/account/*?id": "disallowed"}
+    jsonschema.validate(original.to_json(), SCHEMA)
+    path = tmp_path / "maps.jsonl"
+    write_maps(path, [original])
+    assert read_maps(path)["shop.example"].undecided == {"/account/*?id": "disallowed"}
+    older = original.to_json()
+    del older["undecided"]
+    assert parse_map(json.dumps(older)).undecided == {}
+    assert "undecided" not in a_map(1, {}).to_json(), "absent when there is none"
+
+
+def test_a_merge_keeps_undecided_records_until_the_pattern_is_decided() -> None:
+    old = a_map(1, {"/p/*?id": decision({"id"}, set())})
+    old.undecided = {"/account/*?id": "disallowed", "/q/*?id": "failed"}
+    learned = a_map(0, {"/q/*?id": decision({"id"}, set())})
+    learned.undecided = {"/account/*?id": "robots-unreachable"}
+    merged = merge_update(old, learned)
+    assert merged.undecided == {"/account/*?id": "robots-unreachable"}
+    assert set(merged.patterns) == {"/p/*?id", "/q/*?id"}

@@ -20,6 +20,7 @@ from miqps.maps import (
     _validator,
     satisfies_schema,
 )
+from miqps.update import Undecided
 
 SCHEMA = json.loads(
     (Path(__file__).resolve().parents[2] / "schemas" / "miqps-map.schema.json").read_text()
@@ -145,3 +146,12 @@ def test_the_untouched_map_and_its_variants_are_judged_alike() -> None:
         document = copy.deepcopy(A_MAP)
         change(document)
         assert satisfies(document) is expected is _validator().is_valid(document)
+
+
+def test_undecided_patterns_with_their_cause_are_valid_and_every_cause_is_named() -> None:
+    causes = SCHEMA["properties"]["undecided"]["additionalProperties"]["enum"]
+    assert causes == [str(cause) for cause in Undecided]
+    document = {**A_MAP, "undecided": {"/account/*?id": "disallowed"}}
+    assert satisfies(document) and not list(_validator().iter_errors(document))
+    assert not satisfies({**A_MAP, "undecided": {"/account/*?id": "gave up"}})
+    assert not satisfies({**A_MAP, "undecided": {"no-path?id": "disallowed"}})

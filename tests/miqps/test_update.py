@@ -180,24 +180,37 @@ async def test_a_walled_domain_gets_no_decision_and_keeps_its_old_map(
     assert walled.fetches > 0 and walled.without_samples == []
 
 
-async def test_a_walled_domain_gets_no_first_map_and_is_decided_once_the_wall_is_gone(
+async def test_a_walled_domain_gets_no_first_decision_and_is_decided_once_the_wall_is_gone(
     fetcher: Fetcher, site: DriftingSite
 ) -> None:
     site.wall = True
     walled = await update(fetcher, None, sample_urls(), None)
-    assert walled.walled == [PATTERN] and walled.published is None
+    assert walled.walled == [PATTERN] and walled.decided == {}
+    assert walled.published is not None and walled.published.patterns == {}
+    assert walled.published.undecided == {PATTERN: "one-page"}
     site.wall = False
-    again = await update(fetcher, None, sample_urls(), None)
+    again = await update(fetcher, walled.published, sample_urls(), None)
     assert again.published is not None and again.published.patterns[PATTERN].kept == {"id"}
+    assert again.published.undecided == {}, "the decision replaces the record"
+    assert again.published.version == 2
+    site.wall = True
+    basis = again.published.patterns[PATTERN].decided_at
+    rewalled = await update(fetcher, again.published, sample_urls(200), {PATTERN: Request(basis)})
+    assert rewalled.walled == [PATTERN]
+    assert rewalled.candidate is None, "the map keeps its decision and records nothing against it"
 
 
-async def test_a_pattern_whose_every_probe_failed_is_left_undecided(
+async def test_a_pattern_whose_every_probe_failed_is_left_undecided_and_recorded_once(
     fetcher: Fetcher, site: DriftingSite
 ) -> None:
     site.down = True
     down = await update(fetcher, None, sample_urls(), {PATTERN: Request()})
-    assert down.unreachable == [PATTERN] and down.decided == {}
-    assert down.candidate is None and down.published is None and down.walled == []
+    assert down.unreachable == [PATTERN] and down.decided == {} and down.walled == []
+    assert down.published is not None and down.published.patterns == {}
+    assert down.published.undecided == {PATTERN: str(down.undecided[PATTERN])}
+    still_down = await update(fetcher, down.published, sample_urls(), {PATTERN: Request()})
+    assert still_down.undecided == down.undecided
+    assert still_down.candidate is None, "the same cause again is no new version"
 
 
 async def test_a_requested_pattern_without_sample_urls_is_said_so(fetcher: Fetcher) -> None:

@@ -223,13 +223,14 @@ async def test_the_anomaly_gate_keeps_the_old_map_when_a_site_stops_reading_its_
     assert audit["version_after"] is None
 
 
-async def test_a_site_that_is_down_gets_no_map_and_is_asked_for_again(
+async def test_a_site_that_is_down_gets_no_decision_and_is_asked_for_again(
     probing: Probing, drifting_web: tuple[DriftingSite, str]
 ) -> None:
     site, _ = drifting_web
     site.down = True
     [outcome] = await probing.handle([request(PATTERN, sample_urls())])
-    assert outcome.published is None
+    assert outcome.published is not None and outcome.published.patterns == {}
+    assert outcome.published.undecided == {PATTERN: "robots-unreachable"}
     [audit] = on_the_wire(outcome)
     assert_valid("map-update", audit)
     # robots.txt answers 503 too: nothing is fetched until it answers, and it is asked again
@@ -246,7 +247,7 @@ async def test_a_walled_site_is_left_undecided_by_the_cli_and_the_stream_alike(
     site, proxy = drifting_web
     site.wall = True
     [outcome] = await probing.handle([request(PATTERN, sample_urls())])
-    assert outcome.published is None
+    assert outcome.published is not None and outcome.published.patterns == {}
     [audit] = on_the_wire(outcome)
     assert audit["reason"] == ONE_PAGE and audit["kept_after"] is None
     (tmp_path / "urls.txt").write_text("\n".join(sample_urls()) + "\n")
@@ -274,7 +275,11 @@ async def test_a_walled_site_is_left_undecided_by_the_cli_and_the_stream_alike(
 
     summary, document = await cli_learn()
     assert document["patterns"] == {}, "no decision, as the stream publishes none"
-    assert "drift.test: every URL fetched showed the same page" in summary
+    assert document["undecided"] == outcome.published.undecided == {PATTERN: "one-page"}
+    assert (
+        "drift.test: 1 patterns left undecided, asked again on the next run: "
+        "every URL fetched showed the same page" in summary
+    )
     site.wall = False
     [again] = await probing.handle([request(PATTERN, sample_urls())])
     assert again.published is not None and again.published.patterns[PATTERN].kept == {"id"}

@@ -39,7 +39,8 @@ async def test_a_disallowed_pattern_is_never_fetched_and_is_named_disallowed() -
         received = web.log("private.polite.test")
     assert received.under("/account/") == 0 and received.paths["/robots.txt"] == 1
     assert disallowed >= len(urls)
-    assert outcome.published is None
+    assert outcome.published is not None and outcome.published.patterns == {}
+    assert outcome.published.undecided == {"/account/*?id&utm_source": "disallowed"}
     [audit] = outcome.audits
     assert not audit.accepted and audit.kept_after is None
     assert audit.reason == undecided_reason(Undecided.DISALLOWED)
