@@ -34,7 +34,8 @@ class SimWeb:
 
     ``rate_limit_per_second`` <= 0 or infinite disables the 429 answers; ``flaky_rate`` is
     the fraction of page requests answered with a 5xx (robots.txt always answers), chosen by
-    a seeded hash of the URL and of how often it has been fetched; routes marked ``hang`` answer after ``hang_seconds``.
+    a seeded hash of the URL and of how often it has been fetched; routes marked ``hang``
+    answer after ``hang_seconds``.
     With ``interstitials``, sites that have them answer their ``interstitial_rate`` of
     requests (drawn the same way) with a challenge or consent page instead.
     """
