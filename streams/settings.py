@@ -368,7 +368,11 @@ class Settings:
     learn: LearnConfig = field(
         default_factory=LearnConfig,
         metadata=section(
-            samples=Env("MIQPS_LEARN_SAMPLES", "S: distinct values tried per parameter", minimum=1),
+            samples=Env(
+                "MIQPS_LEARN_SAMPLES",
+                "S: unchanged distinct items that drop a parameter",
+                minimum=1,
+            ),
             threshold=Env(
                 "MIQPS_LEARN_THRESHOLD",
                 "T: share of conclusive samples that must change to keep",
@@ -383,6 +387,26 @@ class Settings:
             verify_samples=Env(
                 "MIQPS_LEARN_VERIFY_SAMPLES",
                 "URLs the final canonical form is verified on",
+                minimum=1,
+            ),
+            choice_items=Env(
+                "MIQPS_LEARN_CHOICE_ITEMS",
+                "unchanged distinct items that drop a choice-like parameter (sizes, colours)",
+                minimum=1,
+            ),
+            choice_sampled=Env(
+                "MIQPS_LEARN_CHOICE_SAMPLED",
+                "items of a choice-like parameter sampled before verification supplies the rest",
+                minimum=1,
+            ),
+            choice_values=Env(
+                "MIQPS_LEARN_CHOICE_VALUES",
+                "most distinct values a parameter has to look like a choice",
+                minimum=1,
+            ),
+            choice_repeats=Env(
+                "MIQPS_LEARN_CHOICE_REPEATS",
+                "least URLs per value, on average, for a parameter to look like a choice",
                 minimum=1,
             ),
             default_confirmations=Env(
