@@ -234,12 +234,14 @@ _KITS_LOCK = threading.Lock()
 
 
 def kit(site: Site) -> _Kit:
+    """The kit of ``site``, kept for the last site of its host and seed: two sites may share
+    both and still differ (a crawl catalogue of another size)."""
     key = (site.host, site.seed)
     found = _KITS.get(key)
-    if found is None:
+    if found is None or found.site is not site:
         with _KITS_LOCK:
             found = _KITS.get(key)
-            if found is None:
+            if found is None or found.site is not site:
                 found = _Kit(site)
                 _KITS[key] = found
     return found
