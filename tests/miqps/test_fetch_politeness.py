@@ -45,6 +45,10 @@ def _server(
                 recorder.max_in_flight = max(recorder.max_in_flight, recorder.in_flight)
                 recorder.arrivals.append(time.monotonic())
             time.sleep(delay)
+            # Out of flight before answering: once the answer is written, the client may
+            # send its next request before this thread runs again.
+            with recorder.lock:
+                recorder.in_flight -= 1
             body = b"<html><body><p>ok</p></body></html>"
             self.send_response(status)
             for name, value in headers:
@@ -52,8 +56,6 @@ def _server(
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
-            with recorder.lock:
-                recorder.in_flight -= 1
 
         def log_message(self, format: str, *args: object) -> None:
             return
