@@ -384,6 +384,22 @@ def _table(rows: list[list[str]]) -> str:
     )
 
 
+def _print_merges(docs: list[dict[str, Any]], truth: dict[str, str], most: int = 5) -> None:
+    """Name the outputs of the first canonical URLs that stand for more than one page."""
+    by_canonical: defaultdict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for doc in docs:
+        if doc["url"] in truth:
+            by_canonical[doc["canonical_url"]].setdefault(truth[doc["url"]], doc)
+    merged = [(url, pages) for url, pages in by_canonical.items() if len(pages) > 1]
+    for canonical, pages in merged[:most]:
+        print(f"  merged into {canonical}:")
+        for page, doc in pages.items():
+            print(
+                f"    {doc['url']} (page {page}; {doc['status']}, map v{doc['map_version']},"
+                f" kept {doc['kept']}, dropped {doc['dropped']})"
+            )
+
+
 def _summary(
     elapsed: float,
     corpus: list[CorpusURL],
@@ -424,6 +440,7 @@ def _summary(
         )
     )
     print("  * share of the URLs with a query whose pattern was learned when they passed")
+    _print_merges(docs, truth)
     rows = [
         (
             "URLs in",
