@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
+from bench.revisions import before_last_change
 from miqps import content
 from simweb.corpus import generate_corpus
 from simweb.render import render_document, render_main
@@ -31,17 +32,6 @@ from simweb.resolve import resolve, split_target
 from simweb.sites import Site, build_sites
 
 _FILE = "miqps/content.py"
-
-
-def previous_revision() -> str:
-    """The revision before the last commit that changed ``miqps/content.py``."""
-    log = subprocess.run(
-        ["git", "log", "-n", "1", "--format=%H", "--", _FILE],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return log.stdout.strip() + "~1"
 
 
 def load_baseline(revision: str, directory: Path) -> ModuleType:
@@ -128,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--baseline", help="git revision of the baseline content.py")
     args = parser.parse_args(argv)
-    revision = args.baseline or previous_revision()
+    revision = args.baseline or before_last_change(_FILE)
     sites = build_sites("tuning", 6)
     corpus = pages(sites, args.pages)
     with tempfile.TemporaryDirectory() as directory:

@@ -25,21 +25,11 @@ from types import ModuleType
 import streams.sampler
 import streams.stats
 from bench.pattern_steps import ALLOWLIST, POLICY, packs
+from bench.revisions import before_last_change
 from miqps.urls import NormalizedURL, parse
 from streams.messages import Observation
 
 _POOL_FILE = "miqps/sampling.py"
-
-
-def previous_revision() -> str:
-    """The revision before the last commit that changed ``miqps/sampling.py``."""
-    log = subprocess.run(
-        ["git", "log", "-n", "1", "--format=%H", "--", _POOL_FILE],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return log.stdout.strip() + "~1"
 
 
 def load(revision: str, path: str, name: str, renames: dict[str, str]) -> ModuleType:
@@ -93,7 +83,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--baseline", help="git revision of the baseline modules")
     args = parser.parse_args()
-    revision = args.baseline or previous_revision()
+    revision = args.baseline or before_last_change(_POOL_FILE)
     pool = load(revision, _POOL_FILE, "sampling_baseline", {})
     stats = load(revision, "streams/stats.py", "stats_baseline", {"miqps.sampling": pool.__name__})
     sampler = load(revision, "streams/sampler.py", "sampler_baseline", {})
