@@ -1,4 +1,4 @@
-# The miqps worker image: the core, the stream processor and the simulated web.
+# The miqps worker image: the core and the stream processor.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -10,7 +10,6 @@ WORKDIR /app
 COPY pyproject.toml constraints.txt README.md ./
 COPY miqps ./miqps
 COPY streams ./streams
-COPY simweb ./simweb
 COPY schemas ./schemas
 RUN pip install -c constraints.txt ".[streams]" \
     && useradd --system --create-home miqps \

@@ -29,7 +29,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from streams.chaos import (
+from testkit.chaos import (
     CANONICALIZE,
     PROBE,
     ChaosReport,
@@ -39,7 +39,7 @@ from streams.chaos import (
     kill_worker_scenario,
     rebalance_storm,
 )
-from streams.localbroker import LocalBroker
+from testkit.localbroker import LocalBroker
 
 DUPLICATES_TARGET = 0.05
 BROKER_RECOVERY_TARGET = 30.0

@@ -53,7 +53,7 @@ from streams.kafka import consumer_config, ensure_topics
 from streams.livemaps import LiveMaps
 from streams.mapfeed import MapFeed
 from streams.settings import Settings
-from streams.tools import WorkerProcess, delete_topics
+from testkit.tools import WorkerProcess, delete_topics
 
 INCREMENTS = 1_000_000
 # Run in a fresh interpreter: prometheus-client picks its value class at import time.

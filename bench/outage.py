@@ -27,17 +27,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from streams.kafka import ensure_topics
-from streams.localbroker import LocalBroker
 from streams.lograte import rate_limit_handlers
-from streams.outages import (
+from streams.settings import Settings
+from testkit.localbroker import LocalBroker
+from testkit.outages import (
     log_problems,
     numbered_inputs,
     output_seqs,
     reported_uncommitted,
     sigterm_and_time,
 )
-from streams.settings import Settings
-from streams.tools import TopicReader, WorkerProcess, isolated_settings, produce
+from testkit.tools import TopicReader, WorkerProcess, isolated_settings, produce
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:

@@ -35,7 +35,7 @@ from streams.clients import produce
 from streams.kafka import ensure_topics, producer_config
 from streams.maphistory import ProducerSink, publish_map
 from streams.settings import Settings
-from streams.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings
+from testkit.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings
 
 DOMAIN = "rollback.bench"
 PATTERN = "/p?id&ref"

@@ -32,7 +32,7 @@ from confluent_kafka import Consumer
 from bench.stream_throughput import high_watermarks, learned_inputs, passthrough
 from streams.kafka import consumer_config, ensure_topics
 from streams.settings import Settings
-from streams.tools import WorkerProcess, delete_topics, isolated_settings
+from testkit.tools import WorkerProcess, delete_topics, isolated_settings
 
 ASSIGNED = re.compile(r"canonicalizer: assigned partitions \[([\d, ]*)\]")
 TARGET_RATIO = 0.15

@@ -38,8 +38,8 @@ from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verific
 from miqps.urls import parse
 from streams.kafka import consumer_config, ensure_topics, producer_config
 from streams.settings import LearningPolicy, Settings
-from streams.tools import WorkerProcess, delete_topics, produce
-from streams.tools import isolated_settings as isolated_settings_of
+from testkit.tools import WorkerProcess, delete_topics, produce
+from testkit.tools import isolated_settings as isolated_settings_of
 
 WORDS = ("alpha", "bravo", "delta", "echo", "kilo", "lima", "nova", "oscar", "tango", "zulu")
 TRACKING = ("utm_source", "utm_medium", "utm_campaign", "gclid", "fbclid", "ref", "sid")
@@ -374,7 +374,7 @@ def measure_live_map(base: Settings, args: argparse.Namespace, root: Path) -> No
     from simweb.corpus import generate_corpus
     from simweb.server import SimWeb
     from simweb.sites import build_sites
-    from streams.tools import TopicReader
+    from testkit.tools import TopicReader
 
     sites = build_sites("tuning", 2, 3)
     site = sites[0]

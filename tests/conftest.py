@@ -16,7 +16,7 @@ import pytest
 from tests.browser import browser, browser_page
 
 if TYPE_CHECKING:
-    from streams.localbroker import LocalBroker
+    from testkit.localbroker import LocalBroker
 
 __all__ = ["browser", "browser_page"]  # fixtures
 
@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     """A private 3-broker KRaft cluster on free ports, whose nodes tests may kill and
     restart (each test leaves every node running); stopped at the end of the session."""
-    from streams.localbroker import LocalBroker
+    from testkit.localbroker import LocalBroker
 
     broker = LocalBroker(tmp_path_factory.mktemp("cluster"), brokers=CLUSTER_BROKERS)
     try:

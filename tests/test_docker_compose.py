@@ -111,6 +111,29 @@ def test_the_dockerfile_installs_the_stream_extra_from_files_that_exist() -> Non
     assert re.search(r'^CMD \["miqps", "worker"\]', dockerfile, re.M)
 
 
+def shipped_packages() -> set[str]:
+    """The top-level packages the wheel is built from, as ``pyproject.toml`` selects them."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))
+    include = project["tool"]["setuptools"]["packages"]["find"]["include"]
+    return {pattern.removesuffix("*") for pattern in include}
+
+
+def test_the_image_holds_the_shipped_packages_and_no_rig(compose: dict[str, Any]) -> None:
+    dockerfile = (REPO / "Dockerfile").read_text("utf-8")
+    copied = {
+        source.rstrip("/")
+        for line in dockerfile.splitlines()
+        if line.startswith("COPY ")
+        for source in line.split()[1:-1]
+    }
+    python_packages = {source for source in copied if (REPO / source / "__init__.py").exists()}
+    assert python_packages == shipped_packages() == {"miqps", "streams"}
+    for service in services(compose).values():
+        command = service.get("command") or []
+        if service.get("build") and command[:2] == ["python", "-m"]:
+            assert command[2].split(".")[0] in shipped_packages(), command
+
+
 def mounts(service: dict[str, Any]) -> dict[str, Path]:
     """Container path -> the repository path bound there (named volumes left out)."""
     found = {}

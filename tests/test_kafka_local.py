@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 from confluent_kafka.admin._config import ConfigResource  # noqa: E402
 from confluent_kafka.cimpl import NewTopic  # noqa: E402
 
-from streams.localbroker import LocalBroker, maven_cache  # noqa: E402
+from testkit.localbroker import LocalBroker, maven_cache  # noqa: E402
 
 pytestmark = pytest.mark.kafka
 

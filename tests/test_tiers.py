@@ -31,6 +31,22 @@ DUMP_PLUGIN = """
 """
 
 
+KAFKA_EXTRA = ("confluent_kafka", "faust", "aiokafka", "mode", "rocksdict")
+BLOCK_KAFKA_PLUGIN = """
+    import sys
+
+    BLOCKED = {blocked!r}
+
+    class BlockKafka:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in BLOCKED:
+                raise ModuleNotFoundError(f"No module named {{name!r}} (blocked)", name=name)
+            return None
+
+    sys.meta_path.insert(0, BlockKafka())
+"""
+
+
 def unit_tier() -> str:
     found = re.search(r'^unit_tier="([^"]+)"$', (REPO / "scripts" / "test").read_text(), re.M)
     assert found, "scripts/test names no unit tier"
@@ -68,3 +84,35 @@ def test_the_unit_tier_takes_no_broker_nor_browser_and_has_most_tests(tmp_path: 
         and not {"kafka", "cluster", "browser"} & set(item["markers"])
     ]
     assert not unmarked, unmarked[:10]
+
+
+def test_the_core_tests_collect_without_the_kafka_extra(tmp_path: Path) -> None:
+    plugin = BLOCK_KAFKA_PLUGIN.format(blocked=KAFKA_EXTRA)
+    (tmp_path / "block_kafka.py").write_text(textwrap.dedent(plugin), encoding="utf-8")
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    probe = "import block_kafka\ntry:\n import confluent_kafka\nexcept ImportError:\n pass"
+    probe += "\nelse:\n raise SystemExit('not blocked')"
+    blocked = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert blocked.returncode == 0, blocked.stdout + blocked.stderr
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "block_kafka",
+            "tests/miqps",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.search(r"^\d{3,} tests collected", done.stdout, re.M), done.stdout[-500:]

@@ -149,7 +149,7 @@ def maps_topic() -> Iterator[tuple[str, Callable[[DomainMap | None], None]]]:
     from confluent_kafka.cimpl import NewTopic
 
     from streams.settings import Settings
-    from streams.tools import produce
+    from testkit.tools import produce
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     try:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from streams.localbroker import LocalBroker
+from testkit.localbroker import LocalBroker
 from tests.miqps.drifting import DriftingSite as DriftingSite
 from tests.miqps.drifting import serve_drifting
 

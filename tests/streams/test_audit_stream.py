@@ -14,7 +14,7 @@ from miqps.maps import parse_map
 from streams.clients import read_compacted
 from streams.kafka import ensure_topics
 from streams.settings import Settings
-from streams.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
+from testkit.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
 from tests.streams.support import assert_valid
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(360)]

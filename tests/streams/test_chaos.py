@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from streams.chaos import (
+from testkit.chaos import (
     CANONICALIZE,
     PROBE,
     ChaosReport,
@@ -28,7 +28,7 @@ from streams.chaos import (
     kill_worker_scenario,
     rebalance_storm,
 )
-from streams.localbroker import LocalBroker
+from testkit.localbroker import LocalBroker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster, pytest.mark.timeout(420)]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.chaos import ChaosReport, recovery_time
+from testkit.chaos import ChaosReport, recovery_time
 
 
 def test_recovery_waits_for_the_backlog_at_the_fault_and_for_new_outputs() -> None:

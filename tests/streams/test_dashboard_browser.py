@@ -27,7 +27,7 @@ from simweb.corpus import generate_corpus
 from streams.dashboard import DashboardServer, DashboardState
 from streams.kafka import ensure_topics
 from streams.settings import LearningPolicy, Settings
-from streams.tools import TopicReader, WorkerProcess, produce, worker_env
+from testkit.tools import TopicReader, WorkerProcess, produce, worker_env
 from tests.browser import screenshot_dir
 from tests.miqps.test_report import HOSTILE, hostile_map
 from tests.streams.test_dashboard import audit_record

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from streams.demo import KAFKA_LOCAL, local_broker
-from streams.localbroker import LocalBroker, maven_cache, port_is_free
+from testkit.demo import KAFKA_LOCAL, local_broker
+from testkit.localbroker import LocalBroker, maven_cache, port_is_free
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420)]
 
@@ -44,7 +44,7 @@ def test_the_demo_stops_the_broker_it_started_and_says_so(tmp_path: Path) -> Non
     try:
         done = subprocess.run(
             [
-                *(sys.executable, "-m", "streams.demo", "--local-broker"),
+                *(sys.executable, "-m", "testkit.demo", "--local-broker"),
                 *("--sites", "1", "--urls-per-site", "20", "--passes", "1"),
                 *("--rate", "200", "--dashboard-port", "-1", "--timeout", "240"),
                 *("--state-dir", str(tmp_path / "state")),

@@ -23,7 +23,7 @@ from streams.kafka import ensure_topics
 from streams.livemaps import LiveMaps
 from streams.mapfeed import MapFeed
 from streams.settings import Settings
-from streams.tools import TopicReader, delete_topics, isolated_settings, produce
+from testkit.tools import TopicReader, delete_topics, isolated_settings, produce
 
 VALID = [f"https://shop.example/p/{i}?id={i}&utm_source=mail".encode() for i in range(40)]
 BAD = [b"not a url", b'{"url": 7}']

@@ -21,7 +21,7 @@ from streams.livemaps import LiveMaps
 from streams.mapfeed import MapFeed
 from streams.messages import Source
 from streams.settings import Settings
-from streams.tools import TopicReader, delete_topics, isolated_settings, produce
+from testkit.tools import TopicReader, delete_topics, isolated_settings, produce
 from tests.streams.support import assert_valid
 
 PRODUCT_PAGES = "/p?id&itemid&utm_source"

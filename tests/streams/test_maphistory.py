@@ -20,7 +20,7 @@ from streams.kafka import ensure_topics, topic_specs
 from streams.maphistory import History, history_rows, probe_producer, publish_map
 from streams.messages import FROZEN, MapUpdateRecord, MapVersion
 from streams.settings import LearningPolicy, Settings, Topics
-from streams.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
+from testkit.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
 from tests.streams.conftest import DriftingSite
 from tests.streams.support import assert_valid
 

@@ -23,7 +23,7 @@ from streams.clients import read_compacted
 from streams.kafka import ensure_topics
 from streams.settings import Settings
 from streams.tables import PATTERN_STATS_TABLE
-from streams.tools import TopicReader, WorkerProcess, produce
+from testkit.tools import TopicReader, WorkerProcess, produce
 from tests.streams.test_pipeline import (
     BAD_INPUTS,
     Web,

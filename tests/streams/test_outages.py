@@ -18,17 +18,17 @@ from pathlib import Path
 import pytest
 
 from streams.kafka import ensure_topics
-from streams.localbroker import LocalBroker
 from streams.lograte import DEFAULT_INTERVAL
-from streams.outages import (
+from streams.settings import Settings
+from testkit.localbroker import LocalBroker
+from testkit.outages import (
     log_problems,
     numbered_inputs,
     output_seqs,
     reported_uncommitted,
     sigterm_and_time,
 )
-from streams.settings import Settings
-from streams.tools import TopicReader, WorkerProcess, isolated_settings, produce
+from testkit.tools import TopicReader, WorkerProcess, isolated_settings, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 # A worker restarted in place after the broker flapped goes through Faust's start-up again,

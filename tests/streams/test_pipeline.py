@@ -34,8 +34,8 @@ from streams.messages import ONE_PAGE, UNREACHABLE
 from streams.partitioning import key_partition
 from streams.settings import LearningPolicy, Settings
 from streams.tables import changelog_topics
-from streams.tools import TopicReader, WorkerProcess, delete_topics, produce
-from streams.tools import isolated_settings as isolated_settings_of
+from testkit.tools import TopicReader, WorkerProcess, delete_topics, produce
+from testkit.tools import isolated_settings as isolated_settings_of
 from tests.streams.conftest import DriftingSite
 from tests.streams.support import assert_valid
 

@@ -24,7 +24,7 @@ from simweb.server import SimWeb
 from simweb.sites import Site, build_sites
 from streams.kafka import ensure_topics
 from streams.settings import Settings, Topics, variables
-from streams.tools import TopicReader, produce, worker_command
+from testkit.tools import TopicReader, produce, worker_command
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(540)]
 

@@ -12,7 +12,7 @@ from simweb.polite import PoliteWeb
 from streams.kafka import ensure_topics
 from streams.messages import ProbeRequest, RequestedPattern
 from streams.settings import Settings
-from streams.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
+from testkit.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 

@@ -12,7 +12,7 @@ from scrapy import Request
 from miqps.maps import DomainMap
 from streams.scrapyfeed import FEED_ATTEMPTS, UnlearnedFeed
 from streams.settings import Settings as StreamSettings
-from streams.tools import TopicReader
+from testkit.tools import TopicReader
 from tests.miqps.test_api import HOST, maps_topic, product_map
 from tests.miqps.test_scrapy import maps_fingerprinter
 

@@ -26,7 +26,7 @@ from streams.settings import (
     variables,
 )
 from streams.tables import changelog_topics
-from streams.tools import worker_env
+from testkit.tools import worker_env
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -20,7 +20,7 @@ import pytest
 from streams.kafka import ensure_topics
 from streams.settings import LearningPolicy, Settings
 from streams.stats import PatternState
-from streams.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
+from testkit.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
 from tests.streams.conftest import DriftingSite
 from tests.streams.support import assert_valid
 

@@ -1,6 +1,6 @@
 """The whole pipeline in one command, against the simulated web.
 
-``python -m streams.demo`` expects a Kafka broker (``scripts/kafka-local start``); with
+``python -m testkit.demo`` expects a Kafka broker (``scripts/kafka-local start``); with
 ``--local-broker`` it starts that one itself when it is not running, and stops it at the
 end (one that was running stays running; the demo says which). It starts the simulated web
 in-process, creates topics of its own (a fresh prefix), starts one
@@ -36,7 +36,7 @@ from simweb.sites import FAMILIES, build_sites
 from streams.kafka import ensure_topics
 from streams.messages import NO_SAMPLES, ONE_PAGE, UNREACHABLE
 from streams.settings import LearningPolicy, Settings
-from streams.tools import (
+from testkit.tools import (
     TopicReader,
     WorkerProcess,
     delete_topics,
@@ -68,7 +68,7 @@ class Progress:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m streams.demo",
+        prog="python -m testkit.demo",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

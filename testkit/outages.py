@@ -12,7 +12,7 @@ from collections import Counter
 
 import orjson
 
-from streams.tools import TopicReader, WorkerProcess
+from testkit.tools import TopicReader, WorkerProcess
 
 LOG_LINE = re.compile(r"^\[([^]]+)\] \[(\d+)\] \[(WARNING|ERROR|CRITICAL)\] (.*)$")
 SUPPRESSED_NOTE = re.compile(r" \[\d+ more like this in the last \d+s\]")

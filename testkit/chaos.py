@@ -28,9 +28,9 @@ from simweb.server import SimWeb
 from simweb.sites import Site, build_sites
 from streams.clients import read_compacted
 from streams.kafka import consumer_config, ensure_topics, producer_config
-from streams.localbroker import LocalBroker
 from streams.settings import LearningPolicy, Settings
-from streams.tools import WorkerProcess, delete_topics, isolated_settings
+from testkit.localbroker import LocalBroker
+from testkit.tools import WorkerProcess, delete_topics, isolated_settings
 
 CANONICALIZE = "canonicalize"
 PROBE = "probe"
