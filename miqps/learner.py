@@ -57,6 +57,12 @@ class LearnConfig:
     are enough. One confirmed change on any item keeps the parameter: a change seen on
     fewer than ``threshold`` of its conclusive samples, or on its only one, is confirmed by
     fetching both pages again first.
+
+    Items say nothing of values never tried: a drop covers every value of the parameter
+    only once ``generalize_values`` distinct values left pages unchanged. With fewer (every
+    sample carried ``sort=latest``, the listing's default), the parameter is kept and only
+    those values are elided, as defaults; a name the cold-start prior drops (``utm_*``) is
+    exempt.
     """
 
     samples: int = 6
@@ -70,12 +76,15 @@ class LearnConfig:
     default_confirmations: int = 2
     default_candidates: int = 3
     default_min_share: float = 0.1
+    generalize_values: int = 3
     parallel_samples: int = 2
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.samples < 1 or self.min_conclusive < 1 or self.verify_samples < 1:
-            raise ValueError("samples, min_conclusive and verify_samples must be at least 1")
+        if min(self.samples, self.min_conclusive, self.verify_samples, self.generalize_values) < 1:
+            raise ValueError(
+                "samples, min_conclusive, verify_samples and generalize_values must be at least 1"
+            )
         if self.min_conclusive > self.samples:
             raise ValueError("min_conclusive cannot exceed samples")
         if not self.samples <= self.choice_sampled <= self.choice_items:
@@ -196,6 +205,9 @@ class _ShapePool:
     changed_in_verification: set[str] = field(default_factory=set)
     # Provisional names short of ``choice_items`` on a shape that has no more items.
     exhausted: set[str] = field(default_factory=set)
+    # Names that would have been dropped but left too few distinct values unchanged: kept,
+    # with those values as defaults.
+    few_values: set[str] = field(default_factory=set)
 
     def verified(self, url: NormalizedURL, removed: Iterable[str]) -> None:
         for name in removed:
@@ -372,6 +384,8 @@ class Learner:
                     available=len(pool.items_of(name)) if exhausted else None,
                     sampling=True,
                 )
+                if evidence.decision == "drop" and self._too_few_values(pool, name):
+                    continue
                 if (
                     evidence.decision == "drop"
                     and name in pool.choice
@@ -384,6 +398,21 @@ class Learner:
                         if s.name == name and s.comparison.outcome is Outcome.UNCHANGED
                     }
         await self._confirm_defaults(pool)
+
+    def _too_few_values(self, pool: _ShapePool, name: str) -> bool:
+        """Keep ``name``, about to be dropped, if fewer than ``generalize_values`` of its
+        values left pages unchanged; those values become its defaults."""
+        harmless = sorted(
+            value
+            for value, outcome in pool.value_outcomes[name].items()
+            if outcome is Outcome.UNCHANGED
+        )
+        if len(harmless) >= self.config.generalize_values or self.layers.prior_drops(name):
+            return False
+        pool.evidence[name].decision, pool.evidence[name].layer = "keep", Layer.INSUFFICIENT
+        pool.defaults[name] = harmless
+        pool.few_values.add(name)
+        return True
 
     def _riders(self, pool: _ShapePool, url: NormalizedURL, group: list[str]) -> list[str]:
         """The parameters of ``url`` that would be dropped on the evidence so far, removed
@@ -555,6 +584,7 @@ class Learner:
             for name, evidence in pool.evidence.items():
                 if (
                     evidence.layer is Layer.INSUFFICIENT
+                    and name not in pool.few_values
                     and name in learned_neutral
                     and changed[name] == 0
                     and evidence.unchanged > evidence.inconclusive

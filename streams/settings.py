@@ -425,6 +425,11 @@ class Settings:
                 minimum=0,
                 maximum=1,
             ),
+            generalize_values=Env(
+                "MIQPS_LEARN_GENERALIZE_VALUES",
+                "distinct values left unchanged before a drop covers values never tried",
+                minimum=1,
+            ),
             parallel_samples=Env(
                 "MIQPS_LEARN_PARALLEL_SAMPLES", "samples of a parameter fetched at once", minimum=1
             ),

@@ -162,7 +162,9 @@ def test_one_name_is_content_on_one_site_and_noise_on_another(tuning_run: Learne
 def test_one_parameter_set_means_different_things_under_different_paths(
     tuning_run: LearnedRun,
 ) -> None:
-    by_role: dict[tuple[str, str], dict[bool, list[tuple[str, bool, str]]]] = defaultdict(
+    """A name that is noise under one path is left out of canonical URLs there (dropped,
+    or its only values elided as defaults), and kept where it means content."""
+    by_role: dict[tuple[str, str], dict[bool, list[tuple[str, bool, bool]]]] = defaultdict(
         lambda: {True: [], False: []}
     )
     for entry in tuning_run.corpus:
@@ -170,18 +172,19 @@ def test_one_parameter_set_means_different_things_under_different_paths(
         if not url.pairs:
             continue
         decision = tuning_run.maps[url.host].patterns[url.pattern]
+        canonical = parse(tuning_run.canonicalizer.canonical_url(url))
         for name in url.names:
             role = tuning_run.role(url, name)
             if role is None or role is Role.ALIAS:
                 continue
             by_role[(url.host, name)][role.neutral].append(
-                (url.pattern, name in decision.kept, decision.params[name].decision)
+                (url.pattern, name in decision.kept, name not in canonical.names)
             )
     mixed = {k: v for k, v in by_role.items() if v[True] and v[False]}
     assert mixed, "no site uses one name for content under one path and noise under another"
     for (host, name), sides in mixed.items():
         assert all(kept for _, kept, _ in sides[False]), (host, name)
-        assert any(pooled == "drop" for _, _, pooled in sides[True]), (host, name, sides[True])
+        assert any(left_out for _, _, left_out in sides[True]), (host, name, sides[True])
 
 
 def test_default_values_are_elided_and_other_values_kept(tuning_run: LearnedRun) -> None:
@@ -621,12 +624,17 @@ def test_a_choice_like_parameter_that_changes_no_item_is_dropped_on_many_items()
 
 
 def test_a_parameter_with_one_value_is_decided_on_distinct_items() -> None:
-    """``amp=1`` always has the one value: it is decided on items like any other."""
+    """``amp=1`` always has the one value: it is decided on items like any other, and it is
+    that value, the only one tried, that the canonical form leaves out."""
     texts = [f"/p?id={n}&amp=1" for n in range(1, 16)] + [f"/p?id={n}" for n in range(1, 16)]
-    learned, _ = _learn_item_shop(texts)
+    learned, canonicalizer = _learn_item_shop(texts)
     evidence = learned.patterns["/p?amp&id"].params["amp"]
-    assert (evidence.decision, evidence.layer) == ("drop", Layer.LEARNED), evidence
+    assert evidence.default_values == ["amp=1"], evidence
     assert evidence.items >= LearnConfig().samples
+    for n in (3, 40):
+        assert canonicalizer.canonicalize(f"http://items.test/p?id={n}&amp=1") == (
+            f"http://items.test/p?id={n}"
+        )
 
 
 def test_an_identifier_whose_removal_shows_a_terse_error_page_costs_no_other_evidence() -> None:
@@ -673,3 +681,68 @@ def test_an_allowlisted_parameter_that_changes_some_items_gets_no_default() -> N
         url = "http://items.test" + text
         pages[canonicalizer.canonicalize(url)].add(_ItemShop.page(url))
     assert all(len(shown) == 1 for shown in pages.values()), pages
+
+
+class _Listing(BaseHTTPRequestHandler):
+    """``/list?cat=N``: category N's newest posts first; ``sort=latest`` is that default,
+    ``sort=oldest`` and ``sort=top`` show other pages."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    @staticmethod
+    def page(url: str) -> str:
+        query = dict(parse_qsl(urlsplit(url).query))
+        return f"category {query.get('cat', 'all')} by {query.get('sort', 'latest')}"
+
+    def do_GET(self) -> None:
+        page = self.page(self.path)
+        words = " ".join(f"{page} post {n}" for n in range(20))
+        body = f"<html><body><main><h1>{escape(page)}</h1><p>{words}</p></main></body></html>"
+        send_html(self, 200, body.encode())
+
+
+def _learn_listing(texts: list[str], seed: int = 0) -> tuple[DomainMap, Canonicalizer]:
+    urls = [parse("http://list.test" + text) for text in texts]
+
+    async def learn(proxy: str) -> DomainMap:
+        async with Fetcher(FetchConfig(proxy=proxy, per_host_rate=500)) as fetcher:
+            learner = Learner(PageProber(fetcher), LearnConfig(seed=seed))
+            learned, _ = await learner.learn_domain("list.test", urls)
+        return learned
+
+    for proxy in serve(_Listing):
+        learned = asyncio.run(learn(proxy))
+    canonicalizer = Canonicalizer()
+    canonicalizer.update(merge_update(None, learned))
+    return learned, canonicalizer
+
+
+def test_a_parameter_seen_with_its_default_value_only_keeps_its_other_values() -> None:
+    """Every sampled URL carries ``sort=latest``, the listing's default: leaving it out
+    changes nothing on any item, but that says nothing of ``sort=oldest``. Only the values
+    seen harmless are dropped; a URL with another value keeps it."""
+    texts = [f"/list?cat={n}&sort=latest" for n in range(1, 31)]
+    learned, canonicalizer = _learn_listing(texts)
+    evidence = learned.patterns["/list?cat&sort"].params["sort"]
+    assert evidence.default_values == ["sort=latest"], evidence
+    assert canonicalizer.canonicalize("http://list.test/list?cat=3&sort=latest") == (
+        canonicalizer.canonicalize("http://list.test/list?cat=3")
+    )
+    for other in ("oldest", "top"):
+        url = f"http://list.test/list?cat=3&sort={other}"
+        assert canonicalizer.canonicalize(url) == url
+
+
+def test_a_parameter_mostly_seen_with_its_default_value_merges_no_two_pages() -> None:
+    """``sort=latest`` on most listing URLs, the other orders on a few: whichever items
+    the sampling picks, no two different pages share a canonical URL."""
+    texts = [f"/list?cat={n}&sort=latest" for n in range(1, 81)]
+    texts += [f"/list?cat=4&sort={other}" for other in ("oldest", "top")]
+    for seed in range(5):
+        _, canonicalizer = _learn_listing(texts, seed)
+        pages: dict[str, set[str]] = defaultdict(set)
+        for text in texts:
+            url = "http://list.test" + text
+            pages[canonicalizer.canonicalize(url)].add(_Listing.page(url))
+        assert all(len(shown) == 1 for shown in pages.values()), (seed, pages)
