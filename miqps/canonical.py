@@ -705,7 +705,6 @@ class Canonicalizer:
 
     BATCH_SIZE = 1024
     """URLs per batch of :meth:`canonicalize_many`."""
-    _stop_following: Callable[[], None] | None = None
 
     @classmethod
     def from_file(cls, path: str | PathLike[str], *, use_prior: bool = True) -> Canonicalizer:
@@ -722,39 +721,9 @@ class Canonicalizer:
         canonicalizer.load(read_maps(Path(path)))
         return canonicalizer
 
-    @classmethod
-    def from_kafka(
-        cls,
-        bootstrap: str,
-        *,
-        topic: str = "miqps.maps",
-        timeout: float = 60.0,
-        use_prior: bool = True,
-    ) -> Canonicalizer:
-        """A canonicalizer following the compacted maps topic live: it returns once the
-        topic has been read up to where it ended, and a background thread installs every
-        later map (and removes a tombstoned one) until :meth:`close`. An invalid record is
-        logged and skipped; the last valid map of its domain stays.
-
-        Needs the ``streams`` extra: Kafka is imported here, never when ``miqps`` is.
-        Raises :class:`TimeoutError` when the topic cannot be read within ``timeout``
-        seconds.
-        """
-        try:
-            from streams.mapfollow import follow_maps
-        except ImportError as error:
-            raise RuntimeError(
-                f"Canonicalizer.from_kafka needs the 'streams' extra ({error})"
-            ) from error
-        canonicalizer = cls(use_prior=use_prior)
-        canonicalizer._stop_following = follow_maps(canonicalizer, bootstrap, topic, timeout)
-        return canonicalizer
-
     def close(self) -> None:
-        """Stop following the maps topic (nothing to do for maps from a file)."""
-        if self._stop_following is not None:
-            self._stop_following()
-            self._stop_following = None
+        """Release what the canonicalizer holds: nothing for maps from a file; one from
+        ``miqps.from_kafka`` stops following the maps topic."""
 
     def forget(self, domain: str) -> None:
         """Drop the map of ``domain``: its URLs get the conservative default again."""

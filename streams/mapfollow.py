@@ -1,5 +1,6 @@
-"""Follow the compacted maps topic into a :class:`miqps.canonical.Canonicalizer`: what
-``Canonicalizer.from_kafka`` runs, so that the core never imports Kafka itself."""
+"""Follow the compacted maps topic into a :class:`miqps.canonical.Canonicalizer`
+(:func:`from_kafka`, re-exported as ``miqps.from_kafka``): Kafka lives here, so the core
+never imports it."""
 
 from __future__ import annotations
 
@@ -40,3 +41,32 @@ def follow_maps(
                 f"within {timeout:g}s{cause}"
             )
     return feed.stop
+
+
+class FollowingCanonicalizer(Canonicalizer):
+    """A canonicalizer whose maps come from the maps topic, followed until :meth:`close`."""
+
+    _stop_following: Callable[[], None] | None = None
+
+    def close(self) -> None:
+        if self._stop_following is not None:
+            self._stop_following()
+            self._stop_following = None
+        super().close()
+
+
+def from_kafka(
+    bootstrap: str,
+    *,
+    topic: str = "miqps.maps",
+    timeout: float = 60.0,
+    use_prior: bool = True,
+) -> Canonicalizer:
+    """A canonicalizer following the compacted maps topic live: it returns once the topic
+    has been read up to where it ended, and a background thread installs every later map
+    (and removes a tombstoned one) until ``close()``. An invalid record is logged and
+    skipped; the last valid map of its domain stays. Raises :class:`TimeoutError` when the
+    topic cannot be read within ``timeout`` seconds."""
+    canonicalizer = FollowingCanonicalizer(use_prior=use_prior)
+    canonicalizer._stop_following = follow_maps(canonicalizer, bootstrap, topic, timeout)
+    return canonicalizer
