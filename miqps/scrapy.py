@@ -26,6 +26,11 @@ Settings:
   The feed is advisory: when the producer's local queue stays full after a few polls,
   the URL is dropped, counted and logged, and the crawl goes on; while the queue stays
   full, each further URL gets one try without waiting.
+- ``MIQPS_MAP_FEED`` (default ``streams.scrapyfeed.KafkaMapFeed``): the class (or its
+  import path) of the add-on's Kafka side, :class:`MapFeed`: it follows the maps topic for
+  ``MIQPS_KAFKA_BOOTSTRAP`` and feeds ``MIQPS_FEED_UNLEARNED``. It is loaded the way Scrapy
+  loads its own classes, only when one of those two is set, so that this module imports
+  nothing of Kafka.
 - ``MIQPS_REWRITE_REQUESTS`` (default False): also fetch each request the spider yields
   at its canonical URL (:class:`CanonicalRequestsMiddleware`), not at the URL the site
   gave; the site's URL stays in ``request.meta["miqps_original_url"]``. Redirects are
@@ -94,8 +99,8 @@ class MapsRequestFingerprinter:
         bootstrap = settings.get("MIQPS_KAFKA_BOOTSTRAP")
         maps = settings.get("MIQPS_MAPS")
         if bootstrap:
-            canonicalizer = Canonicalizer.from_kafka(
-                bootstrap, topic=settings.get("MIQPS_MAPS_TOPIC", "miqps.maps"), use_prior=use_prior
+            canonicalizer = load_map_feed(settings, "MIQPS_KAFKA_BOOTSTRAP").follow(
+                bootstrap, settings.get("MIQPS_MAPS_TOPIC", "miqps.maps"), use_prior
             )
         elif maps:
             canonicalizer = _canonicalizer_from_file(maps, use_prior)
@@ -109,7 +114,7 @@ class MapsRequestFingerprinter:
         )
         feed_to = settings.get("MIQPS_FEED_UNLEARNED")
         unlearned = (
-            connect_unlearned_feed(
+            load_map_feed(settings, "MIQPS_FEED_UNLEARNED").unlearned(
                 feed_to,
                 settings.get("MIQPS_RAW_TOPIC", "urls.raw"),
                 settings.getint("MIQPS_FEED_PER_PATTERN", 50),
@@ -210,16 +215,37 @@ class UnlearnedSink(Protocol):
     def close(self) -> None: ...
 
 
-def connect_unlearned_feed(bootstrap: str, topic: str, per_pattern: int) -> UnlearnedSink:
-    """The Kafka feed of ``MIQPS_FEED_UNLEARNED``: Kafka is imported here, only when the
-    feed is on, never when this module is."""
+class MapFeed(Protocol):
+    """The Kafka side of the add-on (``MIQPS_MAP_FEED``), made with no arguments."""
+
+    def follow(self, bootstrap: str, topic: str, use_prior: bool) -> Canonicalizer:
+        """A canonicalizer following the compacted maps ``topic`` live (until its
+        ``close()``), once it has read it to its end."""
+
+    def unlearned(self, bootstrap: str, topic: str, per_pattern: int) -> UnlearnedSink:
+        """The sink sending URLs of unlearned patterns to ``topic``, ``per_pattern`` at
+        most per host and pattern."""
+
+
+DEFAULT_MAP_FEED = "streams.scrapyfeed.KafkaMapFeed"
+
+
+def load_map_feed(settings: BaseSettings, needed_by: str) -> MapFeed:
+    """The ``MIQPS_MAP_FEED`` object, which the setting ``needed_by`` needs. An unloadable
+    feed stops the crawl with a :class:`RuntimeError` naming that setting, and the
+    ``streams`` extra when the default feed is not installed."""
+    feed_class = settings.get("MIQPS_MAP_FEED") or DEFAULT_MAP_FEED
     try:
-        from streams.scrapyfeed import UnlearnedFeed
-    except ImportError as error:
+        feed: MapFeed = load_object(feed_class)()
+    except (ImportError, NameError, ValueError) as error:
+        if feed_class == DEFAULT_MAP_FEED:
+            raise RuntimeError(
+                f"miqps.scrapy: {needed_by} needs the 'streams' extra ({error})"
+            ) from error
         raise RuntimeError(
-            f"miqps.scrapy: MIQPS_FEED_UNLEARNED needs the 'streams' extra ({error})"
+            f"miqps.scrapy: {needed_by}: MIQPS_MAP_FEED = {feed_class!r} cannot be loaded: {error}"
         ) from error
-    return UnlearnedFeed.connect(bootstrap, topic, per_pattern)
+    return feed
 
 
 _PLAIN_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#@:\[\]]*)(?:[/?#]|$)")

@@ -1,5 +1,7 @@
-"""The Scrapy add-on's feed of unlearned URLs to the raw topic (``MIQPS_FEED_UNLEARNED``):
-the add-on's only Kafka part, which :mod:`miqps.scrapy` imports only when the feed is on."""
+"""The Scrapy add-on's Kafka side, :class:`KafkaMapFeed` (the add-on's default
+``MIQPS_MAP_FEED``): the maps topic followed (``MIQPS_KAFKA_BOOTSTRAP``) and the feed of
+unlearned URLs to the raw topic (``MIQPS_FEED_UNLEARNED``). :mod:`miqps.scrapy` loads it
+only when one of those is set."""
 
 from __future__ import annotations
 
@@ -8,7 +10,10 @@ from typing import Protocol
 
 from confluent_kafka import Producer
 
-__all__ = ["FEED_ATTEMPTS", "FeedProducer", "UnlearnedFeed"]
+from miqps.canonical import Canonicalizer
+from streams.mapfollow import from_kafka
+
+__all__ = ["FEED_ATTEMPTS", "FeedProducer", "KafkaMapFeed", "UnlearnedFeed"]
 
 FEED_ATTEMPTS = 3
 FEED_POLL_SECONDS = 0.05
@@ -71,3 +76,13 @@ class UnlearnedFeed:
 
     def close(self) -> None:
         self.producer.flush(10)
+
+
+class KafkaMapFeed:
+    """The add-on's Kafka side (:class:`miqps.scrapy.MapFeed`)."""
+
+    def follow(self, bootstrap: str, topic: str, use_prior: bool) -> Canonicalizer:
+        return from_kafka(bootstrap, topic=topic, use_prior=use_prior)
+
+    def unlearned(self, bootstrap: str, topic: str, per_pattern: int) -> UnlearnedFeed:
+        return UnlearnedFeed.connect(bootstrap, topic, per_pattern)

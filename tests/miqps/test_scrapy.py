@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from scrapy import Request
@@ -91,6 +91,83 @@ def test_the_unlearned_feed_without_kafka_names_the_streams_extra(
     monkeypatch.delitem(sys.modules, "streams.scrapyfeed", raising=False)
     with pytest.raises(RuntimeError, match="MIQPS_FEED_UNLEARNED needs the 'streams' extra"):
         maps_fingerprinter([product_map()], tmp_path, MIQPS_FEED_UNLEARNED="127.0.0.1:1")
+
+
+def test_following_the_maps_topic_without_kafka_names_the_streams_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # as if not installed
+    monkeypatch.delitem(sys.modules, "streams.scrapyfeed", raising=False)
+    with pytest.raises(RuntimeError, match="MIQPS_KAFKA_BOOTSTRAP needs the 'streams' extra"):
+        maps_fingerprinter([product_map()], tmp_path, MIQPS_KAFKA_BOOTSTRAP="127.0.0.1:1")
+
+
+class RecordingMapFeed:
+    """A ``MIQPS_MAP_FEED`` of a project's own: maps from a list, URLs into one."""
+
+    calls: ClassVar[list[tuple[str, ...]]] = []
+
+    def follow(self, bootstrap: str, topic: str, use_prior: bool) -> Canonicalizer:
+        self.calls.append(("follow", bootstrap, topic, str(use_prior)))
+        canonicalizer = Canonicalizer(use_prior=use_prior)
+        canonicalizer.load({HOST: product_map()})
+        return canonicalizer
+
+    def unlearned(self, bootstrap: str, topic: str, per_pattern: int) -> RecordingSink:
+        self.calls.append(("unlearned", bootstrap, topic, str(per_pattern)))
+        return RecordingSink()
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def send(self, domain: str, pattern: str, url: str) -> str | None:
+        self.sent.append(url)
+        return "fed"
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_kafka_side_is_the_map_feed_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(RecordingMapFeed, "calls", [])
+    crawler = get_crawler(
+        settings_dict={
+            "MIQPS_MAP_FEED": f"{__name__}.RecordingMapFeed",
+            "MIQPS_KAFKA_BOOTSTRAP": "kafka.test:9092",
+            "MIQPS_MAPS_TOPIC": "maps.test",
+            "MIQPS_FEED_UNLEARNED": "kafka.test:9092",
+            "MIQPS_RAW_TOPIC": "raw.test",
+            "MIQPS_FEED_PER_PATTERN": 7,
+        }
+    )
+    fingerprinter = MapsRequestFingerprinter.from_crawler(crawler)
+    assert RecordingMapFeed.calls == [
+        ("follow", "kafka.test:9092", "maps.test", "True"),
+        ("unlearned", "kafka.test:9092", "raw.test", "7"),
+    ]
+    fingerprint = fingerprinter.fingerprint
+    assert fingerprint(Request(f"https://{HOST}/p/1?id=7&ref=a&sid=1")) == fingerprint(
+        Request(f"https://{HOST}/p/1?sid=9&id=7&ref=b")
+    )
+    fingerprint(Request("https://other.test/?q=1"))
+    assert isinstance(fingerprinter.unlearned, RecordingSink)
+    assert fingerprinter.unlearned.sent == ["https://other.test/?q=1"]
+
+
+def test_an_unloadable_map_feed_is_named(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match=r"MIQPS_MAP_FEED = 'nowhere\.Feed' cannot be loaded"):
+        maps_fingerprinter(
+            [product_map()],
+            tmp_path,
+            MIQPS_MAP_FEED="nowhere.Feed",
+            MIQPS_FEED_UNLEARNED="127.0.0.1:1",
+        )
+    # Without a Kafka setting the feed is never loaded, so a file of maps needs nothing.
+    maps_fingerprinter([product_map()], tmp_path, MIQPS_MAP_FEED="nowhere.Feed")
 
 
 # --- the optional request rewriting --------------------------------------------------

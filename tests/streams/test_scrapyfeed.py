@@ -8,15 +8,18 @@ from pathlib import Path
 
 import pytest
 from scrapy import Request
+from scrapy.utils.test import get_crawler
 
 from miqps.maps import DomainMap
+from miqps.scrapy import MapsRequestFingerprinter
 from streams.scrapyfeed import FEED_ATTEMPTS, UnlearnedFeed
 from streams.settings import Settings as StreamSettings
 from testkit.tools import TopicReader
-from tests.miqps.test_api import HOST, maps_topic, product_map
+from tests.miqps.test_api import HOST, product_map
 from tests.miqps.test_scrapy import maps_fingerprinter
+from tests.streams.test_mapfollow import eventually, maps_topic
 
-__all__ = ["maps_topic"]  # a fixture shared with test_api
+__all__ = ["maps_topic"]  # a fixture shared with test_mapfollow
 
 
 class FullQueueProducer:
@@ -90,3 +93,26 @@ def test_unlearned_patterns_are_fed_to_the_raw_topic(
     assert sent == sorted(unlearned[:2] + unmapped)
     stats = fingerprinter.stats
     assert stats is not None and stats.get_value("miqps/unlearned_fed") == 3
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(120)
+def test_the_addon_follows_the_maps_topic_live(
+    maps_topic: tuple[str, Callable[[DomainMap | None], None]], tmp_path: Path
+) -> None:
+    where, publish = maps_topic
+    bootstrap, topic = where.split("|")
+    publish(product_map(1, drop="ref"))
+    crawler = get_crawler(
+        settings_dict={"MIQPS_KAFKA_BOOTSTRAP": bootstrap, "MIQPS_MAPS_TOPIC": topic}
+    )
+    fingerprinter = MapsRequestFingerprinter.from_crawler(crawler)
+    try:
+        url = f"https://{HOST}/p/9?id=7&ref=mail&sid=1"
+        assert fingerprinter.canonical_url(Request(url)) == f"https://{HOST}/p/9?id=7"
+        publish(product_map(2, drop="id"))  # a newer version: id neutral, ref kept
+        assert eventually(
+            lambda: fingerprinter.canonical_url(Request(url)) == f"https://{HOST}/p/9?ref=mail"
+        )
+    finally:
+        fingerprinter.close()
