@@ -11,7 +11,7 @@ as the stream and ``miqps learn`` feed it. Printed per trial (each with other ap
 another choice of audited items): URLs passed when ``size`` was restored, audits, fetches
 and fetches per 1,000 URLs. A control store whose ``size`` changes nothing must restore
 nothing. Last, what choosing items costs the canonicalizer front per URL of a learned
-pattern that drops parameters (:class:`streams.sampler.AuditForwarder`), against the
+pattern that drops parameters (:class:`streams.front.sampler.AuditForwarder`), against the
 decision it makes for every URL anyway (``Canonicalizer.decide``), timed in the same run::
 
     .venv/bin/python -m bench.audit [--trials 10] [--urls 20000] [--items 4000] [--share 0.05]
@@ -288,7 +288,7 @@ async def run_simweb_trial(
 
 def front_cost(urls: list[NormalizedURL], share: float) -> tuple[float, float]:
     """Microseconds per URL: the front's audit choice, and the decision of the URL."""
-    from streams.sampler import AuditForwarder
+    from streams.front.sampler import AuditForwarder
 
     domain_map = wrong_map(urls[0].host)
     patterns = [url.pattern for url in urls]

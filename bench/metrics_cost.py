@@ -47,11 +47,11 @@ from bench.stream_throughput import (
     learned_inputs,
     process_tree,
 )
-from streams.front import CanonicalizerFront
-from streams.frontmetrics import FrontCollector
-from streams.kafka import consumer_config, ensure_topics
-from streams.livemaps import LiveMaps
-from streams.mapfeed import MapFeed
+from streams.front.loop import CanonicalizerFront
+from streams.front.metrics import FrontCollector
+from streams.kafka.admin import consumer_config, ensure_topics
+from streams.maps.feed import MapFeed
+from streams.maps.live import LiveMaps
 from streams.settings import Settings
 from testkit.tools import WorkerProcess, delete_topics
 

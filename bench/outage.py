@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from streams.kafka import ensure_topics
-from streams.lograte import rate_limit_handlers
+from streams.kafka.admin import ensure_topics
+from streams.kafka.lograte import rate_limit_handlers
 from streams.settings import Settings
 from testkit.localbroker import LocalBroker
 from testkit.outages import (

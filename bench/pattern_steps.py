@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable
 
 from miqps.urls import parse
+from streams.agents.pattern_stats_processor import PatternStatsProcessor
+from streams.agents.shape_stats import ShapeStats
 from streams.messages import Observation
-from streams.pattern_processor import PatternStatsProcessor
 from streams.settings import LearningPolicy
-from streams.stats import ShapeStats
 
 POLICY = LearningPolicy()
 ALLOWLIST: frozenset[str] = frozenset()

@@ -7,7 +7,7 @@ share the input's partitions. Each round changes one domain's map (``ref`` kept,
 dropped) and probes every input partition with a fresh URL every 50 ms until each
 partition's output shows the new version: then every worker has it live.
 
-- baseline: the next version published with :func:`streams.maphistory.publish_map` alone;
+- baseline: the next version published with :func:`streams.maps.history.publish_map` alone;
 - rollback: ``miqps maps rollback DOMAIN --to V`` run in this process, from the start of
   the command (which reads the domain's history and current map first).
 
@@ -31,9 +31,9 @@ from confluent_kafka import Producer
 
 from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification
 from streams import cli
-from streams.clients import produce
-from streams.kafka import ensure_topics, producer_config
-from streams.maphistory import ProducerSink, publish_map
+from streams.kafka.admin import ensure_topics, producer_config
+from streams.kafka.clients import produce
+from streams.maps.history import ProducerSink, publish_map
 from streams.settings import Settings
 from testkit.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings
 

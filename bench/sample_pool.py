@@ -8,10 +8,11 @@ Times, per step, what the pattern-stats agent does around the pool (read the rec
 a pack of sightings of a busy shape, look for due patterns, write the record, as
 ``bench.pattern_steps`` drives it), and, per URL, what the front's ``LocalSampler`` spends
 deciding whether to forward a URL of a shop's product pattern. The baseline is
-``miqps/sampling.py``, ``streams/stats.py`` and ``streams/sampler.py`` as they were at git
-revision ``REV`` (by default the version before the last change to ``miqps/sampling.py``),
-loaded from git beside the current ones. Prints microseconds, the ratio current / baseline
-(lower is cheaper), the record's size and how many URLs the front forwards.
+``miqps/sampling.py``, ``streams/agents/shape_stats.py`` and ``streams/front/sampler.py`` as they
+were at git revision ``REV`` (by default the version before the last change to
+``miqps/sampling.py``), loaded from git beside the current ones (at the path each had
+then). Prints microseconds, the ratio current / baseline (lower is cheaper), the record's
+size and how many URLs the front forwards.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import sys
 import time
 from types import ModuleType
 
-import streams.sampler
-import streams.stats
+import streams.agents.shape_stats
+import streams.front.sampler
 from bench.pattern_steps import ALLOWLIST, POLICY, packs
 from bench.revisions import before_last_change
 from miqps.urls import NormalizedURL, parse
@@ -32,10 +33,22 @@ from streams.messages import Observation
 _POOL_FILE = "miqps/sampling.py"
 
 
+# Where a module was before streams/ was grouped by role.
+_EARLIER_PATHS = {
+    "streams/agents/shape_stats.py": "streams/stats.py",
+    "streams/front/sampler.py": "streams/sampler.py",
+}
+
+
 def load(revision: str, path: str, name: str, renames: dict[str, str]) -> ModuleType:
-    source = subprocess.run(
-        ["git", "show", f"{revision}:{path}"], check=True, capture_output=True, text=True
-    ).stdout
+    shown = subprocess.run(["git", "show", f"{revision}:{path}"], capture_output=True, text=True)
+    if shown.returncode and path in _EARLIER_PATHS:
+        path = _EARLIER_PATHS[path]
+        shown = subprocess.run(
+            ["git", "show", f"{revision}:{path}"], capture_output=True, text=True
+        )
+    shown.check_returncode()
+    source = shown.stdout
     for old, new in renames.items():
         source = source.replace(f"from {old} import", f"from {new} import")
     module = ModuleType(name)
@@ -85,8 +98,13 @@ def main() -> None:
     args = parser.parse_args()
     revision = args.baseline or before_last_change(_POOL_FILE)
     pool = load(revision, _POOL_FILE, "sampling_baseline", {})
-    stats = load(revision, "streams/stats.py", "stats_baseline", {"miqps.sampling": pool.__name__})
-    sampler = load(revision, "streams/sampler.py", "sampler_baseline", {})
+    stats = load(
+        revision,
+        "streams/agents/shape_stats.py",
+        "stats_baseline",
+        {"miqps.sampling": pool.__name__},
+    )
+    sampler = load(revision, "streams/front/sampler.py", "sampler_baseline", {})
     work = packs(args.steps, 64)
     urls = [
         parse(
@@ -97,9 +115,9 @@ def main() -> None:
     print(f"baseline {revision}; {args.steps} agent steps, {args.urls} front URLs")
     for run in range(args.repeat):
         before, before_size = agent_steps(stats, work)
-        after, after_size = agent_steps(streams.stats, work)
+        after, after_size = agent_steps(streams.agents.shape_stats, work)
         front_before, forwarded_before = front_offers(sampler, urls)
-        front_after, forwarded_after = front_offers(streams.sampler, urls)
+        front_after, forwarded_after = front_offers(streams.front.sampler, urls)
         print(
             f"run {run + 1}: agent step {before:6.1f} -> {after:6.1f} µs ({after / before:.2f}×),"
             f" record {before_size} -> {after_size} B;"

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from bench.pattern_steps import ALLOWLIST, POLICY, packs, unlearned
 from miqps.urls import parse, split_pattern
+from streams.agents.pattern_stats_processor import PatternStatsProcessor
 from streams.messages import (
     Observation,
     UrlSample,
@@ -24,7 +25,6 @@ from streams.messages import (
     read_sample_items,
     sample_to_bytes,
 )
-from streams.pattern_processor import PatternStatsProcessor
 
 
 def as_messages(work: list[list[Observation]]) -> list[bytes]:

@@ -30,7 +30,7 @@ from pathlib import Path
 from confluent_kafka import Consumer
 
 from bench.stream_throughput import high_watermarks, learned_inputs, passthrough
-from streams.kafka import consumer_config, ensure_topics
+from streams.kafka.admin import consumer_config, ensure_topics
 from streams.settings import Settings
 from testkit.tools import WorkerProcess, delete_topics, isolated_settings
 

@@ -36,7 +36,7 @@ from confluent_kafka.admin import AdminClient
 
 from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification, utc_now
 from miqps.urls import parse
-from streams.kafka import consumer_config, ensure_topics, producer_config
+from streams.kafka.admin import consumer_config, ensure_topics, producer_config
 from streams.settings import LearningPolicy, Settings
 from testkit.tools import WorkerProcess, delete_topics, produce
 from testkit.tools import isolated_settings as isolated_settings_of
@@ -351,7 +351,7 @@ def measure_memory(base: Settings, args: argparse.Namespace, root: Path) -> None
 
 
 LIVE_LINE = re.compile(
-    r"^\[(?P<at>[\d-]+ [\d:,]+)\].*streams.mapfeed: map live: (?P<domain>\S+) v(?P<version>\d+)"
+    r"^\[(?P<at>[\d-]+ [\d:,]+)\].*streams.maps.feed: map live: (?P<domain>\S+) v(?P<version>\d+)"
 )
 
 

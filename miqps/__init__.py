@@ -23,7 +23,7 @@ from miqps.maps import DomainMap, InvalidMap
 from miqps.urls import InvalidURL
 
 if TYPE_CHECKING:
-    from streams.mapfollow import from_kafka
+    from streams.maps.follow import from_kafka
 
 __all__ = [
     "Canonicalizer",
@@ -42,7 +42,7 @@ def __getattr__(name: str) -> Any:
     if name != "from_kafka":
         raise AttributeError(f"module 'miqps' has no attribute {name!r}")
     try:
-        from streams.mapfollow import from_kafka
+        from streams.maps.follow import from_kafka
     except ImportError as error:
         raise ImportError(f"miqps.from_kafka needs the 'streams' extra ({error})") from error
     return from_kafka

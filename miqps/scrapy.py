@@ -26,7 +26,7 @@ Settings:
   The feed is advisory: when the producer's local queue stays full after a few polls,
   the URL is dropped, counted and logged, and the crawl goes on; while the queue stays
   full, each further URL gets one try without waiting.
-- ``MIQPS_MAP_FEED`` (default ``streams.scrapyfeed.KafkaMapFeed``): the class (or its
+- ``MIQPS_MAP_FEED`` (default ``streams.maps.scrapyfeed.KafkaMapFeed``): the class (or its
   import path) of the add-on's Kafka side, :class:`MapFeed`: it follows the maps topic for
   ``MIQPS_KAFKA_BOOTSTRAP`` and feeds ``MIQPS_FEED_UNLEARNED``. It is loaded the way Scrapy
   loads its own classes, only when one of those two is set, so that this module imports
@@ -206,7 +206,7 @@ class MapsRequestFingerprinter:
 
 class UnlearnedSink(Protocol):
     """Where :class:`MapsRequestFingerprinter` sends URLs of unlearned patterns
-    (``streams.scrapyfeed.UnlearnedFeed``, the Kafka producer)."""
+    (``streams.maps.scrapyfeed.UnlearnedFeed``, the Kafka producer)."""
 
     def send(self, domain: str, pattern: str, url: str) -> str | None:
         """The outcome counted as ``miqps/unlearned_<outcome>`` ("fed" or "dropped"), or
@@ -227,7 +227,7 @@ class MapFeed(Protocol):
         most per host and pattern."""
 
 
-DEFAULT_MAP_FEED = "streams.scrapyfeed.KafkaMapFeed"
+DEFAULT_MAP_FEED = "streams.maps.scrapyfeed.KafkaMapFeed"
 
 
 def load_map_feed(settings: BaseSettings, needed_by: str) -> MapFeed:

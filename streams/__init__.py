@@ -1,4 +1,4 @@
 """The Kafka stream processor over the :mod:`miqps` core (the ``streams`` extra).
 
-Its one public name is ``miqps.from_kafka`` (:func:`streams.mapfollow.from_kafka`): a
+Its one public name is ``miqps.from_kafka`` (:func:`streams.maps.follow.from_kafka`): a
 :class:`miqps.Canonicalizer` following the compacted maps topic live."""

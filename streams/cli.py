@@ -13,13 +13,13 @@ from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import Any, Literal, get_args, get_origin
 
-from streams.lifecycle import (
+from streams.kafka.lograte import rate_limit_handlers
+from streams.settings import Settings, SettingsError, Topics, variable_at, variables
+from streams.worker.lifecycle import (
     EXIT_MARGIN,
     StopDeadline,
     wait_for_broker,
 )
-from streams.lograte import rate_limit_handlers
-from streams.settings import Settings, SettingsError, Topics, variable_at, variables
 
 log = logging.getLogger("streams.cli")
 
@@ -34,7 +34,7 @@ def main(command: str, args: list[str]) -> int:
     if command == "maps":
         return run_maps(args)
     if command == "dashboard":
-        from streams.dashboard import dashboard_parser, run_dashboard
+        from streams.ops.dashboard import dashboard_parser, run_dashboard
 
         parser = dashboard_parser()
         _common(parser)
@@ -155,7 +155,7 @@ def _stop_requests_set(event: threading.Event, deadline: StopDeadline) -> Iterat
 def _ensure_topics(settings: Settings, stop_timeout: float) -> dict[str, int] | None:
     """The partition count of each topic, once the broker answers (waiting as long as it
     takes); None if a stop was requested first."""
-    from streams.kafka import ensure_topics
+    from streams.kafka.admin import ensure_topics
 
     stopping = threading.Event()
     deadline = StopDeadline(
@@ -180,7 +180,7 @@ def run_worker(argv: Sequence[str]) -> int:
     rate_limit_handlers()
     settings = _settings(args)
     roles = frozenset(settings.agents)
-    from streams.runtime import ROLES
+    from streams.worker.runtime import ROLES
 
     if not roles or roles - set(ROLES):
         print(f"miqps worker: --agents takes {' and/or '.join(ROLES)}", file=sys.stderr)
@@ -210,9 +210,9 @@ def _run_faust(
     loglevel: str,
     stop_timeout: float,
 ) -> int:
-    from streams.app import create_app
-    from streams.runtime import Runtime, ThreadsService
-    from streams.worker import StreamWorker
+    from streams.worker.app import create_app
+    from streams.worker.process import StreamWorker
+    from streams.worker.runtime import Runtime, ThreadsService
 
     runtime = Runtime(settings, roles, partitions, stop_timeout)
     app = create_app(runtime)
@@ -244,7 +244,7 @@ def maps_parser() -> argparse.ArgumentParser:
 
 
 def run_maps(argv: Sequence[str]) -> int:
-    from streams import mapadmin
+    from streams.maps import admin as mapadmin
 
     if argv[:1] and argv[0] in mapadmin.COMMANDS:
         return mapadmin.run(argv, _common, _settings)
@@ -253,7 +253,7 @@ def run_maps(argv: Sequence[str]) -> int:
     topic = args.topic or settings.topics.maps
     from confluent_kafka import KafkaException
 
-    from streams.clients import read_compacted
+    from streams.kafka.clients import read_compacted
 
     latest: dict[str, bytes] = {}
     try:

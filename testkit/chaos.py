@@ -26,8 +26,8 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from simweb.corpus import generate_corpus
 from simweb.server import SimWeb
 from simweb.sites import Site, build_sites
-from streams.clients import read_compacted
-from streams.kafka import consumer_config, ensure_topics, producer_config
+from streams.kafka.admin import consumer_config, ensure_topics, producer_config
+from streams.kafka.clients import read_compacted
 from streams.settings import LearningPolicy, Settings
 from testkit.localbroker import LocalBroker
 from testkit.tools import WorkerProcess, delete_topics, isolated_settings

@@ -33,7 +33,7 @@ import orjson
 from simweb.corpus import CorpusURL, generate_corpus
 from simweb.server import SimWeb
 from simweb.sites import FAMILIES, build_sites
-from streams.kafka import ensure_topics
+from streams.kafka.admin import ensure_topics
 from streams.messages import NO_SAMPLES, ONE_PAGE, UNREACHABLE
 from streams.settings import LearningPolicy, Settings
 from testkit.tools import (

@@ -17,9 +17,9 @@ from typing import IO
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from streams.clients import DeliveryReports
-from streams.clients import produce as send
-from streams.kafka import consumer_config, producer_config
+from streams.kafka.admin import consumer_config, producer_config
+from streams.kafka.clients import DeliveryReports
+from streams.kafka.clients import produce as send
 from streams.settings import Settings, variables
 
 

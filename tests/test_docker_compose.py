@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from streams.cli import worker_parser
-from streams.runtime import ROLES
 from streams.settings import Settings, Topics
+from streams.worker.runtime import ROLES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -204,5 +204,5 @@ def test_grafana_is_provisioned_with_prometheus_and_the_dashboard(compose: dict[
         assert panel["targets"], panel["title"]
         for target in panel["targets"]:
             assert target["datasource"]["uid"] == source["uid"]
-            # tests/streams/test_metrics.py checks these names against a real worker's scrape
+            # tests/streams/ops/test_metrics.py checks these names against a real worker's scrape
             assert re.search(r"\bmiqps_[a-z_]+", target["expr"]), target["expr"]

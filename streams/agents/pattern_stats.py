@@ -29,7 +29,11 @@ from faust.types import EventT
 
 from miqps.urls import InvalidURL
 from streams.agents import source_of
-from streams.deadlines import DeadlineTracker
+from streams.agents.deadlines import DeadlineTracker
+from streams.agents.pattern_stats_processor import PatternStatsProcessor
+from streams.agents.shape_stats import stats_key
+from streams.kafka.tables import PATTERN_STATS_TABLE, rocksdb_options
+from streams.kafka.topics import raw_topic
 from streams.messages import (
     BadInput,
     DeadLetter,
@@ -39,11 +43,7 @@ from streams.messages import (
     read_observation,
     read_sample_items,
 )
-from streams.pattern_processor import PatternStatsProcessor
-from streams.runtime import Runtime
-from streams.stats import stats_key
-from streams.tables import PATTERN_STATS_TABLE, rocksdb_options
-from streams.topics import raw_topic
+from streams.worker.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

@@ -21,16 +21,16 @@ import orjson
 from faust.types import EventT
 
 from miqps.fetch import Fetcher
-from streams.acks import OrderedAcks, Ticket
 from streams.agents import source_of
-from streams.maphistory import FaustSink, probe_producer, publish_map
+from streams.agents.acks import OrderedAcks, Ticket
+from streams.agents.probe_processor import ProbeOutcome, Probing
+from streams.agents.scheduler import DomainScheduler
+from streams.kafka.tables import PROBE_DEMAND_TABLE, rocksdb_options
+from streams.kafka.topics import raw_topic
+from streams.maps.history import FaustSink, probe_producer, publish_map
 from streams.messages import BadInput, DeadLetter, ProbeRequest
-from streams.metrics import ProbeAgentState
-from streams.probing import ProbeOutcome, Probing
-from streams.runtime import Runtime
-from streams.scheduler import DomainScheduler
-from streams.tables import PROBE_DEMAND_TABLE, rocksdb_options
-from streams.topics import raw_topic
+from streams.ops.metrics import ProbeAgentState
+from streams.worker.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

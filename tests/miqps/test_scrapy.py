@@ -88,7 +88,7 @@ def test_the_unlearned_feed_without_kafka_names_the_streams_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # as if not installed
-    monkeypatch.delitem(sys.modules, "streams.scrapyfeed", raising=False)
+    monkeypatch.delitem(sys.modules, "streams.maps.scrapyfeed", raising=False)
     with pytest.raises(RuntimeError, match="MIQPS_FEED_UNLEARNED needs the 'streams' extra"):
         maps_fingerprinter([product_map()], tmp_path, MIQPS_FEED_UNLEARNED="127.0.0.1:1")
 
@@ -97,7 +97,7 @@ def test_following_the_maps_topic_without_kafka_names_the_streams_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # as if not installed
-    monkeypatch.delitem(sys.modules, "streams.scrapyfeed", raising=False)
+    monkeypatch.delitem(sys.modules, "streams.maps.scrapyfeed", raising=False)
     with pytest.raises(RuntimeError, match="MIQPS_KAFKA_BOOTSTRAP needs the 'streams' extra"):
         maps_fingerprinter([product_map()], tmp_path, MIQPS_KAFKA_BOOTSTRAP="127.0.0.1:1")
 

@@ -11,8 +11,8 @@ import pytest
 
 from bench.audit import serve_store, store_host, store_urls, wrong_map
 from miqps.maps import parse_map
-from streams.clients import read_compacted
-from streams.kafka import ensure_topics
+from streams.kafka.admin import ensure_topics
+from streams.kafka.clients import read_compacted
 from streams.settings import Settings
 from testkit.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
 from tests.streams.support import assert_valid

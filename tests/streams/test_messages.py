@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification
 from miqps.urls import split_pattern
+from streams.agents.shape_stats import ENOUGH_SAMPLES, RETRY, REVERIFY, TIME_LIMIT
 from streams.messages import (
     AUDIT,
     SAMPLE_TYPES,
@@ -35,7 +36,6 @@ from streams.messages import (
     read_sample,
     sample_to_bytes,
 )
-from streams.stats import ENOUGH_SAMPLES, RETRY, REVERIFY, TIME_LIMIT
 from tests.streams.support import SCHEMAS, assert_valid
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from streams.kafka import ensure_topics
-from streams.lograte import DEFAULT_INTERVAL
+from streams.kafka.admin import ensure_topics
+from streams.kafka.lograte import DEFAULT_INTERVAL
 from streams.settings import Settings
 from testkit.localbroker import LocalBroker
 from testkit.outages import (

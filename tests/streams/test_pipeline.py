@@ -28,12 +28,12 @@ from simweb.corpus import CorpusURL, generate_corpus
 from simweb.resolve import page_shown
 from simweb.server import SimWeb
 from simweb.sites import Site, build_sites
-from streams.clients import read_compacted
-from streams.kafka import ensure_topics
+from streams.kafka.admin import ensure_topics
+from streams.kafka.clients import read_compacted
+from streams.kafka.partitioning import key_partition
+from streams.kafka.tables import changelog_topics
 from streams.messages import ONE_PAGE, UNREACHABLE
-from streams.partitioning import key_partition
 from streams.settings import LearningPolicy, Settings
-from streams.tables import changelog_topics
 from testkit.tools import TopicReader, WorkerProcess, delete_topics, produce
 from testkit.tools import isolated_settings as isolated_settings_of
 from tests.streams.conftest import DriftingSite

@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 from simweb.corpus import generate_corpus
 from simweb.server import SimWeb
 from simweb.sites import Site, build_sites
-from streams.kafka import ensure_topics
+from streams.kafka.admin import ensure_topics
 from streams.settings import Settings, Topics, variables
 from testkit.tools import TopicReader, produce, worker_command
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from simweb.polite import PoliteWeb
-from streams.kafka import ensure_topics
+from streams.kafka.admin import ensure_topics
 from streams.messages import ProbeRequest, RequestedPattern
 from streams.settings import Settings
 from testkit.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce

@@ -13,9 +13,10 @@ import yaml
 from miqps.fetch import FetchConfig
 from miqps.learner import LearnConfig
 from streams.cli import _settings, worker_parser
-from streams.front import CanonicalizerFront
-from streams.livemaps import LiveMaps
-from streams.mapfeed import MapFeed
+from streams.front.loop import CanonicalizerFront
+from streams.kafka.tables import changelog_topics
+from streams.maps.feed import MapFeed
+from streams.maps.live import LiveMaps
 from streams.settings import (
     LearningPolicy,
     Settings,
@@ -25,7 +26,6 @@ from streams.settings import (
     documentation_table,
     variables,
 )
-from streams.tables import changelog_topics
 from testkit.tools import worker_env
 
 REPO = Path(__file__).resolve().parents[2]

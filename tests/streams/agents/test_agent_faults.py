@@ -17,9 +17,9 @@ from typing import Any
 import orjson
 import pytest
 
-from streams.kafka import ensure_topics
+from streams.agents.shape_stats import PatternState
+from streams.kafka.admin import ensure_topics
 from streams.settings import LearningPolicy, Settings
-from streams.stats import PatternState
 from testkit.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
 from tests.streams.conftest import DriftingSite
 from tests.streams.support import assert_valid

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from miqps.urls import parse
+from streams.agents.deadlines import DeadlineTracker
 from streams.agents.pattern_stats import restore_deadlines
-from streams.deadlines import DeadlineTracker
-from streams.pattern_processor import PatternStatsProcessor
+from streams.agents.pattern_stats_processor import PatternStatsProcessor
+from streams.agents.shape_stats import ShapeStats
 from streams.settings import LearningPolicy
-from streams.stats import ShapeStats
 
 POLICY = LearningPolicy(rare_after=100.0, retry_after=50.0)
 ALLOWLIST: frozenset[str] = frozenset()

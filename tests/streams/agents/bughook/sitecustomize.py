@@ -14,19 +14,19 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from streams import pattern_processor, probing
+from streams.agents import pattern_stats_processor, probe_processor
 from streams.messages import ProbeRequest
 
 _bugs = os.environ.get("MIQPS_TEST_BUGS", "")
 _lost = int(os.environ.get("MIQPS_TEST_LOST_REQUESTS") or 0)
 _calls = {"apply": 0, "handle": 0}
-_apply = pattern_processor.PatternStatsProcessor.apply
-_handle = probing.Probing.handle
+_apply = pattern_stats_processor.PatternStatsProcessor.apply
+_handle = probe_processor.Probing.handle
 
 
 def _buggy_apply(
-    self: pattern_processor.PatternStatsProcessor, *args: Any, **kwargs: Any
-) -> pattern_processor.Step:
+    self: pattern_stats_processor.PatternStatsProcessor, *args: Any, **kwargs: Any
+) -> pattern_stats_processor.Step:
     _calls["apply"] += 1
     if _bugs == "always" or _calls["apply"] <= int(_bugs or 0):
         raise AttributeError("'NoneType' object has no attribute 'patterns' (planted bug)")
@@ -34,8 +34,8 @@ def _buggy_apply(
 
 
 async def _losing_handle(
-    self: probing.Probing, requests: Iterable[ProbeRequest], *args: Any, **kwargs: Any
-) -> list[probing.ProbeOutcome]:
+    self: probe_processor.Probing, requests: Iterable[ProbeRequest], *args: Any, **kwargs: Any
+) -> list[probe_processor.ProbeOutcome]:
     _calls["handle"] += 1
     if _calls["handle"] <= _lost:
         print(f"planted loss: probe requests dropped: {[r.shape for r in requests]}", flush=True)
@@ -43,5 +43,5 @@ async def _losing_handle(
     return await _handle(self, requests, *args, **kwargs)
 
 
-pattern_processor.PatternStatsProcessor.apply = _buggy_apply  # type: ignore[method-assign]
-probing.Probing.handle = _losing_handle  # type: ignore[method-assign]
+pattern_stats_processor.PatternStatsProcessor.apply = _buggy_apply  # type: ignore[method-assign]
+probe_processor.Probing.handle = _losing_handle  # type: ignore[method-assign]

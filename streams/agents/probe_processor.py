@@ -1,0 +1,229 @@
+"""Turning probe requests into calls of the core's :func:`miqps.update.update_map`, and its
+outcome into audit records for ``miqps.map-updates``.
+
+Requests for one path shape of a domain are decided together (the learner pools evidence
+over all the sample URLs it gets); how a pattern is decided, skipped or left undecided is
+the core's business (see :mod:`miqps.update`). Audit requests (the front's URLs of learned
+patterns that drop parameters) go to :func:`miqps.audit.audit_map`, after the domain's
+learning, against its newest map.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+
+from miqps.audit import DEFAULT_AUDIT_SHARE, Audit, AuditRule, ItemMemory, audit_map
+from miqps.content import VolatilityModel
+from miqps.fetch import Fetcher
+from miqps.learner import LearnConfig, Learner
+from miqps.maps import DomainMap
+from miqps.prober import PageProber
+from miqps.update import DEFAULT_MAX_FLIP_SHARE, Request, update_map
+from miqps.urls import InvalidURL, NormalizedURL, parse
+from streams.maps.live import LiveMaps
+from streams.messages import (
+    AUDIT,
+    MapUpdateRecord,
+    ProbeRequest,
+    RequestedPattern,
+    audit_records,
+)
+
+log = logging.getLogger(__name__)
+
+AUDITED_DOMAINS_REMEMBERED = 1000
+
+
+@dataclass(slots=True)
+class DomainWork:
+    domain: str
+    patterns: dict[str, RequestedPattern] = field(default_factory=dict)
+    urls: dict[str, None] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ProbeOutcome:
+    domain: str
+    published: DomainMap | None
+    audits: list[MapUpdateRecord]
+    fetches: int
+    skipped: list[str]
+    audit: Audit | None = None
+    audit_requests: int = 0
+
+
+def is_audit(request: ProbeRequest) -> bool:
+    return all(info.reason == AUDIT for info in request.patterns.values())
+
+
+def group_by_domain(requests: Iterable[ProbeRequest]) -> dict[str, list[DomainWork]]:
+    """Per domain, one piece of work per path shape, the smallest sample pool first."""
+    work: dict[str, dict[str, DomainWork]] = {}
+    for request in requests:
+        shapes = work.setdefault(request.domain, {})
+        item = shapes.setdefault(request.shape, DomainWork(request.domain))
+        for pattern, info in request.patterns.items():
+            item.patterns.setdefault(pattern, info)
+        for url in request.urls:
+            item.urls[url] = None
+    return {
+        domain: sorted(shapes.values(), key=lambda item: len(item.urls))
+        for domain, shapes in work.items()
+    }
+
+
+class Probing:
+    def __init__(
+        self,
+        live_maps: LiveMaps,
+        fetcher: Fetcher,
+        config: LearnConfig | None = None,
+        max_flip_share: float = DEFAULT_MAX_FLIP_SHARE,
+        audit_share: float = DEFAULT_AUDIT_SHARE,
+    ) -> None:
+        self.live_maps = live_maps
+        self.fetcher = fetcher
+        self.config = config or LearnConfig()
+        self.max_flip_share = max_flip_share
+        self.audit_rule = AuditRule(audit_share, str(self.config.seed))
+        self.audited = ItemMemory()
+        self._published: dict[str, DomainMap] = {}
+        # The noise learned on each domain's pages by its audits, for its next audits.
+        self._audit_noise: OrderedDict[str, VolatilityModel] = OrderedDict()
+
+    def current(self, domain: str) -> DomainMap | None:
+        """The newest map of ``domain``: the live one, or the one this worker just published
+        and the feed has not delivered yet."""
+        compiled = self.live_maps.get(domain)
+        mine = self._published.get(domain)
+        if mine is not None:
+            if compiled is None or compiled.version < mine.version:
+                return mine
+            del self._published[domain]
+        return self.live_maps.map_for(domain)
+
+    async def handle(
+        self,
+        requests: Iterable[ProbeRequest],
+        publish: Callable[[ProbeOutcome], Awaitable[None]] | None = None,
+    ) -> list[ProbeOutcome]:
+        """Learn the requested patterns: domains concurrently, the shapes of a domain one
+        after the other (they share the host's politeness budget anyway), each outcome
+        handed to ``publish`` as soon as it is there, so small shapes go live first.
+
+        A fetch that fails or a page that cannot be read is missing evidence, which the
+        core handles; any exception that comes out of learning is a bug of ours and is
+        raised, for the caller's error policy, before anything more is published."""
+        outcomes: list[ProbeOutcome] = []
+        learning: list[ProbeRequest] = []
+        audits: dict[str, dict[str, None]] = {}
+        for request in requests:
+            if is_audit(request):
+                audits.setdefault(request.domain, {}).update(dict.fromkeys(request.urls))
+            else:
+                learning.append(request)
+        work = group_by_domain(learning)
+
+        async def domain_run(domain: str) -> None:
+            for item in work.get(domain, []):
+                await deliver(await self._learn(item))
+            if domain in audits:
+                await deliver(await self._audit(domain, audits[domain]))
+
+        async def deliver(outcome: ProbeOutcome) -> None:
+            if publish is not None:
+                await publish(outcome)
+            outcomes.append(outcome)
+
+        await asyncio.gather(*(domain_run(domain) for domain in {**work, **audits}))
+        return outcomes
+
+    async def _audit(self, domain: str, urls: Iterable[str]) -> ProbeOutcome:
+        """Audit the items of ``urls`` against the domain's newest map."""
+        urls = list(urls)
+        current = self.current(domain)
+        if current is None:
+            return ProbeOutcome(domain, None, [], 0, [], None, len(urls))
+        noise = self._audit_noise.pop(domain, None) or VolatilityModel()
+        self._audit_noise[domain] = noise
+        if len(self._audit_noise) > AUDITED_DOMAINS_REMEMBERED:
+            self._audit_noise.popitem(last=False)
+        audit = await audit_map(
+            PageProber(self.fetcher, noise),
+            current,
+            _parse_all(urls, domain),
+            self.audit_rule,
+            self.audited,
+            max_flip_share=self.max_flip_share,
+        )
+        if audit.published is not None:
+            self._published[domain] = audit.published
+        if audit.restores:
+            log.info(
+                "audit %s: restored %s (%d items audited, %d fetches)%s",
+                domain,
+                ", ".join(f"{shape} {name}" for shape, name in audit.restored),
+                audit.audited,
+                audit.update.fetches,
+                " (update rejected by the anomaly gate)" if audit.update.rejected else "",
+            )
+        return ProbeOutcome(
+            domain,
+            audit.published,
+            audit_records(audit.update, {}),
+            audit.update.fetches,
+            [],
+            audit,
+            len(urls),
+        )
+
+    async def _learn(self, work: DomainWork) -> ProbeOutcome:
+        requested = {
+            pattern: Request(info.basis, info.urls_seen) for pattern, info in work.patterns.items()
+        }
+        update = await update_map(
+            Learner(PageProber(self.fetcher), self.config, self.live_maps.layers),
+            work.domain,
+            self.current(work.domain),
+            _parse_all(work.urls, work.domain),
+            requested,
+            max_flip_share=self.max_flip_share,
+        )
+        if update.published is not None:
+            self._published[work.domain] = update.published
+        if len(update.skipped) < len(requested):
+            log.info(
+                "probe %s: %d patterns decided (%d from the map's evidence), %d walled, "
+                "%d unreachable, %d without samples, %d fetches%s",
+                work.domain,
+                len(update.decided),
+                sum(entry.from_map_evidence for entry in update.decided.values()),
+                len(update.walled),
+                len(update.unreachable),
+                len(update.without_samples),
+                update.fetches,
+                " (update rejected by the anomaly gate)" if update.rejected else "",
+            )
+        return ProbeOutcome(
+            work.domain,
+            update.published,
+            audit_records(update, work.patterns),
+            update.fetches,
+            update.skipped,
+        )
+
+
+def _parse_all(urls: Iterable[str], domain: str) -> list[NormalizedURL]:
+    parsed: list[NormalizedURL] = []
+    for text in urls:
+        try:
+            url = parse(text)
+        except InvalidURL:
+            continue
+        if url.host == domain:
+            parsed.append(url)
+    return parsed

@@ -1,0 +1,513 @@
+"""The canonicalizer's per-URL path: ``urls.raw`` -> ``urls.canonical`` (and ``urls.dlq``).
+
+It runs in its own thread on confluent-kafka, because Faust's per-message path tops out far
+below what this stage must carry (docs/STREAMS.md, "Canonicalizer front"). Per batch:
+
+1. consume up to ``batch_size`` messages;
+2. canonicalize each with the live maps; produce the output (or a DLQ record); offer
+   unlearned patterns to the local sampler, whose new samples go to the
+   ``miqps.pattern-samples`` topic: repartitioned by domain, packed into one message per
+   partition and batch (so the Faust agent that owns them pays its per-event cost once
+   per pack), in the partition that the domain as a key would get from Java's partitioner;
+3. flush the producer and check that everything was delivered;
+4. only then store the batch's offsets, which the consumer commits in the background.
+
+So an offset is never committed before the outputs of the messages it covers are in Kafka:
+at least once. A delivery failure stops the worker without storing the batch's offsets, and
+so does a stop request while outputs are still undelivered (the broker is gone); the log
+then says which inputs have no committed offset and will be delivered again.
+
+Errors: bad input (not JSON, no valid URL, too large) goes to the DLQ with its reason. Any
+other exception while processing a batch is a bug in our code, never the input's fault: the
+batch's offsets are not stored, the traceback is logged, and, as ``MIQPS_ON_BUG`` says,
+the worker stops (``stop``, the default) or reads the batch again after a growing pause
+(``retry``). So valid input is never dead-lettered because of a bug.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from miqps.audit import AuditRule
+from miqps.canonical import Status
+from streams.front.sampler import AuditForwarder, LocalSampler
+from streams.kafka.admin import consumer_config, producer_config
+from streams.kafka.clients import (
+    DeliveryReports,
+    ProduceBlocked,
+    StoppedBeforeDelivery,
+    checkpoint,
+    produce,
+)
+from streams.kafka.partitioning import key_partition
+from streams.maps.feed import MapFeed
+from streams.maps.live import LiveMaps
+from streams.messages import (
+    BadInput,
+    CanonicalOutput,
+    CountSample,
+    DeadLetter,
+    SamplePack,
+    Source,
+    UrlSample,
+    decode_input,
+    sample_to_bytes,
+)
+from streams.settings import Settings
+from streams.worker.errorpolicy import OnBug
+
+log = logging.getLogger(__name__)
+
+COUNT_FLUSH_SECONDS = 1.0
+REPORT_SECONDS = 10.0
+SAMPLES_PER_MESSAGE = 500
+FIRST_RETRY_SECONDS = 1.0
+MAX_RETRY_SECONDS = 60.0
+
+
+def _ignore(seconds: float) -> None:
+    pass
+
+
+class ProcessingBug(RuntimeError):
+    """Our code raised while processing an input: a bug, not bad input."""
+
+
+class SamplePacks:
+    """Samples waiting to go out, grouped by the partition their domain belongs to."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self._packs: dict[int, list[bytes]] = {}
+        self._partition_of: dict[str, int] = {}
+
+    def add(self, domain: str, sample: bytes) -> None:
+        partition = self._partition_of.get(domain)
+        if partition is None:
+            if len(self._partition_of) > 100_000:
+                self._partition_of.clear()
+            partition = self._partition_of[domain] = key_partition(domain.encode(), self.partitions)
+        self._packs.setdefault(partition, []).append(sample)
+
+    def drain(self) -> list[tuple[int, bytes]]:
+        """(partition, JSON array of samples) messages, emptying the packs."""
+        messages = []
+        for partition, samples in self._packs.items():
+            for start in range(0, len(samples), SAMPLES_PER_MESSAGE):
+                chunk = samples[start : start + SAMPLES_PER_MESSAGE]
+                messages.append((partition, SamplePack.from_items(chunk)))
+        self._packs.clear()
+        return messages
+
+
+class UncommittedInputs:
+    """Per partition, how far this worker consumed and how far Kafka confirmed commits,
+    so that a stop can say which inputs will be delivered again."""
+
+    def __init__(self) -> None:
+        self._consumed: dict[tuple[str, int], tuple[int, int]] = {}
+        self._committed: dict[tuple[str, int], int] = {}
+
+    def consumed(self, messages: list[Message], ends: dict[tuple[str, int], int]) -> None:
+        for key, end in ends.items():
+            known = self._consumed.get(key)
+            if known is None:
+                first = next(
+                    message.offset() or 0
+                    for message in messages
+                    if (message.topic() or "", message.partition() or 0) == key
+                )
+                self._consumed[key] = (first, end)
+            else:
+                self._consumed[key] = (known[0], end)
+
+    def committed(self, partitions: list[TopicPartition]) -> None:
+        for partition in partitions:
+            if partition.error is None and partition.offset >= 0:
+                self._committed[(partition.topic, partition.partition)] = partition.offset
+
+    def forget(self, partitions: list[TopicPartition]) -> None:
+        for partition in partitions:
+            self._consumed.pop((partition.topic, partition.partition), None)
+            self._committed.pop((partition.topic, partition.partition), None)
+
+    def describe(self) -> str:
+        consumed, committed = dict(self._consumed), dict(self._committed)
+        ranges = []
+        for (topic, partition), (first, end) in sorted(consumed.items()):
+            start = max(first, committed.get((topic, partition), first))
+            if end > start:
+                ranges.append((end - start, f"{topic}[{partition}] offsets {start}-{end - 1}"))
+        if not ranges:
+            return "Every consumed input has its offset committed."
+        return (
+            f"{sum(count for count, _ in ranges)} consumed inputs have no committed "
+            f"offset and will be delivered again (at least once): "
+            f"{', '.join(text for _, text in ranges)}."
+        )
+
+
+@dataclass(slots=True)
+class FrontCounters:
+    consumed: int = 0
+    learned: int = 0
+    provisional: int = 0
+    dead: int = 0
+    forwarded: int = 0
+    batches: int = 0
+    bugs: int = 0
+    consume_seconds: float = 0.0
+    process_seconds: float = 0.0
+    deliver_seconds: float = 0.0
+
+
+class CanonicalizerFront:
+    def __init__(
+        self,
+        settings: Settings,
+        live_maps: LiveMaps,
+        feed: MapFeed,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.on_bug = OnBug(settings.on_bug)
+        self.live_maps = live_maps
+        self.feed = feed
+        self.on_fatal = on_fatal
+        self.counters = FrontCounters()
+        self.sampler = LocalSampler(
+            settings.local_sampler_entries, settings.policy.min_distinct_values
+        )
+        self.auditing = AuditForwarder(
+            AuditRule(settings.audit_share, str(settings.learn.seed)),
+            settings.local_sampler_entries,
+        )
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="miqps-canonicalizer", daemon=True)
+        self._deliveries = DeliveryReports()
+        self._packs: SamplePacks | None = None
+        self.uncommitted = UncommittedInputs()
+        # What a metrics exporter adds (streams.front.metrics): consumer settings, such as
+        # a statistics callback, and a call with each batch's seconds.
+        self.consumer_options: dict[str, Any] = {}
+        self.observe_batch: Callable[[float], None] = _ignore
+
+    @property
+    def group_id(self) -> str:
+        return f"{self.settings.app_id}-canonicalizer"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def describe_uncommitted(self) -> str:
+        return self.uncommitted.describe()
+
+    def _run(self) -> None:
+        try:
+            while not self.feed.wait_ready(0.5):
+                if self._stopping.is_set():
+                    return
+            self._loop()
+        except BaseException as error:
+            log.exception("canonicalizer stopped")
+            if self.on_fatal is not None:
+                self.on_fatal(error)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info(
+            "canonicalizer: assigned partitions %s",
+            sorted(partition.partition for partition in partitions),
+        )
+        # Consumption starts over from the group's committed offsets.
+        self.uncommitted.forget(partitions)
+
+    @staticmethod
+    def _on_revoke(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info(
+            "canonicalizer: revoked partitions %s",
+            sorted(partition.partition for partition in partitions),
+        )
+
+    def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        if error is None:
+            self.uncommitted.committed(partitions)
+
+    def _loop(self) -> None:
+        settings = self.settings
+        consumer = Consumer(
+            consumer_config(
+                settings,
+                self.group_id,
+                **{
+                    "enable.auto.commit": True,
+                    "enable.auto.offset.store": False,
+                    "auto.commit.interval.ms": 1000,
+                    "fetch.max.bytes": 16 * 1024 * 1024,
+                    "max.partition.fetch.bytes": 1024 * 1024,
+                    "queued.max.messages.kbytes": 16 * 1024,
+                    "session.timeout.ms": 10_000,
+                    "heartbeat.interval.ms": 2_000,
+                    "on_commit": self._on_commit,
+                    **self.consumer_options,
+                },
+            )
+        )
+        producer = Producer(
+            producer_config(
+                settings,
+                **{
+                    "delivery.report.only.error": True,
+                    "on_delivery": self._deliveries,
+                },
+            )
+        )
+        metadata = consumer.list_topics(settings.topics.samples, timeout=30)
+        self._packs = SamplePacks(len(metadata.topics[settings.topics.samples].partitions))
+        consumer.subscribe(
+            [settings.topics.raw], on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
+        next_count_flush = time.monotonic() + COUNT_FLUSH_SECONDS
+        next_report = time.monotonic() + REPORT_SECONDS
+        reported = 0
+        retry_pause = FIRST_RETRY_SECONDS
+        try:
+            counters = self.counters
+            clock = time.perf_counter
+            while not self._stopping.is_set():
+                began = clock()
+                messages = consumer.consume(settings.batch_size, settings.batch_wait)
+                consumed = clock()
+                counters.consume_seconds += consumed - began
+                now = time.monotonic()
+                flush_counts = now >= next_count_flush
+                if not messages and not flush_counts:
+                    continue
+                try:
+                    offsets = self._process(messages, producer)
+                    if flush_counts:
+                        self._forward_counts()
+                        next_count_flush = now + COUNT_FLUSH_SECONDS
+                    self._send_samples(producer)
+                except (KafkaException, ProduceBlocked):
+                    raise
+                except Exception as bug:
+                    self._bug(bug, consumer, messages, retry_pause)
+                    retry_pause = min(retry_pause * 2, MAX_RETRY_SECONDS)
+                    continue
+                retry_pause = FIRST_RETRY_SECONDS
+                processed = clock()
+                if offsets:
+                    self.uncommitted.consumed(messages, offsets)
+                try:
+                    checkpoint(producer, consumer, offsets, self._deliveries, self._stopping)
+                except StoppedBeforeDelivery as stopped:
+                    log.warning(
+                        "canonicalizer: stopping with %s outputs undelivered; the "
+                        "offsets of their inputs stay uncommitted",
+                        stopped,
+                    )
+                    break
+                delivered = clock()
+                counters.process_seconds += processed - consumed
+                counters.deliver_seconds += delivered - processed
+                counters.batches += 1
+                if messages:
+                    self.observe_batch(delivered - consumed)
+                if now >= next_report:
+                    done = counters.consumed - reported
+                    reported = counters.consumed
+                    log.info(
+                        "canonicalizer: %d in (%.0f/s), %d learned, %d provisional, "
+                        "%d dead-lettered, %d samples forwarded, %d domain maps; "
+                        "seconds consuming %.1f, processing %.1f, delivering %.1f",
+                        counters.consumed,
+                        done / REPORT_SECONDS,
+                        counters.learned,
+                        counters.provisional,
+                        counters.dead,
+                        counters.forwarded,
+                        len(self.live_maps),
+                        counters.consume_seconds,
+                        counters.process_seconds,
+                        counters.deliver_seconds,
+                    )
+                    next_report = now + REPORT_SECONDS
+        finally:
+            undelivered = producer.flush(0 if self._stopping.is_set() else 30)
+            if undelivered:
+                log.warning("canonicalizer: %d outputs not delivered before the stop", undelivered)
+            consumer.close()
+            log.info("canonicalizer: %s", self.uncommitted.describe())
+            log.info(
+                "canonicalizer stopped after %d messages (%d learned, %d provisional, "
+                "%d dead-lettered)",
+                self.counters.consumed,
+                self.counters.learned,
+                self.counters.provisional,
+                self.counters.dead,
+            )
+
+    def _process(self, messages: list[Message], producer: Producer) -> dict[tuple[str, int], int]:
+        settings = self.settings
+        canonical_topic = settings.topics.canonical
+        max_bytes = settings.max_message_bytes
+        assert self._packs is not None
+        pack = self._packs.add
+        decide = self.live_maps.decide
+        due_for_reverification = self.live_maps.due_for_reverification
+        learned_status = Status.LEARNED  # a local: an enum member lookup costs per URL
+        offer = self.sampler.offer
+        offer_audit = self.auditing.offer if settings.audit_share > 0 else None
+        map_for = self.live_maps.map_for
+        probe_topic = settings.topics.probe_requests
+        encode_output = CanonicalOutput.encode
+        wall_now = time.time()
+        offsets: dict[tuple[str, int], int] = {}
+        counters = self.counters
+        learned = provisional = dead = forwarded = 0
+        for message in messages:
+            if message.error() is not None:
+                self._consumer_error(message)
+                continue
+            try:
+                raw = decode_input(message.value(), max_bytes)
+            except BadInput as error:
+                self._dead_letter(producer, message, error.reason)
+                dead += 1
+            else:
+                try:
+                    url = raw.url
+                    decision = decide(url, raw.text)
+                    output = encode_output(
+                        raw.text,
+                        decision.canonical_url,
+                        url.host,
+                        decision.pattern,
+                        decision.kept,
+                        decision.dropped,
+                        decision.status,
+                        decision.map_version,
+                        raw.meta,
+                    )
+                    produce(producer, canonical_topic, output, decision.canonical_url.encode())
+                    if decision.status is learned_status:
+                        learned += 1
+                        basis = due_for_reverification(decision, wall_now)
+                        if decision.dropped and offer_audit is not None:
+                            audit = offer_audit(map_for(url.host), url, decision.pattern, wall_now)
+                            if audit is not None:
+                                produce(producer, probe_topic, audit, url.host.encode())
+                    else:
+                        provisional += 1
+                        basis = "" if url.has_params else None
+                    if basis is not None:
+                        count = offer(url.host, decision.pattern, url, basis)
+                        if count:
+                            forwarded += 1
+                            pack(
+                                url.host,
+                                sample_to_bytes(
+                                    UrlSample(url.host, decision.pattern, url.url, count, basis)
+                                ),
+                            )
+                except (KafkaException, ProduceBlocked):
+                    raise
+                except Exception as error:
+                    raise ProcessingBug(
+                        f"a bug while processing {message.topic()}[{message.partition()}]@"
+                        f"{message.offset()} (valid input: not dead-lettered)"
+                    ) from error
+            offsets[(message.topic() or "", message.partition() or 0)] = (message.offset() or 0) + 1
+        counters.consumed += len(messages)
+        counters.learned += learned
+        counters.provisional += provisional
+        counters.dead += dead
+        counters.forwarded += forwarded
+        return offsets
+
+    def _bug(
+        self, bug: Exception, consumer: Consumer, messages: list[Message], pause: float
+    ) -> None:
+        """Stop (raise ``bug``) or, with ``MIQPS_ON_BUG=retry``, read ``messages`` again
+        after ``pause`` seconds; their offsets are not stored either way."""
+        self.counters.bugs += 1
+        if self.on_bug is OnBug.STOP:
+            raise bug
+        log.error(
+            "canonicalizer: %s; the batch is not committed and is read again in %gs "
+            "(MIQPS_ON_BUG=retry)",
+            bug,
+            pause,
+            exc_info=bug,
+        )
+        self._rewind(consumer, messages)
+        self._stopping.wait(pause)
+
+    @staticmethod
+    def _rewind(consumer: Consumer, messages: list[Message]) -> None:
+        """Seek each partition back to the first of ``messages`` consumed from it."""
+        firsts: dict[tuple[str, int], int] = {}
+        for message in messages:
+            firsts.setdefault(
+                (message.topic() or "", message.partition() or 0), message.offset() or 0
+            )
+        for (topic, partition), offset in firsts.items():
+            try:
+                consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException as error:
+                log.info(
+                    "canonicalizer: not rewound (partition revoked?); its new owner "
+                    "reads from the last commit: %s",
+                    error,
+                )
+
+    def _dead_letter(self, producer: Producer, message: Message, reason: str) -> None:
+        timestamp_type, timestamp = message.timestamp()
+        record = DeadLetter.of(
+            reason,
+            message.value(),
+            message.key(),
+            Source(
+                message.topic() or "",
+                message.partition() or 0,
+                message.offset() or 0,
+                timestamp if timestamp_type else None,
+            ),
+            "canonicalize",
+            self.settings.topic_max_message_bytes // 2,
+        )
+        produce(producer, self.settings.topics.dlq, record.to_bytes(), message.key() or b"")
+
+    def _consumer_error(self, message: Message) -> None:
+        error = message.error()
+        if error is not None and error.fatal():
+            raise KafkaException(error)
+        log.warning("canonicalizer: consumer error: %s", error)
+
+    def _forward_counts(self) -> None:
+        assert self._packs is not None
+        for pending in self.sampler.drain_counts():
+            self._packs.add(
+                pending.domain,
+                sample_to_bytes(
+                    CountSample(pending.domain, pending.pattern, pending.count, pending.basis)
+                ),
+            )
+
+    def _send_samples(self, producer: Producer) -> None:
+        assert self._packs is not None
+        topic = self.settings.topics.samples
+        for partition, value in self._packs.drain():
+            produce(producer, topic, value, None, partition)

@@ -1,0 +1,167 @@
+"""The canonicalizer front's metrics, collected in its child process.
+
+The front counts in plain integers (:class:`~streams.front.loop.FrontCounters`); the collector
+reads them when asked, librdkafka's statistics callback (once a second) gives the lag of
+each partition, and a histogram takes one observation per batch: nothing is added to the
+per-URL path. A thread sends the collected families to the worker process every
+``SNAPSHOT_SECONDS`` over a pipe, where :class:`streams.ops.metrics.FrontSnapshots` serves
+the latest on the worker's ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from multiprocessing.connection import Connection
+from typing import Any
+
+import orjson
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from streams.front.loop import CanonicalizerFront
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_SECONDS = 1.0
+STATISTICS_INTERVAL_MS = 1000
+BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+CANONICALIZER = "canonicalizer"
+
+
+def lag_by_partition(statistics: dict[str, Any]) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> messages between the committed offset and the end, for the
+    partitions this consumer holds, from librdkafka's statistics document."""
+    lag: dict[tuple[str, int], int] = {}
+    for topic, info in statistics.get("topics", {}).items():
+        for number, partition in info.get("partitions", {}).items():
+            value = partition.get("consumer_lag", -1)
+            if int(number) >= 0 and value >= 0 and partition.get("fetch_state") != "none":
+                lag[(topic, int(number))] = value
+    return lag
+
+
+class FrontCollector(Collector):
+    def __init__(self, front: CanonicalizerFront) -> None:
+        self.front = front
+        self.lag: dict[tuple[str, int], int] = {}
+        self.batch_seconds = Histogram(
+            "miqps_front_batch_seconds",
+            "Seconds from a batch consumed to its outputs delivered and offsets stored",
+            buckets=BATCH_BUCKETS,
+            registry=None,
+        )
+        front.consumer_options = {
+            "statistics.interval.ms": STATISTICS_INTERVAL_MS,
+            "stats_cb": self.on_statistics,
+        }
+        front.observe_batch = self.batch_seconds.observe
+
+    def on_statistics(self, document: str) -> None:
+        try:
+            self.lag = lag_by_partition(orjson.loads(document))
+        except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError) as error:
+            log.warning("canonicalizer: unreadable consumer statistics: %s", error)
+
+    def collect(self) -> Iterator[Metric]:
+        counters = self.front.counters
+        yield labelled_counter(
+            "miqps_urls",
+            "URLs the front took in, by outcome",
+            "status",
+            {
+                "learned": counters.learned,
+                "provisional": counters.provisional,
+                "dead_lettered": counters.dead,
+            },
+        )
+        yield CounterMetricFamily(
+            "miqps_urls_consumed", "Messages the front consumed", value=counters.consumed
+        )
+        yield CounterMetricFamily(
+            "miqps_samples_forwarded",
+            "Samples of unlearned or due patterns the front forwarded to the pattern-stats agents",
+            value=counters.forwarded,
+        )
+        yield CounterMetricFamily(
+            "miqps_front_batches", "Batches the front completed", value=counters.batches
+        )
+        yield CounterMetricFamily(
+            "miqps_front_bugs", "Batches a bug of ours failed", value=counters.bugs
+        )
+        yield labelled_counter(
+            "miqps_front_busy_seconds",
+            "Seconds the front spent, by phase",
+            "phase",
+            {
+                "consume": counters.consume_seconds,
+                "process": counters.process_seconds,
+                "deliver": counters.deliver_seconds,
+            },
+        )
+        yield consumer_lag(
+            {(CANONICALIZER, topic, partition): lag for (topic, partition), lag in self.lag.items()}
+        )
+        yield from self.batch_seconds.collect()
+
+
+def labelled_counter(
+    name: str, documentation: str, label: str, values: Mapping[str, float]
+) -> CounterMetricFamily:
+    """A counter family with one sample per value of its one ``label``."""
+    family = CounterMetricFamily(name, documentation, labels=[label])
+    for key, value in values.items():
+        family.add_metric([key], value)
+    return family
+
+
+def consumer_lag(lags: dict[tuple[str, str, int], int]) -> GaugeMetricFamily:
+    """The lag family from (consumer, topic, partition) -> messages."""
+    family = GaugeMetricFamily(
+        "miqps_consumer_lag",
+        "Messages in a partition after the consumer's committed offset",
+        labels=["consumer", "topic", "partition"],
+    )
+    for (consumer, topic, partition), lag in sorted(lags.items()):
+        family.add_metric([consumer, topic, str(partition)], lag)
+    return family
+
+
+class SnapshotSender:
+    """Sends the families of ``registry`` over ``connection`` every ``every`` seconds,
+    until stopped or the worker process is gone."""
+
+    def __init__(
+        self, registry: CollectorRegistry, connection: Connection, every: float = SNAPSHOT_SECONDS
+    ) -> None:
+        self.registry = registry
+        self.connection = connection
+        self.every = every
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="miqps-front-metrics", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(self.every + 1.0)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.connection.send(list(self.registry.collect()))
+            except (OSError, EOFError):  # the worker process is gone: it will stop us
+                return
+            if self._stopping.wait(self.every):
+                return
+
+
+def front_exporter(front: CanonicalizerFront, connection: Connection) -> SnapshotSender:
+    """Instruments ``front`` and returns the (unstarted) sender of its metrics."""
+    registry = CollectorRegistry()
+    registry.register(FrontCollector(front))
+    ProcessCollector(namespace="miqps_front", registry=registry)
+    return SnapshotSender(registry, connection)

@@ -1,0 +1,163 @@
+"""confluent-kafka clients and topic administration.
+
+Every producer here uses ``murmur2_random``: the partitioner of Java clients, aiokafka and
+Faust, so that a key lands in the same partition whichever client wrote it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from streams.kafka.lograte import librdkafka_logger
+from streams.kafka.tables import changelog_topics
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+PARTITIONER = "murmur2_random"
+
+
+def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "partitioner": PARTITIONER,
+        "enable.idempotence": True,
+        "linger.ms": 5,
+        "batch.num.messages": 10_000,
+        "queue.buffering.max.messages": 1_000_000,
+        "message.max.bytes": settings.topic_max_message_bytes,
+        "log_level": 3,
+        "logger": librdkafka_logger(),
+    }
+    config.update(extra)
+    return config
+
+
+def consumer_config(settings: Settings, group_id: str, **extra: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "group.id": group_id,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": False,
+        "log_level": 3,
+        "logger": librdkafka_logger(),
+    }
+    config.update(extra)
+    return config
+
+
+def admin_config(settings: Settings) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "log_level": 3,
+        "logger": librdkafka_logger(),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: Mapping[str, str]
+
+
+def topic_specs(settings: Settings) -> list[TopicSpec]:
+    topics = settings.topics
+    n = settings.partitions
+    large = {"max.message.bytes": str(settings.topic_max_message_bytes)}
+    return [
+        TopicSpec(topics.raw, n, large),
+        TopicSpec(topics.canonical, n, {}),
+        TopicSpec(topics.dlq, n, large),
+        TopicSpec(topics.samples, n, {}),
+        TopicSpec(topics.probe_requests, n, large),
+        TopicSpec(
+            topics.maps,
+            n,
+            {
+                **large,
+                "cleanup.policy": "compact",
+                "min.cleanable.dirty.ratio": "0.1",
+                "segment.ms": str(6 * 3600 * 1000),
+            },
+        ),
+        TopicSpec(topics.map_updates, n, large),
+        TopicSpec(
+            topics.map_history,
+            n,
+            {**large, "cleanup.policy": "delete", "retention.ms": history_retention_ms(settings)},
+        ),
+    ]
+
+
+def history_retention_ms(settings: Settings) -> str:
+    """``retention.ms`` of the map history topic: -1 keeps every version forever."""
+    days = settings.map_history_retention_days
+    return str(round(days * 24 * 3600 * 1000)) if days > 0 else "-1"
+
+
+def ensure_topics(settings: Settings, timeout: float = 30.0) -> dict[str, int]:
+    """Create the missing topics, then the tables' changelogs with the partition count of
+    the topic each table follows; return the partition count of each topic."""
+    admin = AdminClient(admin_config(settings))
+    counts = _create_missing(admin, settings, topic_specs(settings), timeout)
+    compacted = {"cleanup.policy": "compact"}
+    changelogs = [
+        TopicSpec(name, counts[source], compacted)
+        for name, source in changelog_topics(settings).items()
+    ]
+    _create_missing(admin, settings, changelogs, timeout)
+    return counts
+
+
+def _create_missing(
+    admin: AdminClient, settings: Settings, specs: list[TopicSpec], timeout: float
+) -> dict[str, int]:
+    existing = admin.list_topics(timeout=timeout).topics
+    missing = [spec for spec in specs if spec.name not in existing]
+    if missing:
+        futures = admin.create_topics(
+            [
+                NewTopic(
+                    spec.name,
+                    spec.partitions,
+                    settings.replication_factor,
+                    config=dict(spec.config),
+                )
+                for spec in missing
+            ],
+            operation_timeout=timeout,
+        )
+        for name, future in futures.items():
+            try:
+                future.result(timeout)
+                log.info("created topic %s", name)
+            except KafkaException as error:
+                if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+    return wait_for_partitions(admin, [spec.name for spec in specs], timeout)
+
+
+def wait_for_partitions(admin: AdminClient, names: list[str], timeout: float) -> dict[str, int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        metadata = admin.list_topics(timeout=timeout).topics
+        counts = {
+            name: len(metadata[name].partitions)
+            for name in names
+            if name in metadata and metadata[name].error is None and metadata[name].partitions
+        }
+        if len(counts) == len(names) or time.monotonic() > deadline:
+            absent = sorted(set(names) - set(counts))
+            if absent:
+                raise RuntimeError(f"topics not available: {', '.join(absent)}")
+            return counts
+        time.sleep(0.2)

@@ -1,0 +1,247 @@
+"""``miqps maps history|rollback|freeze|unfreeze|publish``: an operator's map commands.
+
+Each change is published as a new version through :func:`streams.maps.history.publish_map`,
+the path the probing workers use, so every worker applies it live. Exit codes: 0 done,
+1 unknown domain or version (or a maps file that cannot be read), 2 bad arguments,
+3 Kafka unreachable or a topic missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import orjson
+from confluent_kafka import KafkaException
+
+from miqps.history import rollback, with_frozen
+from miqps.maps import DomainMap, InvalidMap, read_maps, utc_now
+from streams.kafka.clients import DeliveryFailed, ProduceBlocked
+from streams.maps.history import (
+    History,
+    ProducerSink,
+    UnknownDomain,
+    history_rows,
+    operator_audits,
+    publish_map,
+    read_history,
+)
+from streams.messages import MapUpdateRecord, ProducedBy
+from streams.settings import Settings
+
+COMMANDS = ("history", "rollback", "freeze", "unfreeze", "publish")
+NOT_FOUND = 1
+KAFKA_FAILED = 3
+KAFKA_ERRORS = (KafkaException, RuntimeError, TimeoutError, DeliveryFailed, ProduceBlocked)
+
+
+class Failed(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def parser(common: Callable[[argparse.ArgumentParser], None]) -> argparse.ArgumentParser:
+    """``common`` adds the options every ``miqps maps`` command takes (broker, prefix)."""
+    top = argparse.ArgumentParser(
+        prog="miqps maps",
+        description="An operator's map commands. Every change is published as a new "
+        "version, through the path the workers publish by, and applied live.",
+    )
+    commands = top.add_subparsers(dest="command", required=True)
+    history = commands.add_parser("history", help="list the kept versions and what changed")
+    history.add_argument("domain")
+    history.add_argument(
+        "--json", action="store_true", help="one JSON object per version instead of text"
+    )
+    back = commands.add_parser("rollback", help="publish an old version's content as a new version")
+    back.add_argument("domain")
+    back.add_argument("--to", type=int, required=True, metavar="VERSION")
+    back.add_argument(
+        "--freeze", action="store_true", help="also freeze the domain: learning leaves it as it is"
+    )
+    freeze = commands.add_parser("freeze", help="keep learning from changing the map")
+    freeze.add_argument("domain")
+    unfreeze = commands.add_parser("unfreeze", help="let learning change the map again")
+    unfreeze.add_argument("domain")
+    publish = commands.add_parser(
+        "publish",
+        help="publish every map of a maps file (as "
+        "'miqps learn' writes it) as each domain's next version",
+    )
+    publish.add_argument("file", type=Path)
+    for command in (back, freeze, unfreeze, publish):
+        command.add_argument("--reason", default="", help="a note kept with the version")
+    for command in (history, back, freeze, unfreeze, publish):
+        common(command)
+        command.add_argument(
+            "--timeout", type=float, default=30.0, help="seconds to wait for Kafka (default 30)"
+        )
+    return top
+
+
+def run(
+    argv: Sequence[str],
+    common: Callable[[argparse.ArgumentParser], None],
+    settings_of: Callable[[argparse.Namespace], Settings],
+) -> int:
+    args = parser(common).parse_args(list(argv))
+    settings = settings_of(args)
+    prog = f"miqps maps {args.command}"
+    try:
+        if args.command == "history":
+            return show_history(settings, _domain(args.domain), args.json, args.timeout)
+        if args.command == "publish":
+            return publish_file(settings, args.file, args.reason, args.timeout)
+        return change(settings, args)
+    except Failed as failure:
+        print(f"{prog}: {failure}", file=sys.stderr)
+        return failure.code
+    except UnknownDomain as error:
+        print(
+            f"{prog}: unknown domain {error}: no map and no kept version on "
+            f"{settings.topics.maps} or {settings.topics.map_history}",
+            file=sys.stderr,
+        )
+        return NOT_FOUND
+    except KAFKA_ERRORS as error:
+        print(f"{prog}: Kafka at {settings.bootstrap_servers}: {error}", file=sys.stderr)
+        return KAFKA_FAILED
+
+
+def _domain(text: str) -> str:
+    return text.strip().lower().rstrip(".")
+
+
+def show_history(settings: Settings, domain: str, as_json: bool, timeout: float) -> int:
+    history = read_history(settings, domain, timeout)
+    _warn(history)
+    out = sys.stdout
+    for row in history_rows(history):
+        if as_json:
+            out.write(orjson.dumps(row).decode() + "\n")
+            continue
+        flags = " frozen" if row["frozen"] else ""
+        note = f"  ({row['note']})" if row["note"] else ""
+        out.write(
+            f"v{row['version']}  {row['at']}  {row['produced_by']}{flags}  "
+            f"{row['patterns']} patterns{note}\n"
+        )
+        if row["changes"] is None:
+            out.write(
+                "    (the version before it is not in the history: expired, or "
+                "published before the history was kept)\n"
+            )
+        for line in row["changes"] or ():
+            out.write(f"    {line['text']}\n")
+    if history.current is not None and history.current.version > (
+        history.versions[-1].version if history.versions else 0
+    ):
+        out.write(
+            f"v{history.current.version} is live but not in the history (published "
+            "before the history topic existed, or not yet delivered)\n"
+        )
+    out.flush()
+    return 0
+
+
+def _warn(history: History) -> None:
+    for reason in history.unreadable:
+        print(
+            f"miqps maps: skipped an unreadable record of {history.domain}: {reason}",
+            file=sys.stderr,
+        )
+    for version in sorted(set(history.republished)):
+        print(
+            f"miqps maps: version {version} of {history.domain} was published more than "
+            "once; the last one is shown",
+            file=sys.stderr,
+        )
+
+
+def change(settings: Settings, args: argparse.Namespace) -> int:
+    """rollback, freeze or unfreeze: the next version of the domain's map."""
+    domain = _domain(args.domain)
+    history = read_history(settings, domain, args.timeout)
+    _warn(history)
+    current = history.newest()
+    produced_by: ProducedBy
+    audits: list[MapUpdateRecord] = []
+    if args.command == "rollback":
+        target = history.version(args.to)
+        if target is None:
+            kept = ", ".join(str(record.version) for record in history.versions) or "none"
+            raise Failed(NOT_FOUND, f"{domain} has no kept version {args.to} (kept: {kept})")
+        candidate, verdict = rollback(
+            current, target.domain_map(), freeze=args.freeze, max_flip_share=settings.max_flip_share
+        )
+        audits = operator_audits(current, candidate, verdict, "rollback")
+        produced_by, note = "rollback", f"rollback to version {args.to}"
+    else:
+        produced_by = "freeze" if args.command == "freeze" else "unfreeze"
+        if current.frozen == (produced_by == "freeze"):
+            state = "frozen" if current.frozen else "not frozen"
+            print(f"{domain}: version {current.version} is {state} already; nothing published")
+            return 0
+        candidate, note = with_frozen(current, produced_by == "freeze"), produced_by
+    if args.reason:
+        note = f"{note}: {args.reason}"
+    _publish(settings, [(candidate, produced_by, note)], audits, args.timeout)
+    state = "frozen" if candidate.frozen else "not frozen"
+    print(
+        f"{domain}: version {candidate.version} published ({note}; {state}; "
+        f"{len(audits)} patterns changed)"
+    )
+    return 0
+
+
+def publish_file(settings: Settings, path: Path, reason: str, timeout: float) -> int:
+    """Every map of a maps file as its domain's next version, after the current one (a
+    frozen domain stays frozen)."""
+    try:
+        maps = read_maps(path)
+    except InvalidMap as error:
+        raise Failed(NOT_FOUND, str(error)) from None
+    except OSError as error:
+        raise Failed(NOT_FOUND, f"cannot read {path}: {error.strerror}") from None
+    versions: list[tuple[DomainMap, ProducedBy, str]] = []
+    for domain, domain_map in sorted(maps.items()):
+        try:
+            current: DomainMap | None = read_history(settings, domain, timeout).newest()
+        except UnknownDomain:
+            current = None
+        after, frozen = (current.version, current.frozen) if current is not None else (0, False)
+        versions.append(
+            (
+                DomainMap(
+                    domain, after + 1, utc_now(), domain_map.patterns, domain_map.frozen or frozen
+                ),
+                "publish",
+                f"{path.name}: {reason}" if reason else path.name,
+            )
+        )
+    _publish(settings, versions, [], timeout)
+    for domain_map, _, _ in versions:
+        print(f"{domain_map.domain}: version {domain_map.version} published")
+    return 0
+
+
+def _publish(
+    settings: Settings,
+    versions: list[tuple[DomainMap, ProducedBy, str]],
+    audits: list[MapUpdateRecord],
+    timeout: float,
+) -> None:
+    sink = ProducerSink(settings)
+
+    async def send() -> None:
+        for domain_map, produced_by, note in versions:
+            await publish_map(sink, settings.topics, domain_map, produced_by, note)
+        for audit in audits:
+            await sink.send(settings.topics.map_updates, audit.domain.encode(), audit.to_bytes())
+
+    asyncio.run(send())
+    sink.flush(timeout)

@@ -1,0 +1,1 @@
+"""Operating the stream: Prometheus metrics and the live dashboard, with its assets."""

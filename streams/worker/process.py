@@ -1,0 +1,85 @@
+"""The Faust worker of ``miqps worker``, with a bounded stop and rate-limited logs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any
+
+import faust
+
+from streams.kafka.lograte import rate_limit_handlers
+from streams.worker.lifecycle import EXIT_MARGIN, StopDeadline, is_broker_outage, start_again
+from streams.worker.runtime import Runtime
+
+CRASH_EXIT_CODE = 1
+
+
+class StreamWorker(faust.Worker):
+    def __init__(self, app: faust.App, *services: Any, runtime: Runtime, **kwargs: Any) -> None:
+        super().__init__(app, *services, **kwargs)
+        self.runtime = runtime
+        self.stop_requested = False
+        self.deadline = StopDeadline(
+            max(1.0, runtime.stop_timeout - EXIT_MARGIN),
+            "worker",
+            lambda: (
+                "Offsets not committed yet are delivered again (at least once) when "
+                "the consumer group resumes."
+            ),
+        )
+        self._failing: list[asyncio.Future[None]] = []
+
+    def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
+        super().on_setup_root_logger(logger, level)
+        rate_limit_handlers(logger)
+
+    def _schedule_shutdown(self, signal: signal.Signals) -> None:
+        self.stop_requested = True
+        self._begin_stop()
+        super()._schedule_shutdown(signal)
+
+    def fail(self, error: BaseException) -> None:
+        """Stop the worker because of ``error`` (from a thread of the runtime)."""
+        if self._stop_because(error):
+            self._failing.append(asyncio.ensure_future(self._stop_on_signal(signal.SIGTERM)))
+
+    def _stop_because(self, error: BaseException) -> bool:
+        """Record ``error`` as why the worker stops, with a bounded stop that starts the
+        worker again if it is a broker outage; False if it is stopping already."""
+        if self.crash_reason is not None or self.stop_requested:
+            return False
+        self.crash_reason = error
+        self.deadline.exit_code = CRASH_EXIT_CODE
+        if is_broker_outage(error):
+            self.deadline.restart_after = error
+        self._begin_stop()
+        return True
+
+    def _begin_stop(self) -> None:
+        self.deadline.arm()
+        self.runtime.request_stop()
+
+    async def start(self) -> None:
+        try:
+            await super().start()
+        except Exception as error:
+            # A service that fails while starting (a topic created as the broker goes
+            # away) raises here rather than crashing the worker: keep it as the reason.
+            self._stop_because(error)
+            raise
+
+    def run(self) -> int:
+        """Run until stopped and return the exit code. A worker stopped by a broker outage,
+        while starting or later, is started again
+        (:func:`~streams.worker.lifecycle.start_again`)."""
+        code = 0
+        try:
+            self.execute_from_commandline()
+        except SystemExit as exit_:
+            code = int(exit_.code or 0)
+        reason = self.crash_reason
+        if reason is not None and not self.stop_requested and is_broker_outage(reason):
+            start_again(reason)
+        return code

@@ -1,0 +1,108 @@
+"""What one worker process shares between its agents and threads."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import mode
+
+from streams.front.process import FrontProcess
+from streams.maps.feed import MapFeed
+from streams.maps.live import LiveMaps
+from streams.ops.metrics import WorkerMetrics
+from streams.settings import Settings
+from streams.worker.errorpolicy import BugPolicy, OnBug
+from streams.worker.lifecycle import DEFAULT_STOP_TIMEOUT
+
+log = logging.getLogger(__name__)
+
+CANONICALIZE = "canonicalize"
+PROBE = "probe"
+ROLES = (CANONICALIZE, PROBE)
+# The front process must be done this long before the worker's own stop deadline.
+FRONT_STOP_MARGIN = 3.0
+
+
+class Runtime:
+    def __init__(
+        self,
+        settings: Settings,
+        roles: frozenset[str],
+        partitions: dict[str, int],
+        stop_timeout: float = DEFAULT_STOP_TIMEOUT,
+    ) -> None:
+        unknown = roles - set(ROLES)
+        if unknown or not roles:
+            raise ValueError(f"roles must be among {', '.join(ROLES)}; got {sorted(roles)}")
+        self.settings = settings
+        self.roles = roles
+        self.partitions = partitions
+        self.stop_timeout = stop_timeout
+        self.on_bug = OnBug(settings.on_bug)
+        self.live_maps = LiveMaps(settings.policy.reverify_after)
+        self.feed = MapFeed(settings, self.live_maps, self.fatal)
+        self.metrics = WorkerMetrics(settings, self.live_maps)
+        self.front: FrontProcess | None = None
+        if CANONICALIZE in roles:
+            self.front = FrontProcess(settings, max(1.0, stop_timeout - FRONT_STOP_MARGIN))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._on_fatal: Callable[[BaseException], None] | None = None
+
+    def bind(
+        self, loop: asyncio.AbstractEventLoop, on_fatal: Callable[[BaseException], None]
+    ) -> None:
+        self._loop = loop
+        self._on_fatal = on_fatal
+
+    def fatal(self, error: BaseException) -> None:
+        """Called from a worker thread: stop the whole worker, so it restarts from Kafka."""
+        if self._loop is None or self._on_fatal is None:
+            raise error
+        self._loop.call_soon_threadsafe(self._on_fatal, error)
+
+    def bug_policy(self) -> BugPolicy:
+        """What an agent does on a bug of ours: stop this worker, or back off and retry."""
+        return BugPolicy(self.on_bug, self.fatal)
+
+    def request_stop(self) -> None:
+        """Ask the front process to stop now, while Faust stops its own services."""
+        if self.front is not None:
+            self.front.request_stop()
+
+    async def maps_ready(self) -> None:
+        while not self.feed.ready.is_set():
+            await asyncio.sleep(0.05)
+
+
+class ThreadsService(mode.Service):
+    """Starts and stops the map feed and the canonicalizer front process with the worker."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        super().__init__()
+
+    async def on_start(self) -> None:
+        self.runtime.feed.start()
+        if self.runtime.front is not None:
+            self.runtime.front.start()
+            self.add_future(self._watch_front(self.runtime.front))
+        front = self.runtime.front
+        self.runtime.metrics.start(
+            asyncio.get_running_loop(), front.metrics if front is not None else None
+        )
+
+    async def _watch_front(self, front: FrontProcess) -> None:
+        while not self.should_stop:
+            await asyncio.sleep(1.0)
+            code = front.exited_unexpectedly()
+            if code is not None:
+                self.runtime.fatal(RuntimeError(f"canonicalizer front exited with code {code}"))
+                return
+
+    async def on_stop(self) -> None:
+        self.runtime.metrics.stop()
+        if self.runtime.front is not None:
+            await asyncio.to_thread(self.runtime.front.stop)
+        await asyncio.to_thread(self.runtime.feed.stop)

@@ -1,0 +1,317 @@
+"""The probing agent's logic against a small web whose pages change, without Kafka."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from miqps.fetch import FetchConfig, Fetcher, FetchResult
+from miqps.learner import LearnConfig
+from miqps.maps import DomainMap, Layer
+from miqps.update import Undecided, Why
+from miqps.urls import parse
+from streams.agents.probe_processor import ProbeOutcome, Probing
+from streams.maps.live import LiveMaps
+from streams.messages import (
+    ONE_PAGE,
+    ProbeRequest,
+    RequestedPattern,
+    RequestReason,
+    undecided_reason,
+)
+from streams.worker.errorpolicy import BugPolicy, OnBug
+from tests.streams.conftest import DriftingSite
+from tests.streams.support import assert_valid
+
+PATTERN = "/p?id&ref"
+
+
+def request(
+    pattern: str, urls: list[str], basis: str = "", reason: RequestReason = "enough-samples"
+) -> ProbeRequest:
+    return ProbeRequest(
+        "drift.test",
+        "/p",
+        {pattern: RequestedPattern(reason, basis, len(urls), 0.0)},
+        tuple(urls),
+        0.0,
+    )
+
+
+def on_the_wire(outcome: ProbeOutcome) -> list[dict[str, Any]]:
+    """The outcome's audit records as ``miqps.map-updates`` carries them."""
+    return [orjson.loads(audit.to_bytes()) for audit in outcome.audits]
+
+
+def sample_urls(count: int = 8, offset: int = 0) -> list[str]:
+    return [f"http://drift.test/p?id={offset + n}&ref=r{offset + n}" for n in range(count)]
+
+
+@pytest.fixture
+async def probing(drifting_web: tuple[DriftingSite, str]) -> AsyncIterator[Probing]:
+    _, proxy = drifting_web
+    async with Fetcher(
+        FetchConfig(proxy=proxy, per_host_rate=500.0, timeout=5.0, max_attempts=1)
+    ) as fetcher:
+        yield Probing(LiveMaps(reverify_after=3600), fetcher, LearnConfig())
+
+
+async def reverified_after(
+    probing: Probing, change: Callable[[], None], offset: int
+) -> ProbeOutcome:
+    """Learn PATTERN and publish it, then ``change`` the site and ask for a reverify."""
+    [first] = await probing.handle([request(PATTERN, sample_urls())])
+    publish(probing, first.published)
+    assert first.published is not None
+    basis = first.published.patterns[PATTERN].decided_at
+    change()
+    [outcome] = await probing.handle(
+        [request(PATTERN, sample_urls(offset=offset), basis, "reverify")]
+    )
+    return outcome
+
+
+def publish(probing: Probing, domain_map: DomainMap | None) -> None:
+    assert domain_map is not None
+    probing.live_maps.apply(domain_map)
+
+
+async def test_first_learning_drops_noise_and_keeps_the_key(probing: Probing) -> None:
+    [outcome] = await probing.handle([request(PATTERN, sample_urls())])
+    assert outcome.published is not None and outcome.published.version == 1
+    decision = outcome.published.patterns[PATTERN]
+    assert decision.kept == {"id"} and decision.dropped == {"ref"}
+    assert_valid("miqps-map", outcome.published.to_json())
+    [audit] = on_the_wire(outcome)
+    assert_valid("map-update", audit)
+    assert audit["accepted"] and audit["kept_after"] == ["id"] and audit["kept_before"] is None
+    assert outcome.fetches > 0
+
+
+async def test_a_duplicate_request_costs_no_fetch(probing: Probing) -> None:
+    [first] = await probing.handle([request(PATTERN, sample_urls())])
+    publish(probing, first.published)
+    [again] = await probing.handle([request(PATTERN, sample_urls())])
+    assert again.skipped == [PATTERN] and again.fetches == 0 and again.published is None
+
+
+async def test_patterns_are_learned_from_the_samples_of_other_requests(probing: Probing) -> None:
+    urls = [*sample_urls(), "http://drift.test/p?id=3", "http://drift.test/p?id=4"]
+    [outcome] = await probing.handle([request(PATTERN, urls)])
+    assert outcome.published is not None
+    assert set(outcome.published.patterns) == {PATTERN, "/p?id"}
+    pooled = [audit for audit in on_the_wire(outcome) if audit["pattern"] == "/p?id"]
+    assert pooled and pooled[0]["request_reason"] == str(Why.POOLED)
+
+
+async def test_a_new_combination_is_decided_from_evidence_with_few_fetches(
+    probing: Probing,
+) -> None:
+    tracked = [f"http://drift.test/p?id={n}&utm_source=s{n}" for n in range(8)]
+    [first] = await probing.handle([request(PATTERN, sample_urls() + tracked)])
+    publish(probing, first.published)
+    combined = "/p?id&ref&utm_source"
+    urls = [f"http://drift.test/p?id={n}&ref=x{n}&utm_source=mail" for n in range(50, 53)]
+    [outcome] = await probing.handle([request(combined, urls)])
+    assert outcome.published is not None
+    decision = outcome.published.patterns[combined]
+    assert decision.kept == {"id"} and decision.dropped == {"ref", "utm_source"}
+    verify = probing.config.verify_samples
+    assert decision.verification.samples == verify
+    assert outcome.fetches <= 2 * verify, "only the final form is verified"
+
+
+async def learn_with_tracking(probing: Probing, name: str, values: list[str]) -> DomainMap:
+    """Learn and publish ``/p?id&{name}`` with these values, and ``utm_source`` as noise."""
+    urls = [f"http://drift.test/p?id={n}&{name}={value}" for n, value in enumerate(values)]
+    urls += [f"http://drift.test/p?id={n}&utm_source=s{n}" for n in range(20, 28)]
+    [first] = await probing.handle([request(f"/p?id&{name}", urls)])
+    publish(probing, first.published)
+    assert first.published is not None
+    return first.published
+
+
+async def new_tracked_combination(
+    probing: Probing, name: str, value: str
+) -> tuple[str, list[str], ProbeOutcome]:
+    """Ask for ``/p?id&{name}&utm_source``, a combination the map has evidence for."""
+    combined = f"/p?id&{name}&utm_source"
+    tracked = [f"http://drift.test/p?id={n}&{name}={value}&utm_source=m{n}" for n in range(60, 64)]
+    [outcome] = await probing.handle([request(combined, tracked)])
+    return combined, tracked, outcome
+
+
+async def test_a_new_combination_verifies_the_default_values_it_inherits(
+    probing: Probing, drifting_web: tuple[DriftingSite, str]
+) -> None:
+    site, _ = drifting_web
+    first = await learn_with_tracking(probing, "lang", ["en"] * 9 + ["de", "fr", "it"])
+    assert first.patterns["/p?id&lang"].params["lang"].default_values == ["lang=en"]
+    site.default_lang = "de"
+    combined, tracked, outcome = await new_tracked_combination(probing, "lang", "en")
+    assert outcome.published is not None
+    decision = outcome.published.patterns[combined]
+    assert "lang" in decision.kept and "utm_source" in decision.dropped
+    assert decision.params["lang"].default_values == [], "lang=en is no longer the default"
+    probing.live_maps.apply(outcome.published)
+    canonical = probing.live_maps.decide(parse(tracked[0])).canonical_url
+    assert canonical == "http://drift.test/p?id=60&lang=en"
+
+
+async def test_a_new_combination_inherits_an_allowlisted_parameters_default(
+    probing: Probing,
+) -> None:
+    first = await learn_with_tracking(probing, "start", ["0"] * 9 + ["15", "30", "45"])
+    learned = first.patterns["/p?id&start"].params["start"]
+    assert learned.layer == Layer.ALLOWLIST and learned.default_values == ["start=0"]
+    combined, tracked, outcome = await new_tracked_combination(probing, "start", "0")
+    assert outcome.published is not None
+    decision = outcome.published.patterns[combined]
+    assert decision.params["start"].default_values == ["start=0"]
+    assert outcome.fetches <= 2 * probing.config.verify_samples, "decided from the evidence"
+    probing.live_maps.apply(outcome.published)
+    canonical = probing.live_maps.decide(parse(tracked[0])).canonical_url
+    assert canonical == "http://drift.test/p?id=60"
+
+
+async def test_drift_of_a_neutral_parameter_updates_the_map(
+    probing: Probing, drifting_web: tuple[DriftingSite, str]
+) -> None:
+    site, _ = drifting_web
+    outcome = await reverified_after(probing, lambda: setattr(site, "ref_matters", True), 100)
+    assert outcome.published is not None and outcome.published.version == 2
+    assert outcome.published.patterns[PATTERN].kept == {"id", "ref"}
+    [audit] = on_the_wire(outcome)
+    assert_valid("map-update", audit)
+    assert audit["accepted"] and audit["request_reason"] == "reverify"
+    assert (audit["kept_before"], audit["kept_after"]) == (["id"], ["id", "ref"])
+
+
+async def test_a_site_that_walls_off_keeps_its_old_map_and_is_asked_for_again(
+    probing: Probing, drifting_web: tuple[DriftingSite, str]
+) -> None:
+    site, _ = drifting_web
+    outcome = await reverified_after(probing, lambda: setattr(site, "wall", True), 200)
+    assert outcome.published is None
+    [audit] = on_the_wire(outcome)
+    assert_valid("map-update", audit)
+    assert not audit["accepted"] and audit["reason"] == ONE_PAGE
+    assert audit["version_after"] is None
+
+
+async def test_the_anomaly_gate_keeps_the_old_map_when_a_site_stops_reading_its_ids(
+    probing: Probing, drifting_web: tuple[DriftingSite, str]
+) -> None:
+    site, _ = drifting_web
+
+    def stop_reading_ids() -> None:
+        site.ids_ignored = site.ref_matters = True
+
+    outcome = await reverified_after(probing, stop_reading_ids, 200)
+    assert outcome.published is None
+    [audit] = on_the_wire(outcome)
+    assert_valid("map-update", audit)
+    assert not audit["accepted"] and audit["flipped_to_dropped"] == ["id"]
+    assert audit["version_after"] is None
+
+
+async def test_a_site_that_is_down_gets_no_decision_and_is_asked_for_again(
+    probing: Probing, drifting_web: tuple[DriftingSite, str]
+) -> None:
+    site, _ = drifting_web
+    site.down = True
+    [outcome] = await probing.handle([request(PATTERN, sample_urls())])
+    assert outcome.published is not None and outcome.published.patterns == {}
+    assert outcome.published.undecided == {PATTERN: "robots-unreachable"}
+    [audit] = on_the_wire(outcome)
+    assert_valid("map-update", audit)
+    # robots.txt answers 503 too: nothing is fetched until it answers, and it is asked again
+    assert not audit["accepted"]
+    assert audit["reason"] == undecided_reason(Undecided.ROBOTS_UNREACHABLE)
+    site.down = False
+    [again] = await probing.handle([request(PATTERN, sample_urls())])
+    assert again.published is not None and again.published.patterns[PATTERN].kept == {"id"}
+
+
+async def test_a_walled_site_is_left_undecided_by_the_cli_and_the_stream_alike(
+    probing: Probing, drifting_web: tuple[DriftingSite, str], tmp_path: Path
+) -> None:
+    site, proxy = drifting_web
+    site.wall = True
+    [outcome] = await probing.handle([request(PATTERN, sample_urls())])
+    assert outcome.published is not None and outcome.published.patterns == {}
+    [audit] = on_the_wire(outcome)
+    assert audit["reason"] == ONE_PAGE and audit["kept_after"] is None
+    (tmp_path / "urls.txt").write_text("\n".join(sample_urls()) + "\n")
+    maps = tmp_path / "maps.jsonl"
+
+    async def cli_learn() -> tuple[str, dict[str, Any]]:
+        command = [
+            str(Path(sys.executable).with_name("miqps")),
+            "learn",
+            "--urls",
+            str(tmp_path / "urls.txt"),
+            "--out",
+            str(maps),
+            "--proxy",
+            proxy,
+            "--rate",
+            "500",
+            "--no-progress",
+        ]
+        done = await asyncio.to_thread(
+            subprocess.run, command, capture_output=True, text=True, timeout=120, check=True
+        )
+        [document] = [json.loads(line) for line in maps.read_text().splitlines()]
+        return done.stdout, document
+
+    summary, document = await cli_learn()
+    assert document["patterns"] == {}, "no decision, as the stream publishes none"
+    assert document["undecided"] == outcome.published.undecided == {PATTERN: "one-page"}
+    assert (
+        "drift.test: 1 patterns left undecided, asked again on the next run: "
+        "every URL fetched showed the same page" in summary
+    )
+    site.wall = False
+    [again] = await probing.handle([request(PATTERN, sample_urls())])
+    assert again.published is not None and again.published.patterns[PATTERN].kept == {"id"}
+    _, document = await cli_learn()
+    assert document["patterns"][PATTERN]["kept"] == ["id"], "asked again on the next run"
+
+
+class BuggyFetcher(Fetcher):
+    """A fetcher with a bug of ours in it: not a failed fetch, which is missing evidence."""
+
+    async def fetch(self, url: str) -> FetchResult:
+        raise AttributeError("'NoneType' object has no attribute 'status' (planted bug)")
+
+
+async def test_a_bug_while_learning_reaches_the_error_policy_and_publishes_nothing() -> None:
+    stops: list[BaseException] = []
+    published: list[ProbeOutcome] = []
+    policy = BugPolicy(OnBug.STOP, stops.append)
+
+    async def publish(outcome: ProbeOutcome) -> None:
+        published.append(outcome)
+
+    async with BuggyFetcher(FetchConfig(max_attempts=1)) as fetcher:
+        probing = Probing(LiveMaps(reverify_after=3600), fetcher, LearnConfig())
+
+        async def learn() -> None:
+            await probing.handle([request(PATTERN, sample_urls())], publish)
+
+        guarded = asyncio.ensure_future(policy.run(learn, "probe drift.test"))
+        deadline = asyncio.get_running_loop().time() + 10.0
+        while not stops and not guarded.done() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        guarded.cancel()
+    assert [type(error) for error in stops] == [AttributeError]
+    assert published == [], "no map, and no audit that blames the site for our bug"

@@ -1,0 +1,159 @@
+"""The canonicalizer front's error policy, on the shared broker: bad input goes to the DLQ;
+a bug in our code never dead-letters valid input. With ``MIQPS_ON_BUG=stop`` the front
+stops without committing the batch, with ``retry`` it reads the batch again after a pause;
+once the bug is gone every input comes out."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from miqps.canonical import Decision
+from miqps.urls import NormalizedURL
+from streams.front.loop import CanonicalizerFront, ProcessingBug
+from streams.kafka.admin import ensure_topics
+from streams.maps.feed import MapFeed
+from streams.maps.live import LiveMaps
+from streams.settings import Settings
+from streams.worker.errorpolicy import OnBug
+from testkit.tools import TopicReader, delete_topics, isolated_settings, produce
+
+VALID = [f"https://shop.example/p/{i}?id={i}&utm_source=mail".encode() for i in range(40)]
+BAD = [b"not a url", b'{"url": 7}']
+BUGGY = "https://shop.example/p/17?id=17&utm_source=mail"
+
+
+class Bug:
+    """Makes the stream's decision raise for :data:`BUGGY` while ``present`` is set."""
+
+    def __init__(self, live_maps: LiveMaps) -> None:
+        self.present = threading.Event()
+        self.present.set()
+        self.raised = 0
+        self._decide = live_maps.decide
+        live_maps.decide = self.decide
+
+    def decide(self, url: NormalizedURL, original: str | None = None) -> Decision:
+        if self.present.is_set() and url.url == BUGGY:
+            self.raised += 1
+            raise AttributeError("'NoneType' object has no attribute 'keep'")
+        return self._decide(url, original)
+
+
+@pytest.fixture
+def isolated(bootstrap: str, tmp_path: Path) -> Iterator[Settings]:
+    settings = isolated_settings(
+        Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap}),
+        "front",
+        tmp_path / "state",
+        partitions=2,
+    )
+    ensure_topics(settings)
+    produce(settings, settings.topics.raw, [*VALID[:20], *BAD, *VALID[20:]])
+    try:
+        yield settings
+    finally:
+        delete_topics(settings)
+
+
+def start_front(
+    settings: Settings, live_maps: LiveMaps, on_bug: OnBug, failures: list[BaseException]
+) -> tuple[CanonicalizerFront, MapFeed]:
+    feed = MapFeed(settings, live_maps, failures.append)
+    front = CanonicalizerFront(
+        settings.with_overrides(on_bug=on_bug.value), live_maps, feed, failures.append
+    )
+    feed.start()
+    front.start()
+    return front, feed
+
+
+def wait_until(check: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def assert_every_input_out_and_only_bad_input_dead(settings: Settings) -> None:
+    with TopicReader(settings, settings.topics.canonical) as reader:
+
+        def all_out() -> bool:
+            reader.poll(0.2)
+            return {orjson.loads(value or b"")["url"] for _, value, _ in reader.records} >= {
+                url.decode() for url in VALID
+            }
+
+        assert wait_until(all_out, 60), "not every valid input came out"
+    with TopicReader(settings, settings.topics.dlq) as reader:
+        reader.poll(2.0)
+        originals = {
+            base64.b64decode(orjson.loads(value or b"")["original"])
+            for _, value, _ in reader.records
+        }
+    assert originals == set(BAD), "only bad input is dead-lettered"
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(240)
+def test_a_bug_stops_the_front_without_committing_then_a_fixed_front_delivers_everything(
+    isolated: Settings,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    failures: list[BaseException] = []
+    live_maps = LiveMaps(reverify_after=3600)
+    bug = Bug(live_maps)
+    front, feed = start_front(isolated, live_maps, OnBug.STOP, failures)
+    try:
+        assert wait_until(lambda: bool(failures), 60), "the front did not stop"
+        front.stop()
+    finally:
+        feed.stop()
+    assert isinstance(failures[0], ProcessingBug)
+    assert isinstance(failures[0].__cause__, AttributeError)
+    stopped = [r for r in caplog.records if r.getMessage() == "canonicalizer stopped"]
+    assert stopped and stopped[0].exc_info is not None, "logged with its traceback"
+    assert front.counters.bugs == 1 and bug.raised == 1
+
+    bug.present.clear()  # the fix is deployed: a new front of the same group
+    failures.clear()
+    front, feed = start_front(isolated, live_maps, OnBug.STOP, failures)
+    try:
+        assert_every_input_out_and_only_bad_input_dead(isolated)
+    finally:
+        front.stop()
+        feed.stop()
+    assert failures == []
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(240)
+def test_with_retry_a_bug_holds_the_batch_until_it_is_gone_and_nothing_valid_is_lost(
+    isolated: Settings,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.ERROR, "streams.front.loop")
+    failures: list[BaseException] = []
+    live_maps = LiveMaps(reverify_after=3600)
+    bug = Bug(live_maps)
+    front, feed = start_front(isolated, live_maps, OnBug.RETRY, failures)
+    try:
+        assert wait_until(lambda: bug.raised >= 2, 60), "the batch was not retried"
+        assert failures == [] and front.counters.bugs >= 2
+        bug.present.clear()
+        assert_every_input_out_and_only_bad_input_dead(isolated)
+    finally:
+        front.stop()
+        feed.stop()
+    assert failures == []
+    retried = [r for r in caplog.records if "MIQPS_ON_BUG=retry" in r.getMessage()]
+    assert retried and retried[0].exc_info is not None, "logged with its traceback"

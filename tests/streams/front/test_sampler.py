@@ -1,0 +1,80 @@
+import orjson
+
+from bench.audit import wrong_map
+from miqps.audit import AuditRule
+from miqps.urls import parse
+from streams.front.sampler import AuditForwarder, LocalSampler
+from streams.messages import ProbeRequest
+from tests.streams.support import assert_valid
+
+
+def offer(sampler: LocalSampler, text: str, basis: str = "") -> int:
+    url = parse(text)
+    return sampler.offer(url.host, url.pattern, url, basis)
+
+
+def test_only_new_values_and_items_are_forwarded_and_the_rest_is_counted() -> None:
+    sampler = LocalSampler(max_entries=10, values_per_name=2, items_per_name=2)
+    assert offer(sampler, "http://a.example/p?id=1&utm_source=x") == 1
+    assert offer(sampler, "http://a.example/p?id=1&utm_source=x") == 0
+    assert offer(sampler, "http://a.example/p?id=1&utm_source=x") == 0
+    assert offer(sampler, "http://a.example/p?id=2&utm_source=x") == 3, "carries the two counted"
+    assert offer(sampler, "http://a.example/p?id=3&utm_source=x") == 0, "id has its 2 values"
+    assert offer(sampler, "http://a.example/p?id=3&utm_source=y") == 2
+    counts = sampler.drain_counts()
+    assert counts == []
+    assert offer(sampler, "http://a.example/p?id=9&utm_source=z") == 0
+    [pending] = sampler.drain_counts()
+    assert (pending.domain, pending.pattern, pending.count) == ("a.example", "/p?id&utm_source", 1)
+    assert sampler.drain_counts() == []
+
+
+def test_a_single_valued_parameter_is_forwarded_on_each_new_item_up_to_the_limit() -> None:
+    sampler = LocalSampler(max_entries=10, values_per_name=2, items_per_name=4)
+    forwarded = [offer(sampler, f"http://a.example/a/{n}?print=1") for n in range(6)]
+    assert forwarded == [1, 1, 1, 1, 0, 0], "one value, but a new article is a new item"
+    assert offer(sampler, "http://a.example/a/0?print=1&ref=x") == 1, "another pattern"
+
+
+def test_re_verification_is_a_separate_round() -> None:
+    sampler = LocalSampler(max_entries=10, values_per_name=2)
+    assert offer(sampler, "http://a.example/p?id=1") == 1
+    assert offer(sampler, "http://a.example/p?id=1", basis="2026-01-01T00:00:00Z") == 1
+
+
+def test_memory_is_bounded_and_evicted_counts_still_go_out() -> None:
+    sampler = LocalSampler(max_entries=3, values_per_name=4)
+    offer(sampler, "http://a.example/p?id=1")
+    offer(sampler, "http://a.example/p?id=1")
+    for host in ("b", "c", "d", "e"):
+        assert offer(sampler, f"http://{host}.example/p?id=1") == 1
+    assert len(sampler) == 3
+    [pending] = sampler.drain_counts()
+    assert (pending.domain, pending.count) == ("a.example", 1)
+    assert offer(sampler, "http://a.example/p?id=1") == 1, "forgotten, so forwarded again"
+
+
+def test_audits_forward_each_chosen_item_of_a_learned_pattern_once() -> None:
+    domain_map = wrong_map("shop.test")
+    forwarder = AuditForwarder(AuditRule(0.05), max_items=100)
+    sent: list[ProbeRequest] = []
+    items = 2000
+    for number in range(items):
+        for size in ("S", "M"):
+            url = parse(f"http://shop.test/product?id={number}&size={size}")
+            request = forwarder.offer(domain_map, url, url.pattern, 5.0)
+            if request is not None:
+                assert_valid("probe-request", orjson.loads(request))
+                sent.append(ProbeRequest.from_bytes(request))
+    assert 60 <= len(sent) <= 140  # 5% of the items, each once
+    assert len({request.urls for request in sent}) == len(sent)
+    assert {
+        (request.shape, pattern, info.reason, info.basis)
+        for request in sent
+        for pattern, info in request.patterns.items()
+    } == {("/product", "/product?id&size", "audit", domain_map.updated_at)}
+    unlearned = parse("http://shop.test/other?id=1&size=M")
+    forwarder = AuditForwarder(AuditRule(1.0), 10)
+    assert forwarder.offer(domain_map, unlearned, unlearned.pattern, 5.0) is None
+    assert forwarder.offer(None, unlearned, unlearned.pattern, 5.0) is None
+    assert AuditForwarder(AuditRule(0.0), 10).offer(domain_map, url, url.pattern, 5.0) is None

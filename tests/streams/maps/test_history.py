@@ -1,0 +1,368 @@
+"""Map history, rollback and freeze: the ``miqps maps`` commands and a real worker, on the
+real broker; and the publishing path's pure parts."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification, write_maps
+from streams import cli
+from streams.kafka.admin import ensure_topics, topic_specs
+from streams.kafka.clients import read_compacted
+from streams.maps.history import History, history_rows, probe_producer, publish_map
+from streams.messages import FROZEN, MapUpdateRecord, MapVersion
+from streams.settings import LearningPolicy, Settings, Topics
+from testkit.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
+from tests.streams.conftest import DriftingSite
+from tests.streams.support import assert_valid
+
+DOMAIN = "drift.test"
+PATTERN = "/p?id&ref"
+
+
+def a_map(version: int, keep_ref: bool) -> DomainMap:
+    kept, dropped = ({"id", "ref"}, set()) if keep_ref else ({"id"}, {"ref"})
+    params = {
+        "id": ParamEvidence("keep", Layer.LEARNED, 6, 6, 0),
+        "ref": ParamEvidence(
+            "keep" if keep_ref else "drop",
+            Layer.LEARNED,
+            6,
+            6 if keep_ref else 0,
+            0 if keep_ref else 6,
+        ),
+    }
+    decision = PatternDecision(
+        frozenset(kept), frozenset(dropped), params, Verification(3), "2026-12-01T00:00:00Z"
+    )
+    return DomainMap(DOMAIN, version, "2026-12-01T00:00:00Z", {PATTERN: decision})
+
+
+class MemorySink:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes, bytes]] = []
+
+    async def send(self, topic: str, key: bytes, value: bytes) -> None:
+        self.sent.append((topic, key, value))
+
+
+async def test_a_map_is_published_with_its_history_record_first() -> None:
+    sink, topics = MemorySink(), Topics.with_prefix("t.")
+    await publish_map(sink, topics, a_map(4, False), "reverify", "reverify")
+    [(history_topic, key, record), (maps_topic, map_key, document)] = sink.sent
+    assert (history_topic, maps_topic, key, map_key) == (
+        "t.miqps.map-history",
+        "t.miqps.maps",
+        b"drift.test",
+        b"drift.test",
+    )
+    version = MapVersion.from_bytes(record)
+    assert_valid("map-history", orjson.loads(record))
+    assert (version.version, version.produced_by) == (4, "reverify")
+    assert version.domain_map() == DomainMap.from_json(orjson.loads(document)) == a_map(4, False)
+
+
+def test_history_rows_diff_only_consecutive_versions() -> None:
+    history = History(
+        DOMAIN,
+        [
+            MapVersion.of(a_map(number, keep_ref), "publish")
+            for number, keep_ref in ((2, False), (3, True), (5, False))
+        ],
+    )
+    rows = history_rows(history)
+    assert [row["changes"] for row in rows] == [
+        None,
+        [
+            {
+                "pattern": PATTERN,
+                "change": "changed",
+                "now_kept": ["ref"],
+                "now_dropped": [],
+                "text": "/p?id&ref: now keeps ref",
+            }
+        ],
+        None,
+    ]
+    assert history.newest() == a_map(5, False)
+
+
+def test_a_probe_update_is_a_reverify_only_when_every_accepted_pattern_was_one() -> None:
+    def audit(reason: str, accepted: bool = True) -> MapUpdateRecord:
+        return replace(
+            MapUpdateRecord.undecided(DOMAIN, PATTERN, reason, 0, "", None, 0), accepted=accepted
+        )
+
+    assert probe_producer([audit("reverify"), audit("pooled", False)]) == ("reverify", "reverify")
+    assert probe_producer([audit("reverify"), audit("enough-samples")]) == (
+        "stream-probe",
+        "enough-samples, reverify",
+    )
+
+
+def test_the_history_topic_keeps_versions_for_the_retention_set() -> None:
+    def retention(days: float) -> str:
+        settings = Settings().with_overrides(map_history_retention_days=days)
+        [spec] = [spec for spec in topic_specs(settings) if spec.name == "miqps.map-history"]
+        assert spec.config["cleanup.policy"] == "delete"
+        return spec.config["retention.ms"]
+
+    assert retention(90) == str(90 * 24 * 3600 * 1000)
+    assert retention(0) == "-1"
+
+
+@pytest.fixture
+def settings(bootstrap: str, tmp_path: Path) -> Iterator[Settings]:
+    base = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap})
+    isolated = isolated_settings(base, "history", tmp_path / "state", partitions=2)
+    ensure_topics(isolated)
+    yield isolated
+    delete_topics(isolated)
+
+
+def maps_command(
+    settings: Settings, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, str]:
+    code = cli.main(
+        "maps",
+        [
+            *args,
+            "--bootstrap-servers",
+            settings.bootstrap_servers,
+            "--topic-prefix",
+            settings.app_id + ".",
+            "--timeout",
+            "20",
+        ],
+    )
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def maps_file(path: Path, domain_map: DomainMap) -> str:
+    write_maps(path, [domain_map])
+    return str(path)
+
+
+def current_map(settings: Settings) -> DomainMap:
+    maps = [
+        value
+        for key, value in read_compacted(settings, settings.topics.maps)
+        if key == DOMAIN.encode() and value is not None
+    ]
+    return DomainMap.from_json(orjson.loads(maps[-1]))
+
+
+@pytest.mark.kafka
+def test_history_rollback_freeze_and_their_errors_through_the_commands(
+    settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for number, keep_ref in ((1, False), (2, True)):
+        code, out, err = maps_command(
+            settings,
+            capsys,
+            "publish",
+            maps_file(tmp_path / f"v{number}.jsonl", a_map(7, keep_ref)),
+            "--reason",
+            "seed",
+        )
+        assert (code, out) == (0, f"drift.test: version {number} published\n"), err
+
+    code, out, err = maps_command(settings, capsys, "history", DOMAIN)
+    assert code == 0, err
+    lines = [re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", "AT", line) for line in out.splitlines()]
+    assert lines == [
+        "v1  AT  publish  1 patterns  (v1.jsonl: seed)",
+        "    /p?id&ref: added (keeps id; drops ref)",
+        "v2  AT  publish  1 patterns  (v2.jsonl: seed)",
+        "    /p?id&ref: now keeps ref",
+    ]
+
+    updates = TopicReader(settings, settings.topics.map_updates)
+    history = TopicReader(settings, settings.topics.map_history)
+    try:
+        code, out, err = maps_command(
+            settings, capsys, "rollback", DOMAIN, "--to", "1", "--reason", "ref was noise after all"
+        )
+        assert code == 0, err
+        assert out.startswith(
+            "drift.test: version 3 published (rollback to version 1: ref "
+            "was noise after all; not frozen; 1 patterns changed)"
+        )
+        live = current_map(settings)
+        assert live.version == 3 and live.patterns == a_map(1, False).patterns
+        assert updates.wait_for(1, 20) and history.wait_for(3, 20)
+        [(_, audit_value, _)] = updates.records
+        audit = orjson.loads(audit_value or b"")
+        assert_valid("map-update", audit)
+        assert audit["request_reason"] == "rollback" and audit["accepted"]
+        assert audit["reason"].startswith("operator's rollback to version 1")
+        assert (audit["version_before"], audit["version_after"]) == (2, 3)
+        assert audit["flipped_to_dropped"] == ["ref"]
+        records = [MapVersion.from_bytes(value) for _, value, _ in history.records]
+        assert [(r.version, r.produced_by) for r in records] == [
+            (1, "publish"),
+            (2, "publish"),
+            (3, "rollback"),
+        ]
+    finally:
+        updates.close()
+        history.close()
+
+    code, out, err = maps_command(settings, capsys, "freeze", DOMAIN)
+    assert (code, current_map(settings).frozen) == (0, True), err
+    assert "version 4 published (freeze; frozen" in out
+    code, out, err = maps_command(settings, capsys, "history", DOMAIN, "--json")
+    rows = [orjson.loads(line) for line in out.splitlines()]
+    assert [(row["version"], row["frozen"], row["changes"]) for row in rows[-2:]] == [
+        (
+            3,
+            False,
+            [
+                {
+                    "pattern": PATTERN,
+                    "change": "changed",
+                    "now_kept": [],
+                    "now_dropped": ["ref"],
+                    "text": "/p?id&ref: now drops ref",
+                }
+            ],
+        ),
+        (4, True, []),
+    ]
+    code, out, err = maps_command(settings, capsys, "freeze", DOMAIN)
+    assert (code, out) == (0, "drift.test: version 4 is frozen already; nothing published\n")
+    code, out, err = maps_command(settings, capsys, "unfreeze", DOMAIN)
+    assert (code, current_map(settings).version, current_map(settings).frozen) == (0, 5, False)
+
+    code, out, err = maps_command(settings, capsys, "rollback", DOMAIN, "--to", "9")
+    assert (code, out) == (1, "")
+    assert "drift.test has no kept version 9 (kept: 1, 2, 3, 4, 5)" in err
+    code, out, err = maps_command(settings, capsys, "history", "nowhere.example")
+    assert code == 1 and "unknown domain nowhere.example" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.slow  # the client's timeout
+def test_a_broker_that_does_not_answer_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in (["history", DOMAIN], ["rollback", DOMAIN, "--to", "1"]):
+        code = cli.main("maps", [*command, "--bootstrap-servers", "127.0.0.1:1", "--timeout", "2"])
+        err = capsys.readouterr().err
+        assert code == 3, err
+        assert f"miqps maps {command[0]}: Kafka at 127.0.0.1:1:" in err
+        assert "Traceback" not in err
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(300)
+def test_a_worker_applies_a_rollback_live_and_learns_nothing_for_a_frozen_domain(
+    bootstrap: str,
+    drifting_web: tuple[DriftingSite, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, proxy = drifting_web
+    base = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap})
+    settings = isolated_settings(
+        base,
+        "rollback",
+        tmp_path / "state",
+        proxy=proxy,
+        partitions=2,
+        probe_rate_per_host=50.0,
+        policy=LearningPolicy(rare_after=3.0, retry_after=60.0),
+    )
+    ensure_topics(settings)
+    history = TopicReader(settings, settings.topics.map_history)
+    updates = TopicReader(settings, settings.topics.map_updates)
+    outputs = TopicReader(settings, settings.topics.canonical)
+    worker = WorkerProcess(settings, "canonicalize,probe", tmp_path / "worker.log").start()
+
+    def output_of(url: str, timeout: float = 30.0) -> dict[str, Any]:
+        produce(settings, settings.topics.raw, [url.encode()])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            outputs.poll(0.2)
+            for _, value, _ in outputs.records:
+                document = orjson.loads(value or b"")
+                if document["url"] == url:
+                    return dict(document)
+        raise AssertionError(f"no output for {url}: {worker.log_text()[-3000:]}")
+
+    try:
+        produce(
+            settings,
+            settings.topics.raw,
+            [f"http://{DOMAIN}/p?id={n}&ref=r{n}".encode() for n in range(8)],
+        )
+        assert history.wait_for(1, 90), worker.log_text()[-3000:]
+        learned = MapVersion.from_bytes(history.records[0][1])
+        assert (learned.version, learned.produced_by) == (1, "stream-probe")
+        assert learned.domain_map().patterns[PATTERN].dropped == {"ref"}
+
+        assert (
+            maps_command(
+                settings, capsys, "publish", maps_file(tmp_path / "keep.jsonl", a_map(1, True))
+            )[0]
+            == 0
+        )
+        for attempt in range(60):
+            kept = output_of(f"http://{DOMAIN}/p?id=1&ref=publish{attempt}")
+            if kept["map_version"] == 2:
+                break
+            time.sleep(0.25)
+        assert (kept["map_version"], kept["kept"]) == (2, ["id", "ref"])
+
+        assert maps_command(settings, capsys, "rollback", DOMAIN, "--to", "1", "--freeze")[0] == 0
+        for attempt in range(60):
+            after = output_of(f"http://{DOMAIN}/p?id=1&ref=rollback{attempt}")
+            if after["map_version"] == 3:
+                break
+            time.sleep(0.1)
+        assert (after["map_version"], after["kept"], after["dropped"]) == (3, ["id"], ["ref"])
+
+        produce(
+            settings,
+            settings.topics.raw,
+            [f"http://{DOMAIN}/p?id={n}&lang=l{n}".encode() for n in range(8)],
+        )
+
+        def frozen_audits() -> list[dict[str, Any]]:
+            updates.poll(0.3)
+            return [
+                document
+                for _, value, _ in updates.records
+                if (document := orjson.loads(value or b""))["reason"] == FROZEN
+            ]
+
+        deadline = time.monotonic() + 60
+        while not frozen_audits() and time.monotonic() < deadline:
+            pass
+        [audit] = frozen_audits()
+        assert_valid("map-update", audit)
+        assert (audit["pattern"], audit["accepted"], audit["version_before"]) == (
+            "/p?id&lang",
+            False,
+            3,
+        )
+        history.poll(1.0)
+        assert [MapVersion.from_bytes(value).produced_by for _, value, _ in history.records] == [
+            "stream-probe",
+            "publish",
+            "rollback",
+        ]
+        assert current_map(settings).version == 3
+        assert worker.alive()
+    finally:
+        worker.stop()
+        for reader in (history, updates, outputs):
+            reader.close()
+        delete_topics(settings)
