@@ -61,15 +61,13 @@ from streams.messages import (
     sample_to_bytes,
 )
 from streams.settings import Settings
-from streams.worker.errorpolicy import OnBug
+from streams.worker.errorpolicy import BugBackoff, OnBug
 
 log = logging.getLogger(__name__)
 
 COUNT_FLUSH_SECONDS = 1.0
 REPORT_SECONDS = 10.0
 SAMPLES_PER_MESSAGE = 500
-FIRST_RETRY_SECONDS = 1.0
-MAX_RETRY_SECONDS = 60.0
 
 
 def _ignore(seconds: float) -> None:
@@ -177,7 +175,7 @@ class CanonicalizerFront:
         on_fatal: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.settings = settings
-        self.on_bug = OnBug(settings.on_bug)
+        self.bug_backoff = BugBackoff(OnBug(settings.on_bug))
         self.live_maps = live_maps
         self.feed = feed
         self.on_fatal = on_fatal
@@ -281,7 +279,6 @@ class CanonicalizerFront:
         next_count_flush = time.monotonic() + COUNT_FLUSH_SECONDS
         next_report = time.monotonic() + REPORT_SECONDS
         reported = 0
-        retry_pause = FIRST_RETRY_SECONDS
         try:
             counters = self.counters
             clock = time.perf_counter
@@ -303,10 +300,9 @@ class CanonicalizerFront:
                 except (KafkaException, ProduceBlocked):
                     raise
                 except Exception as bug:
-                    self._bug(bug, consumer, messages, retry_pause)
-                    retry_pause = min(retry_pause * 2, MAX_RETRY_SECONDS)
+                    self._bug(bug, consumer, messages)
                     continue
-                retry_pause = FIRST_RETRY_SECONDS
+                self.bug_backoff.succeeded()
                 processed = clock()
                 if offsets:
                     self.uncommitted.consumed(messages, offsets)
@@ -437,13 +433,12 @@ class CanonicalizerFront:
         counters.forwarded += forwarded
         return offsets
 
-    def _bug(
-        self, bug: Exception, consumer: Consumer, messages: list[Message], pause: float
-    ) -> None:
+    def _bug(self, bug: Exception, consumer: Consumer, messages: list[Message]) -> None:
         """Stop (raise ``bug``) or, with ``MIQPS_ON_BUG=retry``, read ``messages`` again
-        after ``pause`` seconds; their offsets are not stored either way."""
+        after the policy's pause; their offsets are not stored either way."""
         self.counters.bugs += 1
-        if self.on_bug is OnBug.STOP:
+        pause = self.bug_backoff.after_bug()
+        if pause is None:
             raise bug
         log.error(
             "canonicalizer: %s; the batch is not committed and is read again in %gs "

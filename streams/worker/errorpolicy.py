@@ -32,6 +32,31 @@ class OnBug(enum.StrEnum):
     RETRY = "retry"
 
 
+class BugBackoff:
+    """The one decision on a bug of ours, for the agents (through :class:`BugPolicy`) and the
+    canonicalizer front (a thread of its own): stop the worker, or wait and run the same work
+    again, the wait doubling from ``first`` up to ``most`` and starting over once the work
+    succeeds."""
+
+    def __init__(
+        self, on_bug: OnBug, first: float = FIRST_BACKOFF, most: float = MAX_BACKOFF
+    ) -> None:
+        self.on_bug = on_bug
+        self.first = first
+        self.most = most
+        self._next = first
+
+    def after_bug(self) -> float | None:
+        """None: stop the worker; else the seconds to wait before the work runs again."""
+        if self.on_bug is OnBug.STOP:
+            return None
+        pause, self._next = self._next, min(self._next * 2, self.most)
+        return pause
+
+    def succeeded(self) -> None:
+        self._next = self.first
+
+
 class BugPolicy:
     """Runs an agent's work for one message under the error policy."""
 
@@ -52,17 +77,18 @@ class BugPolicy:
 
     async def run(self, work: Callable[[], Awaitable[None]], what: str) -> None:
         """Await ``work()`` until it succeeds. On a bug: log it, then stop the worker and
-        wait to be cancelled (``stop``), or wait and run ``work()`` again (``retry``, the
-        wait doubling up to ``max_backoff``). Returns only when ``work()`` succeeded, so
-        the caller acknowledges only what was done."""
-        backoff = self.first_backoff
+        wait to be cancelled (``stop``), or wait and run ``work()`` again (``retry``, as
+        :class:`BugBackoff` says). Returns only when ``work()`` succeeded, so the caller
+        acknowledges only what was done."""
+        backoff = BugBackoff(self.on_bug, self.first_backoff, self.max_backoff)
         while True:
             try:
                 await work()
                 return
             except Exception as error:
                 self.bugs += 1
-                if self.on_bug is OnBug.STOP:
+                pause = backoff.after_bug()
+                if pause is None:
                     log.exception(
                         "%s failed on a bug; the message is not acknowledged and "
                         "the worker stops (%s=retry backs off and retries)",
@@ -71,10 +97,10 @@ class BugPolicy:
                     )
                     self.stop_worker(error)
                     await asyncio.Event().wait()  # until the stopping worker cancels us
+                    return
                 log.exception(
                     "%s failed on a bug; the message is not acknowledged, retrying in %gs",
                     what,
-                    backoff,
+                    pause,
                 )
-                await self.sleep(backoff)
-                backoff = min(backoff * 2, self.max_backoff)
+                await self.sleep(pause)

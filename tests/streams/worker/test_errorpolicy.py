@@ -8,7 +8,7 @@ from typing import get_args, get_type_hints
 import pytest
 
 from streams.settings import Settings
-from streams.worker.errorpolicy import BugPolicy, OnBug
+from streams.worker.errorpolicy import BugBackoff, BugPolicy, OnBug
 
 
 class Work:
@@ -80,3 +80,12 @@ async def test_a_cancelled_run_is_not_taken_for_a_bug() -> None:
     with pytest.raises(asyncio.CancelledError):
         await policy.run(cancelled, "test")
     assert policy.bugs == 0
+
+
+def test_the_backoff_doubles_to_its_limit_and_starts_over_after_a_success() -> None:
+    """The one schedule of the agents and the canonicalizer front alike."""
+    backoff = BugBackoff(OnBug.RETRY, first=1, most=5)
+    assert [backoff.after_bug() for _ in range(5)] == [1, 2, 4, 5, 5]
+    backoff.succeeded()
+    assert backoff.after_bug() == 1
+    assert BugBackoff(OnBug.STOP).after_bug() is None
