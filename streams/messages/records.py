@@ -16,177 +16,17 @@ from __future__ import annotations
 import base64
 import binascii
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, is_dataclass
-from functools import cache, partial
-from types import NoneType, UnionType
-from typing import (
-    Any,
-    ClassVar,
-    Final,
-    Literal,
-    TypeVar,
-    Union,
-    get_args,
-    get_origin,
-    get_type_hints,
-)
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Final, Literal, get_args
 
 import orjson
 
 from miqps.maps import DomainMap, GateVerdict, InvalidMap, parse_map, utc_now
-from miqps.update import MapUpdate, Undecided, Why
-from miqps.urls import InvalidURL, NormalizedURL, parse, split_pattern
+from miqps.urls import InvalidURL, NormalizedURL, parse
+from streams.messages.codec import BadInput, from_fields, load_json
 
 JSON_STARTS = (ord("{"), ord("["), ord('"'))
 WHITESPACE = b" \t\r\n"
-
-Record = TypeVar("Record")
-
-
-class BadInput(Exception):
-    """A message that cannot be read as the record its topic carries; ``reason`` says why."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-def load_json(value: bytes | None, what: str) -> Any:
-    """The JSON document in ``value``, or :class:`BadInput` naming what was expected."""
-    if value is None:
-        raise BadInput(f"null value instead of {what}")
-    try:
-        return orjson.loads(value)
-    except orjson.JSONDecodeError:
-        raise BadInput(f"not valid JSON for {what}") from None
-
-
-class _Mismatch(Exception):
-    """A JSON value that is not of the type a record field declares."""
-
-
-Reader = Callable[[Any], Any]
-
-
-@cache
-def _reader(annotation: Any) -> Reader:
-    """A function that returns a JSON value as the declared type holds it (arrays become
-    tuples, objects of records become records) or raises _Mismatch. Ints are not bools, and
-    a float field takes an int too, as JSON does not tell 1 from 1.0."""
-    origin = get_origin(annotation)
-    if annotation is Any:
-        return _same
-    if annotation in _SCALARS:
-        exact = _SCALARS[annotation]
-
-        def scalar(value: Any) -> Any:
-            if type(value) not in exact:
-                raise _Mismatch
-            return value if annotation is not float else float(value)
-
-        return scalar
-    if origin in (Union, UnionType):
-        options = [_reader(option) for option in get_args(annotation)]
-        return partial(_first_of, options)
-    if origin is Literal:
-        choices = get_args(annotation)
-        return partial(_one_of, choices)
-    if origin is tuple:
-        return partial(_tuple_of, _reader(get_args(annotation)[0]))
-    if origin is dict:
-        return partial(_dict_of, _reader(get_args(annotation)[1]))
-    if isinstance(annotation, type) and is_dataclass(annotation):
-        return partial(_record, annotation)
-    raise TypeError(f"no JSON reader for {annotation!r}")
-
-
-_SCALARS: dict[Any, tuple[type, ...]] = {
-    NoneType: (NoneType,),
-    bool: (bool,),
-    int: (int,),
-    float: (int, float),
-    str: (str,),
-}
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-def _first_of(options: list[Reader], value: Any) -> Any:
-    for option in options:
-        try:
-            return option(value)
-        except _Mismatch:
-            continue
-    raise _Mismatch
-
-
-def _one_of(choices: tuple[Any, ...], value: Any) -> Any:
-    if value not in choices:
-        raise _Mismatch
-    return value
-
-
-def _tuple_of(item: Reader, value: Any) -> tuple[Any, ...]:
-    if type(value) is not list:
-        raise _Mismatch
-    return tuple([item(element) for element in value])
-
-
-def _dict_of(item: Reader, value: Any) -> dict[str, Any]:
-    if type(value) is not dict:
-        raise _Mismatch
-    return {key: item(element) for key, element in value.items()}
-
-
-def _record(cls: type, value: Any) -> Any:
-    return _from_fields(cls, value, f"a {_words(cls.__name__)}")
-
-
-def _words(name: str) -> str:
-    return "".join(f" {letter.lower()}" if letter.isupper() else letter for letter in name).strip()
-
-
-_READERS: dict[type, dict[str, tuple[Reader, Any]]] = {}
-
-
-def _readers(cls: type) -> dict[str, tuple[Reader, Any]]:
-    readers = _READERS.get(cls)
-    if readers is None:
-        hints = get_type_hints(cls)
-        readers = _READERS[cls] = {
-            item.name: (_reader(hints[item.name]), hints[item.name]) for item in fields(cls)
-        }
-    return readers
-
-
-def _from_fields(cls: type[Record], document: Any, what: str) -> Record:
-    """``cls`` built from a JSON object with exactly its fields, each of its declared type,
-    or :class:`BadInput` saying which field is wrong."""
-    if type(document) is not dict:
-        raise BadInput(f"not a JSON object for {what}")
-    readers = _readers(cls)
-    if document.keys() != readers.keys():
-        missing = [name for name in readers if name not in document]
-        if missing:
-            raise BadInput(f"{what} without {', '.join(missing)}")
-        raise BadInput(f"{what} with unknown fields {', '.join(sorted(document - readers.keys()))}")
-    values: dict[str, Any] = {}
-    for name, (reader, annotation) in readers.items():
-        try:
-            values[name] = reader(document[name])
-        except _Mismatch:
-            raise BadInput(f"{what} whose {name} is not of type {_type_name(annotation)}") from None
-    return cls(**values)
-
-
-def _type_name(annotation: Any) -> str:
-    if get_origin(annotation) is None:
-        return str(annotation.__name__)
-    return str(annotation).replace("typing.", "").replace("streams.messages.", "")
-
 
 # ---------------------------------------------------------------- urls.raw
 
@@ -315,7 +155,7 @@ class CanonicalOutput:
 
     @classmethod
     def from_bytes(cls, value: bytes | None) -> CanonicalOutput:
-        return _from_fields(cls, load_json(value, "a canonical output"), "a canonical output")
+        return from_fields(cls, load_json(value, "a canonical output"), "a canonical output")
 
 
 # ---------------------------------------------------------------- miqps.pattern-samples
@@ -374,7 +214,7 @@ def read_sample(item: Any) -> Sample:
         raise BadInput("pattern sample without a known kind")
     kind = item["kind"]
     body = {key: value for key, value in item.items() if key != "kind"}
-    sample = _from_fields(SAMPLE_TYPES[kind], body, f"a {kind} pattern sample")
+    sample = from_fields(SAMPLE_TYPES[kind], body, f"a {kind} pattern sample")
     if not sample.domain:
         raise BadInput("pattern sample with an empty domain")
     return sample
@@ -388,50 +228,6 @@ def read_sample_items(value: bytes | None) -> list[Any]:
     if not isinstance(items, list):
         raise BadInput("pattern samples that are not a JSON array")
     return items
-
-
-@dataclass(frozen=True, slots=True)
-class Observation:
-    """One pattern-sample item as the pattern-stats agent applies it: a ``due`` tick has
-    no pattern, and only a ``url`` sample has a URL (parsed)."""
-
-    domain: str
-    shape: str
-    pattern: str
-    url: NormalizedURL | None
-    count: int
-    basis: str
-
-
-def read_observation(item: Any) -> Observation:
-    """One item of a ``miqps.pattern-samples`` array for the pattern-stats agent; raises
-    :class:`BadInput` or :class:`InvalidURL` for a malformed item, and nothing else.
-
-    It reads by hand the items :func:`read_sample` reads (a test keeps the two in step),
-    because a small shape's whole step costs about 60 µs and reading its pack through the
-    typed records would add a fifth to it (``python -m bench.sample_read``)."""
-    if type(item) is not dict or item.get("kind") not in SAMPLE_TYPES:
-        raise BadInput("pattern sample without a known kind")
-    domain, pattern = item.get("domain"), item.get("pattern", "")
-    shape = item.get("shape") or (split_pattern(pattern)[0] if type(pattern) is str else None)
-    if not (
-        type(domain) is str
-        and domain
-        and type(pattern) is str
-        and type(shape) is str
-        and shape.startswith("/")
-    ):
-        raise BadInput("pattern sample without a domain and a pattern or shape")
-    if item["kind"] == DueSample.kind:
-        return Observation(domain, shape, "", None, 0, "")
-    count, basis, text = item.get("count"), item.get("basis"), item.get("url")
-    if not (type(count) is int and type(basis) is str):
-        raise BadInput("pattern sample without an integer count and a basis string")
-    if item["kind"] == CountSample.kind:
-        return Observation(domain, shape, pattern, None, count, basis)
-    if type(text) is not str:
-        raise BadInput("pattern sample of kind url without a url string")
-    return Observation(domain, shape, pattern, parse(text), count, basis)
 
 
 @dataclass(frozen=True, slots=True)
@@ -488,7 +284,7 @@ class ProbeRequest:
 
     @classmethod
     def from_bytes(cls, value: bytes | None) -> ProbeRequest:
-        request = _from_fields(cls, load_json(value, "a probe request"), "a probe request")
+        request = from_fields(cls, load_json(value, "a probe request"), "a probe request")
         if not (
             request.domain and request.shape.startswith("/") and request.patterns and request.urls
         ):
@@ -530,7 +326,7 @@ class MapUpdateRecord:
 
     @classmethod
     def from_bytes(cls, value: bytes | None) -> MapUpdateRecord:
-        return _from_fields(cls, load_json(value, "a map update"), "a map update")
+        return from_fields(cls, load_json(value, "a map update"), "a map update")
 
     @classmethod
     def decided(
@@ -599,67 +395,6 @@ class MapUpdateRecord:
             fetches=fetches,
             at=utc_now(),
         )
-
-
-NO_SAMPLES = "no sample URL of this pattern could be probed"
-
-
-def undecided_reason(cause: Undecided) -> str:
-    """The ``reason`` of the audit record of a pattern left undecided for ``cause``."""
-    return f"{cause.message}; nothing learned"
-
-
-UNREACHABLE = undecided_reason(Undecided.FAILED)
-ONE_PAGE = undecided_reason(Undecided.ONE_PAGE)
-FROZEN = "the map is frozen by an operator; nothing learned until it is unfrozen"
-UNDECIDED_CAUSES = {undecided_reason(cause): str(cause) for cause in Undecided} | {
-    NO_SAMPLES: "without-samples",
-    FROZEN: "frozen",
-}
-"""The cause of an undecided pattern, by its audit record's ``reason``."""
-
-
-def audit_records(
-    update: MapUpdate, requests: Mapping[str, RequestedPattern]
-) -> list[MapUpdateRecord]:
-    """One record per pattern of ``update``: decided (accepted or rejected by the gate),
-    unreachable, walled, or without samples. A pooled or stale-default decision answers no
-    request: its ``request_reason`` is why the core took it."""
-    records: list[MapUpdateRecord] = []
-    if update.candidate is not None and update.verdict is not None:
-        for pattern, entry in update.decided.items():
-            request = requests.get(pattern)
-            reason = (
-                request.reason
-                if entry.why is Why.REQUESTED and request is not None
-                else str(entry.why)
-            )
-            records.append(
-                MapUpdateRecord.decided(
-                    pattern, reason, update.before, update.candidate, update.verdict, update.fetches
-                )
-            )
-    named = [
-        (undecided_reason(cause), [pattern]) for pattern, cause in sorted(update.undecided.items())
-    ]
-    for reason, patterns in (
-        *named,
-        (NO_SAMPLES, update.without_samples),
-        (FROZEN, update.frozen),
-    ):
-        records.extend(
-            MapUpdateRecord.undecided(
-                update.domain,
-                pattern,
-                requests[pattern].reason,
-                requests[pattern].urls_seen,
-                reason,
-                update.before,
-                update.fetches,
-            )
-            for pattern in patterns
-        )
-    return records
 
 
 def _before(
@@ -749,7 +484,7 @@ class DeadLetter:
 
     @classmethod
     def from_bytes(cls, value: bytes | None) -> DeadLetter:
-        record = _from_fields(cls, load_json(value, "a dead letter"), "a dead letter")
+        record = from_fields(cls, load_json(value, "a dead letter"), "a dead letter")
         try:
             record.original_value()
             record.original_key()
@@ -797,7 +532,7 @@ class MapVersion:
 
     @classmethod
     def from_bytes(cls, value: bytes | None) -> MapVersion:
-        record = _from_fields(cls, load_json(value, "a map version"), "a map version")
+        record = from_fields(cls, load_json(value, "a map version"), "a map version")
         try:
             domain_map = parse_map(orjson.dumps(record.map), key=record.domain)
         except InvalidMap as error:

@@ -1,4 +1,4 @@
-"""Every topic record of streams.messages against its JSON Schema, both ways."""
+"""Every topic record of streams.messages.records against its JSON Schema, both ways."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification
-from miqps.urls import split_pattern
 from streams.agents.shape_stats import ENOUGH_SAMPLES, RETRY, REVERIFY, TIME_LIMIT
 from streams.messages import (
     AUDIT,
@@ -32,9 +31,6 @@ from streams.messages import (
     SamplePack,
     Source,
     UrlSample,
-    read_observation,
-    read_sample,
-    sample_to_bytes,
 )
 from tests.streams.support import SCHEMAS, assert_valid
 
@@ -230,54 +226,6 @@ def test_dead_letter_gives_back_the_original_bytes() -> None:
     assert tombstone.original_value() is None and tombstone.null_value
 
 
-GOOD_OUTPUT = CanonicalOutput(
-    "http://a.example/?id=1",
-    "http://a.example/?id=1",
-    "a.example",
-    "/?id",
-    ("id",),
-    (),
-    "learned",
-    2,
-    None,
-).to_bytes()
-
-
-@pytest.mark.parametrize(
-    ("value", "reason"),
-    [
-        (None, "null value instead of a canonical output"),
-        (b"{", "not valid JSON for a canonical output"),
-        (b"[]", "not a JSON object for a canonical output"),
-        (
-            GOOD_OUTPUT.replace(b'"meta":null', b'"meta":null,"x":1'),
-            "a canonical output with unknown fields x",
-        ),
-        (GOOD_OUTPUT.replace(b',"meta":null', b""), "a canonical output without meta"),
-        (
-            GOOD_OUTPUT.replace(b'"map_version":2', b'"map_version":"2"'),
-            "a canonical output whose map_version is not of type int",
-        ),
-        (
-            GOOD_OUTPUT.replace(b'"map_version":2', b'"map_version":true'),
-            "a canonical output whose map_version is not of type int",
-        ),
-        (
-            GOOD_OUTPUT.replace(b'"kept":["id"]', b'"kept":[1]'),
-            "a canonical output whose kept is not of type tuple[str, ...]",
-        ),
-        (
-            GOOD_OUTPUT.replace(b'"learned"', b'"maybe"'),
-            "a canonical output whose status is not of type Literal['learned', 'provisional']",
-        ),
-    ],
-)
-def test_bad_canonical_output_is_bad_input_with_a_reason(value: bytes | None, reason: str) -> None:
-    with pytest.raises(BadInput) as caught:
-        CanonicalOutput.from_bytes(value)
-    assert caught.value.reason == reason
-
-
 def test_bad_probe_request_and_dead_letter_are_bad_input() -> None:
     request = orjson.loads(
         ProbeRequest(
@@ -299,60 +247,6 @@ def test_bad_probe_request_and_dead_letter_are_bad_input() -> None:
     with pytest.raises(BadInput, match="not base64"):
         DeadLetter.from_bytes(orjson.dumps({**letter, "original": "#"}))
     assert base64.b64decode(letter["original"]) == b"x"
-
-
-@pytest.mark.parametrize(
-    ("item", "reason"),
-    [
-        ([], "pattern sample without a known kind"),
-        ({"kind": "other", "domain": "a.example"}, "pattern sample without a known kind"),
-        ({"kind": "due", "domain": "", "shape": "/p"}, "pattern sample with an empty domain"),
-        (
-            {"kind": "url", "domain": "a.example", "pattern": "/p?id", "count": 1, "basis": ""},
-            "a url pattern sample without url",
-        ),
-        (
-            {"kind": "count", "domain": "a.example", "pattern": "/p?id", "count": "1", "basis": ""},
-            "a count pattern sample whose count is not of type int",
-        ),
-    ],
-)
-def test_bad_sample_is_bad_input(item: Any, reason: str) -> None:
-    with pytest.raises(BadInput) as caught:
-        read_sample(item)
-    assert caught.value.reason == reason
-    with pytest.raises(BadInput):
-        read_observation(item)
-
-
-sample_urls = st.from_regex(r"http://[a-z]{1,8}\.example/[a-z]{0,4}\?id=[0-9]{1,3}", fullmatch=True)
-valid_samples = st.one_of(
-    st.builds(
-        UrlSample, domain=domains, pattern=patterns, url=sample_urls, count=counts, basis=names
-    ),
-    st.builds(CountSample, domain=domains, pattern=patterns, count=counts, basis=names),
-    st.builds(DueSample, domain=domains, shape=st.from_regex(r"/[a-z*/]{0,8}", fullmatch=True)),
-)
-
-
-@given(valid_samples)
-def test_the_agents_reader_of_a_sample_reads_what_the_typed_reader_reads(
-    sample: UrlSample | CountSample | DueSample,
-) -> None:
-    item = orjson.loads(sample_to_bytes(sample))
-    assert read_sample(item) == sample
-    observation = read_observation(item)
-    assert observation.domain == sample.domain
-    if isinstance(sample, DueSample):
-        assert (observation.shape, observation.pattern) == (sample.shape, "")
-        return
-    assert (observation.pattern, observation.shape) == (
-        sample.pattern,
-        split_pattern(sample.pattern)[0],
-    )
-    assert (observation.count, observation.basis) == (sample.count, sample.basis)
-    url = observation.url.url if observation.url is not None else None
-    assert url == (sample.url if isinstance(sample, UrlSample) else None)
 
 
 def test_a_map_version_must_hold_a_valid_map_of_its_domain_and_version() -> None:
