@@ -38,7 +38,7 @@ from tests.streams.test_pipeline import (
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "miqps.json"
 
 
