@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from streams.ops.dashboard import DashboardServer, DashboardState
+from streams.ops.dashboard.server import DashboardServer
+from streams.ops.dashboard.state import DashboardState
 
 if TYPE_CHECKING:  # imported here only: without Playwright the fixture says what is missing
     from playwright.sync_api import Page

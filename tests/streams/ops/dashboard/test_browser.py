@@ -2,7 +2,7 @@
 simulated web, the dashboard command reads the topics, and chromium (through Playwright)
 reads what the page shows.
 
-``MIQPS_SCREENSHOTS=docs pytest tests/streams/ops/test_dashboard_browser.py`` also writes
+``MIQPS_SCREENSHOTS=docs pytest tests/streams/ops/dashboard/test_browser.py`` also writes
 ``docs/dashboard.png``, the screenshot the README shows.
 """
 
@@ -25,12 +25,13 @@ from miqps.cli import main
 from miqps.maps import write_maps
 from simweb.corpus import generate_corpus
 from streams.kafka.admin import ensure_topics
-from streams.ops.dashboard import DashboardServer, DashboardState
+from streams.ops.dashboard.server import DashboardServer
+from streams.ops.dashboard.state import DashboardState
 from streams.settings import LearningPolicy, Settings
 from testkit.tools import TopicReader, WorkerProcess, produce, worker_env
 from tests.browser import screenshot_dir
 from tests.miqps.test_report import HOSTILE, hostile_map
-from tests.streams.ops.test_dashboard import audit_record
+from tests.streams.ops.dashboard.test_state import audit_record
 from tests.streams.test_pipeline import (
     Web,
     base,

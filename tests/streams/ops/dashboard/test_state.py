@@ -1,15 +1,12 @@
-"""The dashboard's state and JSON API, without Kafka: records are fed as the readers feed
-them, and the API is asked over a real loopback HTTP server.
+"""The dashboard's state, without Kafka: records are fed as the readers feed them, and what
+the page shows is asked of the JSON API over a real loopback HTTP server.
 
-The page in a real browser after a real broker run is test_dashboard_browser.py.
+The page in a real browser after a real broker run is test_browser.py.
 """
 
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,7 +19,8 @@ import pytest
 
 from miqps.cli import main
 from miqps.maps import DomainMap, write_maps
-from streams.ops.dashboard import DashboardServer, DashboardState
+from streams.ops.dashboard.server import DashboardServer
+from streams.ops.dashboard.state import DashboardState
 from tests.miqps.test_report import SHOP_URLS, STAMP, decision, shop_map
 
 
@@ -159,17 +157,6 @@ def test_a_domain_page_shows_its_patterns_evidence_and_sprawl(
     assert [entry["pattern"] for entry in page["feed"]] == ["/p?id&utm_source"]
 
 
-def test_an_unknown_domain_and_bad_requests_get_a_clear_answer(served: str) -> None:
-    status, body = get(served + "api/domain?name=nowhere.example")
-    assert status == 404 and "nowhere.example" in body["error"]
-    status, body = get(served + "api/explain")
-    assert status == 400 and "?url=" in body["error"]
-    status, body = get(served + "api/nothing")
-    assert status == 404
-    status, body = get(served + "api/domains?limit=lots")
-    assert status == 200 and body["matching"] == 3
-
-
 @pytest.mark.parametrize(
     "url",
     [
@@ -269,41 +256,3 @@ def test_the_sprawl_tally_is_bounded_and_the_saved_count_goes_on() -> None:
     page = state.domain("shop.example")
     assert page is not None and page["urls"] == 2  # the window restarted after 3 URLs
     assert state.tick(1.0, 0, 0).saved == 1
-
-
-def test_the_page_and_its_assets_are_served(served: str) -> None:
-    for path, kind in (
-        ("", "text/html"),
-        ("dashboard.js", "text/javascript"),
-        ("dashboard.css", "text/css"),
-        ("report.css", "text/css"),
-        ("report.explain.js", "text/javascript"),
-    ):
-        with urllib.request.urlopen(served + path, timeout=10) as response:
-            assert response.headers["Content-Type"].startswith(kind)
-            assert "default-src 'self'" in response.headers["Content-Security-Policy"]
-            assert len(response.read()) > 100
-
-
-def test_the_command_says_when_it_cannot_listen() -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        done = subprocess.run(
-            [str(Path(sys.executable).with_name("miqps")), "dashboard", "--port", str(port)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    assert done.returncode == 1
-    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
-    for bad in ("70000", "web"):
-        done = subprocess.run(
-            [str(Path(sys.executable).with_name("miqps")), "dashboard", "--port", bad],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode == 2
-        assert "--port" in done.stderr and "Traceback" not in done.stderr

@@ -17,9 +17,10 @@ from miqps.fetch import FetchStats
 from miqps.maps import DomainMap, merge_update
 from miqps.update import Undecided
 from streams.messages import undecided_reason
-from streams.ops.dashboard import DashboardServer, DashboardState
+from streams.ops.dashboard.server import DashboardServer
+from streams.ops.dashboard.state import DashboardState
 from streams.ops.metrics import AgentCollector, ProbeAgentState
-from tests.streams.ops.test_dashboard import audit_record
+from tests.streams.ops.dashboard.test_state import audit_record
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
