@@ -29,8 +29,8 @@ from pathlib import Path
 import orjson
 from confluent_kafka import Producer
 
+from miqps import cli
 from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification
-from streams import cli
 from streams.kafka.admin import ensure_topics, producer_config
 from streams.kafka.clients import produce
 from streams.maps.history import ProducerSink, publish_map
@@ -163,8 +163,8 @@ def run(settings: Settings, workers: list[WorkerProcess], probe: Probe, rounds: 
 
         def rollback(to: int = target) -> None:
             code = cli.main(
-                "maps",
                 [
+                    "maps",
                     "rollback",
                     DOMAIN,
                     "--to",
@@ -173,7 +173,7 @@ def run(settings: Settings, workers: list[WorkerProcess], probe: Probe, rounds: 
                     settings.bootstrap_servers,
                     "--topic-prefix",
                     prefix,
-                ],
+                ]
             )
             if code != 0:
                 raise RuntimeError(f"miqps maps rollback exited with {code}")

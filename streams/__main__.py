@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import sys
 
-from streams.cli import main
+from miqps.cli import main
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         print("usage: python -m streams {worker,maps,dashboard} [options]", file=sys.stderr)
         sys.exit(2)
-    sys.exit(main(sys.argv[1], sys.argv[2:]))
+    sys.exit(main(sys.argv[1:]))

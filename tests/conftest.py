@@ -33,7 +33,7 @@ MARKER_OF_FIXTURE = {
 }
 """The tier of every test that uses the fixture: the shared broker, a private broker, the
 3-broker cluster, chromium; and, taking 10 to 45 s each, the learning run on the tuning
-family (tests/miqps), the ``miqps learn`` run of tests/miqps/test_cli.py and the Scrapy
+family (tests/miqps), the ``miqps learn`` run of tests/miqps/cli/ and the Scrapy
 crawls of tests/miqps/test_scrapy.py."""
 
 

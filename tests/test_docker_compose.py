@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from streams.cli import worker_parser
+from streams.cli.worker import worker_parser
 from streams.settings import Settings, Topics
 from streams.worker.runtime import ROLES
 
@@ -92,6 +92,8 @@ def test_workers_run_one_role_each_after_the_topics(
 def test_the_commands_exist_in_the_project(compose: dict[str, Any]) -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))
     assert project["project"]["scripts"]["miqps"] == "miqps.cli:main"
+    commands = project["project"]["entry-points"]["miqps.commands"]
+    assert commands["worker"] == "streams.cli.worker", "`miqps worker` is registered"
     assert (REPO / "streams" / "__main__.py").exists()
     assert "streams" in project["project"]["optional-dependencies"]
     for service in services(compose).values():

@@ -1,2 +1,3 @@
 """Maps in the stream: the live maps of a worker, following the compacted maps topic, publishing
-with history, the operator's map commands, and the Scrapy add-on's Kafka side."""
+with history (which the operator's commands of :mod:`streams.cli.maps` use too), and the Scrapy
+add-on's Kafka side."""

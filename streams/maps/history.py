@@ -4,7 +4,7 @@
 ``miqps.map-history`` (never compacted: every version stays for the retention time), then
 the map itself to the compacted ``miqps.maps``, which every worker follows live. The
 probing agent publishes through a :class:`FaustSink`, the operator's commands
-(:mod:`streams.maps.admin`) through a :class:`ProducerSink`; both are flushed before anything
+(:mod:`streams.cli.maps`) through a :class:`ProducerSink`; both are flushed before anything
 is acknowledged, so a version is either in both topics or retried.
 """
 

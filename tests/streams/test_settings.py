@@ -12,7 +12,6 @@ import yaml
 
 from miqps.fetch import FetchConfig
 from miqps.learner import LearnConfig
-from streams.cli import _settings, worker_parser
 from streams.front.loop import CanonicalizerFront
 from streams.kafka.tables import changelog_topics
 from streams.maps.feed import MapFeed
@@ -184,46 +183,6 @@ def test_a_topic_prefix_also_names_the_groups_and_changelogs_of_the_deployment()
         "miqps-pattern-stats-changelog",
         "miqps-probe-demand-changelog",
     ]
-
-
-def test_worker_options_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MIQPS_PARTITIONS", "3")
-    monkeypatch.setenv("MIQPS_PROXY", "http://env.test:1")
-    monkeypatch.setenv("MIQPS_AGENTS", "probe")
-    args = worker_parser().parse_args(
-        [
-            "--partitions",
-            "6",
-            "--allow-private",
-            "--topic-prefix",
-            "t.",
-            "--stop-timeout",
-            "12",
-            "--on-bug",
-            "retry",
-        ]
-    )
-    settings = _settings(args)
-    assert (settings.partitions, settings.proxy, settings.allow_private) == (
-        6,
-        "http://env.test:1",
-        True,
-    )
-    assert (settings.agents, settings.stop_timeout, settings.on_bug) == (("probe",), 12.0, "retry")
-    assert settings.topics.raw == "t.urls.raw"
-
-
-def test_bad_settings_end_the_command_with_the_variable_named(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("MIQPS_PARTITIONS", "abc")
-    with pytest.raises(SystemExit) as exited:
-        _settings(worker_parser().parse_args([]))
-    assert exited.value.code == 2
-    assert "MIQPS_PARTITIONS='abc': not an integer" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        worker_parser().parse_args(["--stop-timeout", "9999"])
-    assert "--stop-timeout: '9999': must be at most 3600" in capsys.readouterr().err
 
 
 def documented_settings() -> str:

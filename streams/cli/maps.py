@@ -1,9 +1,12 @@
-"""``miqps maps history|rollback|freeze|unfreeze|publish``: an operator's map commands.
+"""``miqps maps``: print the current maps from the compacted maps topic; and an operator's
+map commands, ``miqps maps history|rollback|freeze|unfreeze|publish``.
 
 Each change is published as a new version through :func:`streams.maps.history.publish_map`,
-the path the probing workers use, so every worker applies it live. Exit codes: 0 done,
-1 unknown domain or version (or a maps file that cannot be read), 2 bad arguments,
-3 Kafka unreachable or a topic missing.
+the path the probing workers use, so every worker applies it live. Exit codes of the
+operator's commands: 0 done, 1 unknown domain or version (or a maps file that cannot be
+read), 2 bad arguments, 3 Kafka unreachable or a topic missing.
+
+Importing it needs no Kafka package: :func:`run` imports them.
 """
 
 from __future__ import annotations
@@ -11,31 +14,94 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
-from confluent_kafka import KafkaException
 
 from miqps.history import rollback, with_frozen
 from miqps.maps import DomainMap, InvalidMap, read_maps, utc_now
-from streams.kafka.clients import DeliveryFailed, ProduceBlocked
-from streams.maps.history import (
-    History,
-    ProducerSink,
-    UnknownDomain,
-    history_rows,
-    operator_audits,
-    publish_map,
-    read_history,
-)
-from streams.messages import MapUpdateRecord, ProducedBy
+from streams.cli.common import add_common_options, extra_missing, settings_from
 from streams.settings import Settings
 
-COMMANDS = ("history", "rollback", "freeze", "unfreeze", "publish")
+if TYPE_CHECKING:
+    from streams.maps.history import History
+    from streams.messages import MapUpdateRecord, ProducedBy
+
+NAME = "maps"
+HELP = (
+    "print current maps from the compacted topic; 'maps history|rollback|"
+    "freeze|unfreeze|publish': an operator's map commands"
+)
+OWN_PARSER = True
+
+OPERATOR_COMMANDS = ("history", "rollback", "freeze", "unfreeze", "publish")
 NOT_FOUND = 1
 KAFKA_FAILED = 3
-KAFKA_ERRORS = (KafkaException, RuntimeError, TimeoutError, DeliveryFailed, ProduceBlocked)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+
+
+def run(args: argparse.Namespace) -> int:
+    if extra_missing(NAME, "confluent_kafka", "faust"):
+        return 2
+    if args.args[:1] and args.args[0] in OPERATOR_COMMANDS:
+        return run_operator(args.args)
+    return print_maps(args.args)
+
+
+def maps_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="miqps maps",
+        description="Print the current MIQPS maps from the compacted maps topic, one JSON "
+        "map per line (the format of 'miqps learn').",
+        epilog="Operators' commands: 'miqps maps history|rollback|freeze|unfreeze|publish --help'.",
+    )
+    parser.add_argument("domain", nargs="?", help="only this domain")
+    add_common_options(parser)
+    parser.add_argument("--topic", help="the maps topic (default: MIQPS_TOPIC_MAPS or miqps.maps)")
+    parser.add_argument("--timeout", type=float, default=30.0)
+    return parser
+
+
+def print_maps(argv: Sequence[str]) -> int:
+    args = maps_parser().parse_args(list(argv))
+    settings = settings_from(args)
+    topic = args.topic or settings.topics.maps
+    from confluent_kafka import KafkaException
+
+    from streams.kafka.clients import read_compacted
+
+    latest: dict[str, bytes] = {}
+    try:
+        for key, value in read_compacted(settings, topic, args.timeout):
+            if key is None:
+                continue
+            domain = key.decode("utf-8", "replace")
+            if value is None:
+                latest.pop(domain, None)
+            else:
+                latest[domain] = value
+    except (KafkaException, RuntimeError, TimeoutError) as error:
+        print(
+            f"miqps maps: cannot read {topic} on {settings.bootstrap_servers}: {error}",
+            file=sys.stderr,
+        )
+        return 1
+    if args.domain is not None:
+        wanted = args.domain.strip().lower().rstrip(".")
+        if wanted not in latest:
+            print(f"miqps maps: no map for {wanted}", file=sys.stderr)
+            return 1
+        latest = {wanted: latest[wanted]}
+    out = sys.stdout
+    for domain in sorted(latest):
+        out.write(latest[domain].decode("utf-8", "replace") + "\n")
+    out.flush()
+    return 0
 
 
 class Failed(Exception):
@@ -44,8 +110,7 @@ class Failed(Exception):
         self.code = code
 
 
-def parser(common: Callable[[argparse.ArgumentParser], None]) -> argparse.ArgumentParser:
-    """``common`` adds the options every ``miqps maps`` command takes (broker, prefix)."""
+def operator_parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="miqps maps",
         description="An operator's map commands. Every change is published as a new "
@@ -76,20 +141,21 @@ def parser(common: Callable[[argparse.ArgumentParser], None]) -> argparse.Argume
     for command in (back, freeze, unfreeze, publish):
         command.add_argument("--reason", default="", help="a note kept with the version")
     for command in (history, back, freeze, unfreeze, publish):
-        common(command)
+        add_common_options(command)
         command.add_argument(
             "--timeout", type=float, default=30.0, help="seconds to wait for Kafka (default 30)"
         )
     return top
 
 
-def run(
-    argv: Sequence[str],
-    common: Callable[[argparse.ArgumentParser], None],
-    settings_of: Callable[[argparse.Namespace], Settings],
-) -> int:
-    args = parser(common).parse_args(list(argv))
-    settings = settings_of(args)
+def run_operator(argv: Sequence[str]) -> int:
+    from confluent_kafka import KafkaException
+
+    from streams.kafka.clients import DeliveryFailed, ProduceBlocked
+    from streams.maps.history import UnknownDomain
+
+    args = operator_parser().parse_args(list(argv))
+    settings = settings_from(args)
     prog = f"miqps maps {args.command}"
     try:
         if args.command == "history":
@@ -107,7 +173,7 @@ def run(
             file=sys.stderr,
         )
         return NOT_FOUND
-    except KAFKA_ERRORS as error:
+    except (KafkaException, RuntimeError, TimeoutError, DeliveryFailed, ProduceBlocked) as error:
         print(f"{prog}: Kafka at {settings.bootstrap_servers}: {error}", file=sys.stderr)
         return KAFKA_FAILED
 
@@ -117,6 +183,8 @@ def _domain(text: str) -> str:
 
 
 def show_history(settings: Settings, domain: str, as_json: bool, timeout: float) -> int:
+    from streams.maps.history import history_rows, read_history
+
     history = read_history(settings, domain, timeout)
     _warn(history)
     out = sys.stdout
@@ -164,6 +232,8 @@ def _warn(history: History) -> None:
 
 def change(settings: Settings, args: argparse.Namespace) -> int:
     """rollback, freeze or unfreeze: the next version of the domain's map."""
+    from streams.maps.history import operator_audits, read_history
+
     domain = _domain(args.domain)
     history = read_history(settings, domain, args.timeout)
     _warn(history)
@@ -201,6 +271,8 @@ def change(settings: Settings, args: argparse.Namespace) -> int:
 def publish_file(settings: Settings, path: Path, reason: str, timeout: float) -> int:
     """Every map of a maps file as its domain's next version, after the current one (a
     frozen domain stays frozen)."""
+    from streams.maps.history import UnknownDomain, read_history
+
     try:
         maps = read_maps(path)
     except InvalidMap as error:
@@ -235,6 +307,8 @@ def _publish(
     audits: list[MapUpdateRecord],
     timeout: float,
 ) -> None:
+    from streams.maps.history import ProducerSink, publish_map
+
     sink = ProducerSink(settings)
 
     async def send() -> None:

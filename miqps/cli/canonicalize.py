@@ -1,0 +1,133 @@
+"""``miqps canonicalize``: print the canonical URL of each input line (or argument), or the
+decision behind it as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from miqps.canonical import Canonicalizer, StaticLayers
+from miqps.cli.common import add_skip_invalid, load_maps
+from miqps.urls import InvalidURL, parse
+
+NAME = "canonicalize"
+HELP = "print the canonical URL of each input"
+OWN_PARSER = False
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--maps", type=Path, help="maps written by 'miqps learn'")
+    add_skip_invalid(parser, "of --maps")
+    parser.add_argument("--json", action="store_true", help="print the decision details")
+    parser.add_argument(
+        "--no-prior",
+        action="store_true",
+        help="do not drop utm_*/gclid/fbclid/msclkid in unlearned patterns",
+    )
+    parser.add_argument("urls", nargs="*", help="URLs; read from stdin when none are given")
+
+
+def run(args: argparse.Namespace) -> int:
+    import gc
+
+    canonicalizer = Canonicalizer(StaticLayers.default(), use_prior=not args.no_prior)
+    if args.maps is not None:
+        gc.disable()  # loading makes many objects that all live on: collecting is wasted
+        try:
+            loaded = load_maps(args.maps, args.skip_invalid, "miqps canonicalize", "maps")
+        finally:
+            gc.enable()
+        if loaded is None:
+            return 2
+        canonicalizer.load(loaded[0])
+        gc.freeze()
+    batches: Iterable[tuple[list[str], bool]] = (
+        [([url.rstrip("\r\n") for url in args.urls], False)] if args.urls else _stdin_lines()
+    )
+    write = sys.stdout.write
+    if args.json:
+        lines = (line for batch, _ in batches for line in batch)
+        for output in _decisions(canonicalizer, lines):
+            write(output)
+    else:
+        for output in _canonical_lines(canonicalizer, batches):
+            write(output)
+    sys.stdout.flush()
+    return 0
+
+
+_BLOCK_BYTES = 1 << 20
+# The bytes of a block of lines free of C0 control characters (but "\n") and DEL.
+_CONTROL_FREE = bytes(range(0x20, 0x7F)) + bytes(range(0x80, 0x100)) + b"\n"
+
+
+def _stdin_lines() -> Iterator[tuple[list[str], bool]]:
+    """Stdin in blocks of lines, without line ends, each with ``True`` if free of controls.
+
+    Lines are what a UTF-8 text stream with universal newlines and ``surrogateescape``
+    gives (``\\n``, ``\\r\\n`` and ``\\r`` end a line). Checking a whole block for control
+    characters is one C call, instead of one check per line.
+    """
+    stdin = open(sys.stdin.fileno(), "rb", closefd=False)  # noqa: SIM115
+    carry = b""
+    while True:
+        chunk = stdin.read1(_BLOCK_BYTES)
+        if not chunk:
+            break
+        data = carry + chunk if carry else chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            carry = data
+            continue
+        block, carry = data[:cut], data[cut + 1 :]
+        if not block.translate(None, _CONTROL_FREE):  # so no "\r" either
+            yield block.decode("utf-8", "surrogateescape").split("\n"), True
+        else:
+            yield _decode_lines(data[: cut + 1]), False
+    if carry:
+        yield _decode_lines(carry), False
+
+
+def _decode_lines(data: bytes) -> list[str]:
+    text = data.decode("utf-8", "surrogateescape")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    return lines
+
+
+def _canonical_lines(
+    canonicalizer: Canonicalizer, batches: Iterable[tuple[list[str], bool]]
+) -> Iterator[str]:
+    """The output for each batch of lines: one line per input line, empty when invalid."""
+    number = 0
+    for lines, control_free in batches:
+        if not lines:
+            continue
+        errors: list[tuple[int, InvalidURL]] = []
+        outputs = canonicalizer.canonical_texts(lines, errors, control_free=control_free)
+        for index, error in errors:
+            _report_invalid(number + index + 1, error)
+        number += len(lines)
+        yield "\n".join(outputs) + "\n"
+
+
+def _decisions(canonicalizer: Canonicalizer, lines: Iterable[str]) -> Iterator[str]:
+    for number, line in enumerate(lines, 1):
+        text = line.rstrip("\r\n")
+        try:
+            decision = canonicalizer.decide(parse(text), original=text)
+        except InvalidURL as error:
+            _report_invalid(number, error)
+            yield json.dumps({"url": text, "error": error.reason}) + "\n"
+            continue
+        yield json.dumps(decision.to_json(), ensure_ascii=False) + "\n"
+
+
+def _report_invalid(number: int, error: InvalidURL) -> None:
+    print(f"line {number}: invalid URL: {error.reason}", file=sys.stderr)

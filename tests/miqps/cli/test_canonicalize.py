@@ -1,0 +1,120 @@
+"""``miqps canonicalize`` as external tools call it: real processes, on the maps of a learning
+run and on maps written for the test."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.miqps.cli.support import run
+
+
+def test_canonicalize_prints_one_line_per_input_in_order(
+    learned: tuple[Path, list[str], str],
+) -> None:
+    maps_path, urls, _ = learned
+    inputs = [urls[0], "javascript:alert(1)", urls[1], "", urls[2]]
+    result = run("canonicalize", "--maps", str(maps_path), stdin="\n".join(inputs) + "\n")
+    assert result.returncode == 0
+    lines = result.stdout.split("\n")[:-1]
+    assert len(lines) == len(inputs)
+    assert lines[1] == "" and lines[3] == ""
+    assert all(lines[i].startswith("http://") for i in (0, 2, 4))
+    assert "line 2: invalid URL" in result.stderr
+    assert "line 4: invalid URL: empty" in result.stderr
+
+
+def test_canonicalize_takes_urls_as_arguments_and_is_idempotent(
+    learned: tuple[Path, list[str], str],
+) -> None:
+    maps_path, urls, _ = learned
+    first = run("canonicalize", "--maps", str(maps_path), *urls[:20]).stdout.splitlines()
+    second = run("canonicalize", "--maps", str(maps_path), *first).stdout.splitlines()
+    assert len(first) == 20
+    assert first == second
+
+
+def test_canonicalize_json_reports_kept_dropped_and_deciding_layer(
+    learned: tuple[Path, list[str], str],
+) -> None:
+    maps_path, urls, _ = learned
+    tracked = next(u for u in urls if "utm_" in u)
+    result = run("canonicalize", "--maps", str(maps_path), "--json", tracked, "mailto:x@y")
+    first, second = (json.loads(line) for line in result.stdout.splitlines())
+    assert first["url"] == tracked
+    assert set(first["kept"]) | set(first["dropped"]) == {
+        p.split("=")[0] for p in tracked.split("?", 1)[1].split("&")
+    }
+    assert set(first["layers"]) == set(first["kept"]) | set(first["dropped"])
+    assert first["status"] in ("learned", "provisional")
+    assert "error" in second
+
+
+def test_canonicalize_without_maps_uses_only_the_cold_start_prior() -> None:
+    result = run("canonicalize", "http://a.example/p?utm_source=x&id=1&gclid=2")
+    assert result.stdout == "http://a.example/p?id=1\n"
+    result = run("canonicalize", "--no-prior", "http://a.example/p?utm_source=x&id=1")
+    assert result.stdout == "http://a.example/p?id=1&utm_source=x\n"
+
+
+def test_canonicalize_plain_and_json_agree_and_show_matrix_parameters(tmp_path: Path) -> None:
+    from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification
+    from miqps.maps import write_maps as write
+
+    AT = "2026-12-03T00:00:00Z"
+
+    def evidence(keep: bool, defaults: list[str] | None = None) -> ParamEvidence:
+        return ParamEvidence(
+            "keep" if keep else "drop",
+            Layer.LEARNED,
+            3,
+            3 * keep,
+            3 * (not keep),
+            0,
+            defaults or [],
+        )
+
+    patterns = {
+        "/p/*?;jsessionid&id": PatternDecision(
+            frozenset({"id"}),
+            frozenset({";jsessionid"}),
+            {"id": evidence(True), ";jsessionid": evidence(False)},
+            Verification(),
+            AT,
+            3,
+        ),
+        "/a?hl&id&utm_source": PatternDecision(
+            frozenset({"hl", "id"}),
+            frozenset({"utm_source"}),
+            {"hl": evidence(True, ["hl=en"]), "id": evidence(True), "utm_source": evidence(False)},
+            Verification(),
+            AT,
+            3,
+        ),
+    }
+    write(tmp_path / "maps.jsonl", [DomainMap("java.example", 1, AT, patterns)])
+    lines = [
+        "http://java.example/p/12;jsessionid=AB12?id=3",
+        "http://java.example/a?utm_source=a&utm_source=b&hl=en&id=7",
+        "http://java.example/docs/guide;v=2",
+        "http://java.example/%%36%31?x=%%32%45",
+        "not a url",
+    ]
+    maps = ["--maps", str(tmp_path / "maps.jsonl")]
+    plain = run("canonicalize", *maps, stdin="\n".join(lines) + "\n")
+    as_json = run("canonicalize", "--json", *maps, stdin="\n".join(lines) + "\n")
+    decisions = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert plain.stdout.splitlines() == [
+        "http://java.example/p/12?id=3",
+        "http://java.example/a?id=7",
+        "http://java.example/docs/guide;v=2",
+        "http://java.example/%%361?x=%%32E",
+        "",
+    ]
+    assert [d.get("canonical_url", "") for d in decisions] == plain.stdout.splitlines()
+    assert (decisions[0]["pattern"], decisions[0]["kept"], decisions[0]["dropped"]) == (
+        "/p/*?;jsessionid&id",
+        ["id"],
+        [";jsessionid"],
+    )
+    assert decisions[2]["kept"] == [";v"] and decisions[2]["status"] == "provisional"
