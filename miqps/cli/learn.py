@@ -362,8 +362,9 @@ def _print_summary(
     reports = [update.report for update in updates if update.report is not None]
     lines = [
         f"URLs read: {len(urls)} valid ({distinct} distinct), {blank} blank, {invalid} invalid",
-        f"domains: {len(updates)} learned, {sum(u.rejected for u in updates)} updates "
-        "rejected by the anomaly gate",
+        f"domains: {len(updates)} read, {sum(bool(u.decided) for u in updates)} with a "
+        f"pattern decided, {sum(u.rejected for u in updates)} updates rejected by the "
+        "anomaly gate",
         f"patterns: {len(decisions)} decided, "
         f"{sum(len(u.skipped) for u in updates)} already in the map (skipped), "
         f"{sum(len(u.undecided) for u in updates)} left undecided" + _undecided_counts(updates),

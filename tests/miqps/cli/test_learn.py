@@ -76,6 +76,7 @@ def test_learn_where_no_host_resolves_fails_and_says_what_to_try(tmp_path: Path)
     result = run("learn", "--urls", str(urls), "--out", str(tmp_path / "maps.jsonl"))
     assert result.returncode == 3, result.stdout
     assert "patterns: 0 decided" in result.stdout and "cannot resolve" in result.stdout
+    assert "domains: 2 read, 0 with a pattern decided" in result.stdout, "none learned"
     for hint in ("nothing could be decided", "--proxy", "DNS", "--allow-private"):
         assert hint in result.stderr
     assert "Traceback" not in result.stderr
