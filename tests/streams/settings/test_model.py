@@ -27,7 +27,7 @@ from streams.settings import (
 )
 from testkit.tools import worker_env
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def leaf_paths(instance: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

@@ -1,166 +1,40 @@
-"""Worker settings: one frozen, nested model whose every field declares its environment
-variable once, where the field is declared.
+"""The worker's settings: one frozen, nested model whose every field declares its
+environment variable once, where the field is declared (:mod:`streams.settings.fields`).
 
-Fields of this module's classes carry their variable in their metadata (:func:`setting`).
 The core's :class:`~miqps.fetch.FetchConfig` and :class:`~miqps.learner.LearnConfig` are
-used as they are; the field that holds each declares its fields' variables
-(:func:`section`). :func:`variables` lists them all: reading the environment, writing it for
-a child worker (:meth:`Settings.to_env`), the command line's options and the documentation
-all derive from that list. ``python -m streams.settings`` prints the documentation table.
+used as they are; the field that holds each declares its fields' variables. :func:`variables`
+lists them all: reading the environment, writing it for a child worker
+(:meth:`Settings.to_env`), the command line's options and the documentation all derive from
+that list. ``python -m streams.settings`` prints the documentation table.
 """
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from types import NoneType, UnionType
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    ClassVar,
-    Literal,
-    TypeVar,
-    Union,
-    get_args,
-    get_origin,
-    get_type_hints,
-)
+from typing import Any, ClassVar, Literal
 
 from miqps.audit import DEFAULT_AUDIT_SHARE
 from miqps.fetch import FetchConfig
 from miqps.learner import LearnConfig
 from miqps.sampling import SamplingRule
-
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
+from streams.settings.fields import (
+    ENV_KEY,
+    Env,
+    Variable,
+    declared_values,
+    from_env,
+    replace_paths,
+    section,
+    setting,
+)
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_APP_ID = "miqps"
-ENV_KEY = "miqps.env"
-SECTION_KEY = "miqps.section"
-TRUE_WORDS = ("1", "true", "yes", "on")
-FALSE_WORDS = ("0", "false", "no", "off")
 
 Role = Literal["canonicalize", "probe"]
-Model = TypeVar("Model", bound="DataclassInstance")
-
-
-class SettingsError(ValueError):
-    """A setting with a value that cannot be used; the message names the variable."""
-
-
-@dataclass(frozen=True, slots=True)
-class Env:
-    """An environment variable, what it means, and the bounds of a number."""
-
-    name: str
-    help: str
-    minimum: float | None = None
-    maximum: float | None = None
-
-
-def setting(
-    name: str,
-    help: str,
-    default: Any,
-    *,
-    minimum: float | None = None,
-    maximum: float | None = None,
-) -> Any:
-    """A field read from the variable ``name``."""
-    return field(default=default, metadata={ENV_KEY: Env(name, help, minimum, maximum)})
-
-
-def section(**variables: Env) -> dict[str, Any]:
-    """The metadata of a field holding a class of the core: the variable of each of its
-    fields."""
-    return {SECTION_KEY: variables}
-
-
-@dataclass(frozen=True, slots=True)
-class Variable:
-    """One declared variable: where its value lives in :class:`Settings`, and its type."""
-
-    env: Env
-    path: tuple[str, ...]
-    annotation: Any
-    default: Any
-
-    @property
-    def name(self) -> str:
-        return self.env.name
-
-    def parse(self, text: str) -> Any:
-        """The value of ``text``, or :class:`SettingsError` naming the variable."""
-        try:
-            return self.convert(text)
-        except ValueError as error:
-            raise SettingsError(f"{self.name}={text!r}: {error}") from None
-
-    def convert(self, text: str) -> Any:
-        """The value of ``text``, or ValueError saying what is wrong with it."""
-        value = _parse(text.strip(), self.annotation)
-        env = self.env
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            if env.minimum is not None and value < env.minimum:
-                raise ValueError(f"must be at least {env.minimum:g}")
-            if env.maximum is not None and value > env.maximum:
-                raise ValueError(f"must be at most {env.maximum:g}")
-        return value
-
-    def format(self, value: Any) -> str:
-        """``value`` as text that :meth:`parse` reads back."""
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        if isinstance(value, tuple):
-            return ",".join(value)
-        return str(value)
-
-
-def _parse(text: str, annotation: Any) -> Any:
-    origin = get_origin(annotation)
-    if origin in (Union, UnionType):
-        options = [option for option in get_args(annotation) if option is not NoneType]
-        return _parse(text, options[0]) if text else None
-    if origin is Literal:
-        choices = get_args(annotation)
-        if text not in choices:
-            raise ValueError(f"must be one of {', '.join(choices)}")
-        return text
-    if origin is tuple:
-        items = tuple(item.strip() for item in text.split(",") if item.strip())
-        if not items:
-            raise ValueError("must name at least one item, separated by commas")
-        return tuple(_parse(item, get_args(annotation)[0]) for item in items)
-    if annotation is bool:
-        if text.lower() in TRUE_WORDS:
-            return True
-        if text.lower() in FALSE_WORDS:
-            return False
-        raise ValueError(f"not a yes/no value ({'/'.join(TRUE_WORDS + FALSE_WORDS)})")
-    if annotation is int:
-        try:
-            return int(text)
-        except ValueError:
-            raise ValueError("not an integer") from None
-    if annotation is float:
-        try:
-            number = float(text)
-        except ValueError:
-            raise ValueError("not a number") from None
-        if not math.isfinite(number):
-            raise ValueError("not a finite number")
-        return number
-    if annotation is Path:
-        if not text:
-            raise ValueError("an empty path")
-        return Path(text)
-    if annotation is str:
-        return text
-    raise TypeError(f"no parser for settings of type {annotation!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +81,7 @@ class Topics:
     def from_env(cls, env: Mapping[str, str]) -> Topics:
         """Each name from its variable, else the default behind ``MIQPS_TOPIC_PREFIX``."""
         base = cls.with_prefix(env.get(cls.PREFIX.name, ""))
-        return _from_env(base, env)
+        return from_env(base, env)
 
     def all(self) -> dict[str, str]:
         return {item.name: getattr(self, item.name) for item in fields(self)}
@@ -548,20 +422,20 @@ class Settings:
         env = os.environ if env is None else env
         prefix = env.get(Topics.PREFIX.name, "")
         base = cls(topics=Topics.with_prefix(prefix), app_id=app_id_for(prefix))
-        return _from_env(base, env)
+        return from_env(base, env)
 
     def to_env(self) -> dict[str, str]:
         """Every variable with its value here (unset ones, such as no proxy, left out), as
         :meth:`from_env` reads them back."""
         return {
             variable.name: variable.format(value)
-            for variable, value in _values(self)
+            for variable, value in declared_values(self)
             if value is not None
         }
 
     def with_values(self, values: Mapping[tuple[str, ...], Any]) -> Settings:
         """These settings with the value at each path (``("fetch", "proxy")``) replaced."""
-        return _replace_paths(self, values)
+        return replace_paths(self, values)
 
     def with_overrides(self, **changes: Any) -> Settings:
         """These settings with each field (or alias) given a value other than None."""
@@ -576,7 +450,7 @@ class Settings:
 
 def variables(model: Any = None) -> list[Variable]:
     """Every variable declared in ``model`` (default: :class:`Settings`), in field order."""
-    return [variable for variable, _ in _values(model if model is not None else Settings())]
+    return [variable for variable, _ in declared_values(model if model is not None else Settings())]
 
 
 def variable_at(*path: str) -> Variable:
@@ -585,57 +459,6 @@ def variable_at(*path: str) -> Variable:
         if variable.path == path:
             return variable
     raise KeyError(f"no setting at {'.'.join(path)}")
-
-
-def _values(
-    instance: Any, prefix: tuple[str, ...] = (), declared: Mapping[str, Env] | None = None
-) -> Iterator[tuple[Variable, Any]]:
-    hints = get_type_hints(type(instance))
-    defaults = type(instance)()
-    for item in fields(instance):
-        value = getattr(instance, item.name)
-        path = (*prefix, item.name)
-        env = declared.get(item.name) if declared is not None else item.metadata.get(ENV_KEY)
-        if env is not None:
-            yield Variable(env, path, hints[item.name], getattr(defaults, item.name)), value
-        elif SECTION_KEY in item.metadata:
-            yield from _values(value, path, item.metadata[SECTION_KEY])
-        elif is_dataclass(value) and declared is None:
-            yield from _values(value, path)
-
-
-def _from_env(base: Model, env: Mapping[str, str]) -> Model:
-    values: dict[tuple[str, ...], Any] = {}
-    problems: list[str] = []
-    read: list[str] = []
-    for variable, _ in _values(base):
-        text = env.get(variable.name, "")
-        if not text.strip():
-            continue
-        try:
-            values[variable.path] = variable.parse(text)
-        except SettingsError as error:
-            problems.append(str(error))
-        read.append(f"{variable.name}={text!r}")
-    if problems:
-        raise SettingsError("; ".join(problems))
-    try:
-        return _replace_paths(base, values)
-    except ValueError as error:
-        raise SettingsError(f"{error} (from {', '.join(read)})") from None
-
-
-def _replace_paths(instance: Model, values: Mapping[tuple[str, ...], Any]) -> Model:
-    direct: dict[str, Any] = {}
-    nested: dict[str, dict[tuple[str, ...], Any]] = {}
-    for path, value in values.items():
-        if len(path) == 1:
-            direct[path[0]] = value
-        else:
-            nested.setdefault(path[0], {})[path[1:]] = value
-    for name, inner in nested.items():
-        direct[name] = _replace_paths(getattr(instance, name), inner)
-    return replace(instance, **direct) if direct else instance
 
 
 def documentation_table() -> str:
@@ -656,7 +479,3 @@ def documentation_table() -> str:
         )
         rows.append(f"| `{variable.name}` | {shown} | {env.help}{bounds} |")
     return "\n".join(rows)
-
-
-if __name__ == "__main__":
-    print(documentation_table())
