@@ -309,6 +309,7 @@ def test_rate_limits_are_honoured_with_retry_after() -> None:
     assert ok == len(urls)
 
 
+@pytest.mark.slow  # about 26 s: every fetch waits out its timeout and retries
 def test_failures_after_retries_are_inconclusive_never_unchanged() -> None:
     sites = build_sites("tuning", 1, seed=5)
     corpus = generate_corpus(sites, 60, seed=5)
