@@ -4,31 +4,8 @@ API's answers to unknown pages and bad requests."""
 from __future__ import annotations
 
 import urllib.request
-from collections.abc import Iterator
 
-import pytest
-
-from streams.ops.dashboard.server import DashboardServer
-from streams.ops.dashboard.state import DashboardState
-from tests.miqps.test_report import shop_map
-from tests.streams.ops.dashboard.test_state import blog_map, get
-
-
-@pytest.fixture
-def state() -> DashboardState:
-    state = DashboardState()
-    for domain_map in (shop_map(), blog_map(), blog_map("news.example")):
-        state.maps.apply(domain_map)
-    return state
-
-
-@pytest.fixture
-def served(state: DashboardState) -> Iterator[str]:
-    server = DashboardServer(state, port=0).start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
+from tests.streams.ops.dashboard.test_state import get
 
 
 def test_an_unknown_domain_and_bad_requests_get_a_clear_answer(served: str) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -19,7 +18,6 @@ import pytest
 
 from miqps.cli import main
 from miqps.maps import DomainMap, write_maps
-from streams.ops.dashboard.server import DashboardServer
 from streams.ops.dashboard.state import DashboardState
 from tests.miqps.test_report import SHOP_URLS, STAMP, decision, shop_map
 
@@ -78,23 +76,6 @@ def audit_record(
 
 def blog_map(domain: str = "blog.example") -> DomainMap:
     return DomainMap(domain, 1, STAMP, {"/a?ref": decision((), {"ref"})})
-
-
-@pytest.fixture
-def state() -> DashboardState:
-    state = DashboardState()
-    for domain_map in (shop_map(), blog_map(), blog_map("news.example")):
-        state.maps.apply(domain_map)
-    return state
-
-
-@pytest.fixture
-def served(state: DashboardState) -> Iterator[str]:
-    server = DashboardServer(state, port=0).start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
 
 
 def get(url: str) -> tuple[int, Any]:
