@@ -31,15 +31,27 @@ BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 
 CANONICALIZER = "canonicalizer"
 
 
-def lag_by_partition(statistics: dict[str, Any]) -> dict[tuple[str, int], int]:
+def lag_by_partition(
+    statistics: dict[str, Any], previous: Mapping[tuple[str, int], int] | None = None
+) -> dict[tuple[str, int], int]:
     """(topic, partition) -> messages between the committed offset and the end, for the
-    partitions this consumer holds, from librdkafka's statistics document."""
+    partitions this consumer holds, from librdkafka's statistics document.
+
+    librdkafka reports -1 while it cannot tell (no end offset fetched yet, or no offset
+    committed or stored since an assignment); a held partition then keeps its ``previous``
+    figure, so its series has no gaps."""
+    previous = previous or {}
     lag: dict[tuple[str, int], int] = {}
     for topic, info in statistics.get("topics", {}).items():
         for number, partition in info.get("partitions", {}).items():
+            key = (topic, int(number))
+            if key[1] < 0 or partition.get("fetch_state") == "none":
+                continue
             value = partition.get("consumer_lag", -1)
-            if int(number) >= 0 and value >= 0 and partition.get("fetch_state") != "none":
-                lag[(topic, int(number))] = value
+            if value >= 0:
+                lag[key] = value
+            elif key in previous:
+                lag[key] = previous[key]
     return lag
 
 
@@ -61,7 +73,7 @@ class FrontCollector(Collector):
 
     def on_statistics(self, document: str) -> None:
         try:
-            self.lag = lag_by_partition(orjson.loads(document))
+            self.lag = lag_by_partition(orjson.loads(document), self.lag)
         except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError) as error:
             log.warning("canonicalizer: unreadable consumer statistics: %s", error)
 

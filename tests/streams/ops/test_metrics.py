@@ -120,6 +120,15 @@ def verdicts_of(audits: list[dict[str, Any]]) -> dict[str, int]:
     }
 
 
+def lagged_partitions(found: dict[str, list[Sample]]) -> set[tuple[str, str]]:
+    """The (topic, partition) pairs the canonicalizer front reports a lag for."""
+    return {
+        (s.labels["topic"], s.labels["partition"])
+        for s in found.get("miqps_consumer_lag", [])
+        if s.labels["consumer"] == "canonicalizer"
+    }
+
+
 def moving(found: dict[str, list[Sample]]) -> tuple[float, ...]:
     """The counters that move while the probing agent works."""
     return (
@@ -155,6 +164,7 @@ def test_the_metrics_endpoint_counts_what_went_through(
         wait_until(lambda: dead.wait_for(len(BAD_INPUTS), 0.5), 30, "dead letters")
         wait_until(quiet_for(port, 10.0), 200, "learning to settle")
         assert worker.alive(), worker.log_text()[-3000:]
+        all_partitions = {(settings.topics.raw, str(n)) for n in range(settings.partitions)}
         # A probe retry scheduled by its backoff timer fetches nothing until it runs, so
         # quiet_for cannot see it coming: read the topics between two scrapes that agree.
         for _ in range(10):
@@ -174,7 +184,7 @@ def test_the_metrics_endpoint_counts_what_went_through(
                     for item in orjson.loads(pack or b"[]")
                 )
             found = scrape(port)
-            if moving(before) == moving(found):
+            if moving(before) == moving(found) and lagged_partitions(found) == all_partitions:
                 break
         statuses = {
             status: sum(d["status"] == status for d in outs)
@@ -194,11 +204,7 @@ def test_the_metrics_endpoint_counts_what_went_through(
     assert value(found, "miqps_front_up") == 1
 
     lags = found["miqps_consumer_lag"]
-    assert {
-        (s.labels["topic"], s.labels["partition"])
-        for s in lags
-        if s.labels["consumer"] == "canonicalizer"
-    } == {(settings.topics.raw, str(partition)) for partition in range(settings.partitions)}
+    assert lagged_partitions(found) == all_partitions
     assert {s.labels["consumer"] for s in lags} >= {"canonicalizer", "pattern-stats", "probe"}
     batches = value(found, "miqps_front_batch_seconds_count")
     assert 1 <= batches <= value(found, "miqps_front_batches_total")

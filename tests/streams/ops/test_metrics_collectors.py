@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -51,6 +52,17 @@ def test_the_lag_is_read_for_held_partitions_only() -> None:
         }
     }
     assert lag_by_partition(statistics) == {("urls.raw", 0): 12, ("urls.raw", 1): 0}
+
+
+def test_a_held_partition_whose_lag_turns_unknown_keeps_its_last_figure() -> None:
+    def statistics(lag: int, fetch_state: str = "active") -> dict[str, Any]:
+        partition = {"consumer_lag": lag, "fetch_state": fetch_state}
+        return {"topics": {"urls.raw": {"partitions": {"0": partition}}}}
+
+    known = lag_by_partition(statistics(4))
+    assert lag_by_partition(statistics(-1), known) == {("urls.raw", 0): 4}
+    assert lag_by_partition(statistics(2), known) == {("urls.raw", 0): 2}
+    assert lag_by_partition(statistics(-1, "none"), known) == {}, "a partition given up goes"
 
 
 def test_host_labels_are_bounded_and_keep_their_hosts() -> None:
