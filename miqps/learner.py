@@ -208,6 +208,9 @@ class _ShapePool:
     # Names that would have been dropped but left too few distinct values unchanged: kept,
     # with those values as defaults.
     few_values: set[str] = field(default_factory=set)
+    # How many of the shape's URLs have each final form (the shape's decisions applied): a
+    # verification that fetches a common one spares its fetch to the patterns that follow.
+    final_forms: Counter[str] = field(default_factory=Counter)
 
     def verified(self, url: NormalizedURL, removed: Iterable[str]) -> None:
         for name in removed:
@@ -799,6 +802,9 @@ class Learner:
         for url in pool.urls:
             by_pattern[url.pattern].append(url)
         order = sorted(by_pattern, key=lambda key: (-len(by_pattern[key]), key))
+        kept = {name for name, evidence in pool.evidence.items() if evidence.decision == "keep"}
+        defaults = {name: pool.defaults[name] for name in kept if name in pool.defaults}
+        pool.final_forms = Counter(url.without(_removed(url, kept, defaults)) for url in pool.urls)
         decisions: dict[str, PatternDecision] = {}
         step = max(1, self.config.parallel_samples)
         for start in range(0, len(order), step):
@@ -909,10 +915,14 @@ class Learner:
         verification = Verification()
         samples = sorted(urls, key=lambda u: u.url)
         random.Random(f"{self.config.seed}:{key}").shuffle(samples)
-        samples.sort(key=lambda u: self._fetches_to_verify(pool, u, kept, defaults))
+        samples.sort(key=lambda u: self._verify_order(pool, u, kept, defaults))
         unconfirmed = DefaultsToConfirm(defaults)
         attempts = 0
         forms: set[frozenset[str]] = set()
+        # Forms that showed the same page outright: a form removing less (a URL without the
+        # default value the first one carried) was verified with them, all dropped
+        # parameters removed together.
+        unchanged_forms: list[frozenset[str]] = []
 
         async def verify(url: NormalizedURL, removed: frozenset[str]) -> None:
             nonlocal attempts
@@ -934,6 +944,7 @@ class Learner:
             forms.add(removed)
             verification.samples += 1
             if outcome is Outcome.UNCHANGED:
+                unchanged_forms.append(removed)
                 pool.verified(url, removed)
                 unconfirmed.confirmed_by(url, removed)
                 return
@@ -943,6 +954,8 @@ class Learner:
                 pool.changed_in_verification.update(restored)
             pool.restore_contexts.extend((name, frozenset(kept)) for name in restored)
             verification.restored.extend(restored)
+            if restored:
+                unchanged_forms.clear()
             for name in restored:
                 kept.add(name)
                 defaults.pop(name, None)
@@ -951,7 +964,10 @@ class Learner:
         budget = self.config.verify_samples
         for url in samples:
             removed = _removed(url, kept, defaults)
-            if not removed or (verification.samples >= budget and removed in forms):
+            if not removed or (
+                verification.samples >= budget
+                and (removed in forms or any(removed <= form for form in unchanged_forms))
+            ):
                 continue
             if verification.samples >= budget + 1 or attempts >= budget + 2:
                 break
@@ -975,6 +991,25 @@ class Learner:
             verification=verification,
             decided_at=utc_now(),
             urls_seen=len(urls),
+        )
+
+    def _verify_order(
+        self,
+        pool: _ShapePool,
+        url: NormalizedURL,
+        kept: set[str],
+        defaults: dict[str, list[str]],
+    ) -> tuple[int, int, int]:
+        """URLs carrying the most default values first: their form removes the most, and
+        verifying it verifies the forms that remove less too, all dropped parameters
+        removed together. Then the cheapest (:meth:`_fetches_to_verify`); among equals, the
+        URL whose final form the most URLs of the shape share, so that fetching it serves
+        the patterns verified after this one too."""
+        removed = _removed(url, kept, defaults)
+        return (
+            -len(removed),
+            self._fetches_to_verify(pool, url, kept, defaults),
+            -pool.final_forms[url.without(removed)],
         )
 
     def _fetches_to_verify(

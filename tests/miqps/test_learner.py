@@ -747,3 +747,40 @@ def test_a_parameter_mostly_seen_with_its_default_value_merges_no_two_pages() ->
             url = "http://list.test" + text
             pages[canonicalizer.canonicalize(url)].add(_Listing.page(url))
         assert all(len(shown) == 1 for shown in pages.values()), (seed, pages)
+
+
+class _Shelves(BaseHTTPRequestHandler):
+    """Shelves under ``/list/N``, in the order ``sort`` asks for; ``sort=relevance`` is the
+    order a shelf shows without it."""
+
+    def do_GET(self) -> None:
+        split = urlsplit(self.path)
+        order = escape(dict(parse_qsl(split.query)).get("sort", "relevance"))
+        shelf = escape(split.path.rsplit("/", 1)[-1])
+        body = f"<html><body><h1>Shelf {shelf}</h1><p>Its goods by {order}.</p></body></html>"
+        send_html(self, 200, body.encode())
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+def test_verifying_the_form_that_elides_a_default_verifies_the_forms_that_remove_less() -> None:
+    """A pattern's URLs with ``sort=relevance`` (a default) lose ``utm_source`` and ``sort``,
+    the others ``utm_source`` only. One URL carrying the default, shown unchanged with both
+    removed, verifies both forms: all dropped parameters were removed together."""
+    orders = ["relevance", "price", "newest"]
+    urls = [
+        parse(f"http://shop.test/list/{n}?sort={orders[n % 3]}&utm_source=s{n}") for n in range(30)
+    ]
+
+    async def learn(proxy: str) -> DomainMap:
+        async with Fetcher(FetchConfig(proxy=proxy, per_host_rate=500)) as fetcher:
+            learned, _ = await Learner(PageProber(fetcher)).learn_domain("shop.test", urls)
+        return learned
+
+    for proxy in serve(_Shelves):
+        learned = asyncio.run(learn(proxy))
+    decision = learned.patterns["/list/*?sort&utm_source"]
+    assert decision.kept == {"sort"} and decision.dropped == {"utm_source"}
+    assert decision.params["sort"].default_values == ["sort=relevance"]
+    assert decision.verification.samples == 1, decision.verification
