@@ -1,6 +1,7 @@
 """Chaos benchmark: faults on a private 3-broker cluster while numbered inputs flow.
 
     .venv/bin/python -m bench.chaos [--rate 300] [--storm 60] [--broker-down 20]
+        [--guarantee at_least_once|exactly_once]
 
 Starts a private cluster (``scripts/kafka-local --brokers 3`` on free ports, replication
 factor 3, ``min.insync.replicas`` 2; the shared broker is never touched), the simulated web,
@@ -51,12 +52,17 @@ def run(args: argparse.Namespace, workdir: Path) -> list[ChaosReport]:
     with (
         LocalBroker(workdir / "kafka", brokers=3) as cluster,
         ChaosRig(
-            cluster, workdir, "bench-chaos", rate=args.rate, partitions=args.partitions
+            cluster,
+            workdir,
+            "bench-chaos",
+            rate=args.rate,
+            partitions=args.partitions,
+            guarantee=args.guarantee,
         ) as rig,
     ):
         rig.start_pipeline(300.0)
         print(
-            f"cluster {cluster.bootstrap}; {args.rate:g} inputs/s over "
+            f"cluster {cluster.bootstrap}; {args.guarantee}; {args.rate:g} inputs/s over "
             f"{args.partitions} partitions; logs in {workdir}",
             flush=True,
         )
@@ -95,6 +101,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
     parser.add_argument("--rate", type=float, default=300.0, help="inputs per second")
     parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument(
+        "--guarantee",
+        choices=("at_least_once", "exactly_once"),
+        default="at_least_once",
+        help="the workers' MIQPS_PROCESSING_GUARANTEE; the outputs are read read_committed",
+    )
     parser.add_argument(
         "--worker-down", type=float, default=5.0, help="seconds before a killed worker is restarted"
     )

@@ -107,8 +107,9 @@ class InputStream(threading.Thread):
 
 
 class OutputLedger(threading.Thread):
-    """Reads every partition of the canonical topic from the beginning, in a thread: how
-    many outputs each input ``seq`` got, and when the first of them was read."""
+    """Reads every partition of the canonical topic from the beginning, in a thread, as a
+    ``read_committed`` consumer: how many outputs each input ``seq`` got, and when the
+    first of them was read."""
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(name="chaos-outputs", daemon=True)
@@ -118,7 +119,11 @@ class OutputLedger(threading.Thread):
                 settings,
                 f"miqps-chaos-{uuid.uuid4().hex}",
                 **QUIET,
-                **{"enable.auto.commit": False, "fetch.wait.max.ms": 100},
+                **{
+                    "enable.auto.commit": False,
+                    "fetch.wait.max.ms": 100,
+                    "isolation.level": "read_committed",
+                },
             )
         )
         partitions = self.consumer.list_topics(topic, timeout=30).topics[topic].partitions
@@ -202,7 +207,8 @@ def recovery_time(
 
 class ChaosRig:
     """The simulated web, replicated topics of their own on ``cluster``, worker processes
-    by name, an input stream and an output ledger."""
+    by name (processing ``guarantee``: ``MIQPS_PROCESSING_GUARANTEE``), an input stream
+    and an output ledger."""
 
     def __init__(
         self,
@@ -214,6 +220,7 @@ class ChaosRig:
         rate: float = 200.0,
         sites: int = 3,
         urls_per_site: int = 250,
+        guarantee: str = "at_least_once",
     ) -> None:
         self.cluster = cluster
         self.workdir = workdir
@@ -223,6 +230,7 @@ class ChaosRig:
         self.rate = rate
         self.partitions = partitions
         self.label = label
+        self.guarantee = guarantee
         self.settings: Settings | None = None
         self.workers: dict[str, WorkerProcess] = {}
         self.leaving: list[WorkerProcess] = []
@@ -242,7 +250,7 @@ class ChaosRig:
             proxy=self.web.proxy_url,
             probe_rate_per_host=50.0,
             policy=LearningPolicy(rare_after=4.0, retry_after=60.0),
-        )
+        ).with_overrides(processing_guarantee=self.guarantee)
         ensure_topics(self.settings)
         self.ledger = OutputLedger(self.settings)
         self.ledger.start()

@@ -13,9 +13,14 @@ below what this stage must carry (docs/STREAMS.md, "Canonicalizer front"). Per b
 4. only then store the batch's offsets, which the consumer commits in the background.
 
 So an offset is never committed before the outputs of the messages it covers are in Kafka:
-at least once. A delivery failure stops the worker without storing the batch's offsets, and
-so does a stop request while outputs are still undelivered (the broker is gone); the log
-then says which inputs have no committed offset and will be delivered again.
+at least once. With ``MIQPS_PROCESSING_GUARANTEE=exactly_once`` steps 3 and 4 are one
+Kafka transaction per commit interval (:mod:`streams.kafka.transactions`): the outputs of
+its batches and the offsets of their inputs are committed together, so a ``read_committed``
+consumer sees every input once, whatever crashed.
+
+A delivery failure stops the worker without storing the batch's offsets, and so does a
+stop request while outputs are still undelivered (the broker is gone); the log then says
+which inputs have no committed offset and will be delivered again.
 
 Errors: bad input (not JSON, no valid URL, too large) goes to the DLQ with its reason. Any
 other exception while processing a batch is a bug in our code, never the input's fault: the
@@ -29,6 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +53,12 @@ from streams.kafka.clients import (
     produce,
 )
 from streams.kafka.partitioning import key_partition
+from streams.kafka.transactions import (
+    InputTransaction,
+    TransactionAborted,
+    requires_abort,
+    transactional_producer_config,
+)
 from streams.maps.feed import MapFeed
 from streams.maps.live import LiveMaps
 from streams.messages import (
@@ -66,12 +78,19 @@ from streams.worker.errorpolicy import BugBackoff, OnBug
 log = logging.getLogger(__name__)
 
 COUNT_FLUSH_SECONDS = 1.0
+CLIENT_RESTART_FIRST_PAUSE = 1.0
+CLIENT_RESTART_MAX_PAUSE = 30.0
 REPORT_SECONDS = 10.0
 SAMPLES_PER_MESSAGE = 500
 
 
 def _ignore(seconds: float) -> None:
     pass
+
+
+def fatal(error: KafkaException) -> bool:
+    kafka_error = error.args[0] if error.args else None
+    return isinstance(kafka_error, KafkaError) and kafka_error.fatal()
 
 
 class ProcessingBug(RuntimeError):
@@ -109,7 +128,8 @@ class UncommittedInputs:
     """Per partition, how far this worker consumed and how far Kafka confirmed commits,
     so that a stop can say which inputs will be delivered again."""
 
-    def __init__(self) -> None:
+    def __init__(self, exactly_once: bool = False) -> None:
+        self.exactly_once = exactly_once
         self._consumed: dict[tuple[str, int], tuple[int, int]] = {}
         self._committed: dict[tuple[str, int], int] = {}
 
@@ -145,10 +165,14 @@ class UncommittedInputs:
                 ranges.append((end - start, f"{topic}[{partition}] offsets {start}-{end - 1}"))
         if not ranges:
             return "Every consumed input has its offset committed."
+        fate = (
+            "are read again; their outputs were not committed (exactly once)"
+            if self.exactly_once
+            else "will be delivered again (at least once)"
+        )
         return (
             f"{sum(count for count, _ in ranges)} consumed inputs have no committed "
-            f"offset and will be delivered again (at least once): "
-            f"{', '.join(text for _, text in ranges)}."
+            f"offset and {fate}: {', '.join(text for _, text in ranges)}."
         )
 
 
@@ -161,6 +185,7 @@ class FrontCounters:
     forwarded: int = 0
     batches: int = 0
     bugs: int = 0
+    client_restarts: int = 0
     consume_seconds: float = 0.0
     process_seconds: float = 0.0
     deliver_seconds: float = 0.0
@@ -191,7 +216,8 @@ class CanonicalizerFront:
         self._thread = threading.Thread(target=self._run, name="miqps-canonicalizer", daemon=True)
         self._deliveries = DeliveryReports()
         self._packs: SamplePacks | None = None
-        self.uncommitted = UncommittedInputs()
+        self.uncommitted = UncommittedInputs(settings.exactly_once)
+        self._transaction: InputTransaction | None = None
         # What a metrics exporter adds (streams.front.metrics): consumer settings, such as
         # a statistics callback, and a call with each batch's seconds.
         self.consumer_options: dict[str, Any] = {}
@@ -217,7 +243,27 @@ class CanonicalizerFront:
             while not self.feed.wait_ready(0.5):
                 if self._stopping.is_set():
                     return
-            self._loop()
+            pause = CLIENT_RESTART_FIRST_PAUSE
+            while True:
+                try:
+                    self._loop()
+                    return
+                except KafkaException as error:
+                    if not (fatal(error) or requires_abort(error)) or self._stopping.is_set():
+                        raise
+                    # A fatal client error (a transactional producer in an invalid state
+                    # after a broker failed under it, say), or a transaction failed while
+                    # a batch was produced, ends these clients, not the front: new ones
+                    # resume from the last commit.
+                    log.warning(
+                        "canonicalizer: Kafka client failed for good (%s); starting new "
+                        "clients in %gs, from the last commit",
+                        error,
+                        pause,
+                    )
+                    self.counters.client_restarts += 1
+                    self._stopping.wait(pause)
+                    pause = min(pause * 2, CLIENT_RESTART_MAX_PAUSE)
         except BaseException as error:
             log.exception("canonicalizer stopped")
             if self.on_fatal is not None:
@@ -231,12 +277,22 @@ class CanonicalizerFront:
         # Consumption starts over from the group's committed offsets.
         self.uncommitted.forget(partitions)
 
-    @staticmethod
-    def _on_revoke(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info(
             "canonicalizer: revoked partitions %s",
             sorted(partition.partition for partition in partitions),
         )
+        # Every batch consumed so far is processed: its outputs and offsets go together
+        # before the partitions do.
+        self._commit_transaction()
+
+    def _commit_transaction(self) -> None:
+        if self._transaction is None:
+            return
+        try:
+            self.uncommitted.committed(self._transaction.commit())
+        except TransactionAborted:
+            log.warning("canonicalizer: transaction aborted; its inputs are read again")
 
     def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
         if error is None:
@@ -244,14 +300,16 @@ class CanonicalizerFront:
 
     def _loop(self) -> None:
         settings = self.settings
+        exactly_once = settings.exactly_once
         consumer = Consumer(
             consumer_config(
                 settings,
                 self.group_id,
                 **{
-                    "enable.auto.commit": True,
+                    "enable.auto.commit": not exactly_once,
                     "enable.auto.offset.store": False,
-                    "auto.commit.interval.ms": 1000,
+                    "auto.commit.interval.ms": round(settings.commit_interval * 1000),
+                    "isolation.level": "read_committed",
                     "fetch.max.bytes": 16 * 1024 * 1024,
                     "max.partition.fetch.bytes": 1024 * 1024,
                     "queued.max.messages.kbytes": 16 * 1024,
@@ -268,9 +326,20 @@ class CanonicalizerFront:
                 **{
                     "delivery.report.only.error": True,
                     "on_delivery": self._deliveries,
+                    **(
+                        transactional_producer_config(f"{self.group_id}-{uuid.uuid4().hex}")
+                        if exactly_once
+                        else {}
+                    ),
                 },
             )
         )
+        transaction = None
+        if exactly_once:
+            transaction = self._transaction = InputTransaction(
+                producer, consumer, settings.commit_interval
+            )
+            transaction.initialize()
         metadata = consumer.list_topics(settings.topics.samples, timeout=30)
         self._packs = SamplePacks(len(metadata.topics[settings.topics.samples].partitions))
         consumer.subscribe(
@@ -279,6 +348,7 @@ class CanonicalizerFront:
         next_count_flush = time.monotonic() + COUNT_FLUSH_SECONDS
         next_report = time.monotonic() + REPORT_SECONDS
         reported = 0
+        stopped_cleanly = False
         try:
             counters = self.counters
             clock = time.perf_counter
@@ -290,7 +360,11 @@ class CanonicalizerFront:
                 now = time.monotonic()
                 flush_counts = now >= next_count_flush
                 if not messages and not flush_counts:
+                    if transaction is not None and transaction.due():
+                        self._commit_transaction()
                     continue
+                if transaction is not None:
+                    transaction.begin()
                 try:
                     offsets = self._process(messages, producer)
                     if flush_counts:
@@ -306,15 +380,20 @@ class CanonicalizerFront:
                 processed = clock()
                 if offsets:
                     self.uncommitted.consumed(messages, offsets)
-                try:
-                    checkpoint(producer, consumer, offsets, self._deliveries, self._stopping)
-                except StoppedBeforeDelivery as stopped:
-                    log.warning(
-                        "canonicalizer: stopping with %s outputs undelivered; the "
-                        "offsets of their inputs stay uncommitted",
-                        stopped,
-                    )
-                    break
+                if transaction is not None:
+                    transaction.add(offsets)
+                    if transaction.due():
+                        self._commit_transaction()
+                else:
+                    try:
+                        checkpoint(producer, consumer, offsets, self._deliveries, self._stopping)
+                    except StoppedBeforeDelivery as stopped:
+                        log.warning(
+                            "canonicalizer: stopping with %s outputs undelivered; the "
+                            "offsets of their inputs stay uncommitted",
+                            stopped,
+                        )
+                        break
                 delivered = clock()
                 counters.process_seconds += processed - consumed
                 counters.deliver_seconds += delivered - processed
@@ -340,10 +419,20 @@ class CanonicalizerFront:
                         counters.deliver_seconds,
                     )
                     next_report = now + REPORT_SECONDS
+            stopped_cleanly = True
         finally:
-            undelivered = producer.flush(0 if self._stopping.is_set() else 30)
-            if undelivered:
-                log.warning("canonicalizer: %d outputs not delivered before the stop", undelivered)
+            if transaction is not None:
+                self._close_transaction(transaction, stopped_cleanly)
+            try:
+                undelivered = producer.flush(0 if self._stopping.is_set() else 30)
+                if undelivered:
+                    log.warning(
+                        "canonicalizer: %d outputs not delivered before the stop", undelivered
+                    )
+            except KafkaException as error:
+                log.warning("canonicalizer: the producer failed at the stop: %s", error)
+            self._transaction = None
+            self._deliveries.errors.clear()
             consumer.close()
             log.info("canonicalizer: %s", self.uncommitted.describe())
             log.info(
@@ -354,6 +443,24 @@ class CanonicalizerFront:
                 self.counters.provisional,
                 self.counters.dead,
             )
+
+    def _close_transaction(self, transaction: InputTransaction, stopped_cleanly: bool) -> None:
+        """On a clean stop, commit what the open transaction holds (whole batches only);
+        otherwise, or if that fails, abort it: its inputs are read again by the partitions'
+        next owner. One left open (the broker gone) is aborted by the broker after its
+        timeout."""
+        if not transaction.open:
+            return
+        try:
+            if stopped_cleanly:
+                self._commit_transaction()
+                return
+        except KafkaException as error:
+            log.warning("canonicalizer: open transaction not committed at the stop: %s", error)
+        try:
+            transaction.abort()
+        except KafkaException as error:
+            log.warning("canonicalizer: open transaction not aborted (the broker will): %s", error)
 
     def _process(self, messages: list[Message], producer: Producer) -> dict[tuple[str, int], int]:
         settings = self.settings
@@ -447,7 +554,10 @@ class CanonicalizerFront:
             pause,
             exc_info=bug,
         )
-        self._rewind(consumer, messages)
+        if self._transaction is not None:
+            self._transaction.abort()
+        else:
+            self._rewind(consumer, messages)
         self._stopping.wait(pause)
 
     @staticmethod

@@ -103,6 +103,11 @@ class FrontCollector(Collector):
         yield CounterMetricFamily(
             "miqps_front_bugs", "Batches a bug of ours failed", value=counters.bugs
         )
+        yield CounterMetricFamily(
+            "miqps_front_client_restarts",
+            "Times the front replaced its Kafka clients after a fatal client error",
+            value=counters.client_restarts,
+        )
         yield labelled_counter(
             "miqps_front_busy_seconds",
             "Seconds the front spent, by phase",

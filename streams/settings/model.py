@@ -377,6 +377,21 @@ class Settings:
         "and `retry`s; the batch is not committed either way",
         "stop",
     )
+    processing_guarantee: Literal["at_least_once", "exactly_once"] = setting(
+        "MIQPS_PROCESSING_GUARANTEE",
+        "`at_least_once`: after a crash, inputs since the last commit are delivered again; "
+        "`exactly_once`: the front writes its outputs and offsets in Kafka transactions, so "
+        "a `read_committed` consumer sees each input once",
+        "at_least_once",
+    )
+    commit_interval_ms: int | None = setting(
+        "MIQPS_COMMIT_INTERVAL_MS",
+        "milliseconds between the front's offset commits (at least once) or transaction "
+        "commits (exactly once); unset: 1000 and 100, as Kafka Streams' shorter one",
+        None,
+        minimum=10,
+        maximum=60_000,
+    )
     metrics_port: int | None = setting(
         "MIQPS_METRICS_PORT",
         "serve Prometheus metrics at `/metrics` on this port, on every interface; unset: "
@@ -394,6 +409,17 @@ class Settings:
         "probe_rate_per_host": ("fetch", "per_host_rate"),
         "probe_concurrency_per_host": ("fetch", "per_host_concurrency"),
     }
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.processing_guarantee == "exactly_once"
+
+    @property
+    def commit_interval(self) -> float:
+        """Seconds between the front's commits, as set or as its guarantee's default."""
+        if self.commit_interval_ms is not None:
+            return self.commit_interval_ms / 1000
+        return 0.1 if self.exactly_once else 1.0
 
     @property
     def proxy(self) -> str | None:

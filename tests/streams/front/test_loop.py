@@ -9,6 +9,7 @@ import base64
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -157,3 +158,34 @@ def test_with_retry_a_bug_holds_the_batch_until_it_is_gone_and_nothing_valid_is_
     assert failures == []
     retried = [r for r in caplog.records if "MIQPS_ON_BUG=retry" in r.getMessage()]
     assert retried and retried[0].exc_info is not None, "logged with its traceback"
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(240)
+def test_exactly_once_a_retried_bug_leaves_each_input_once_for_a_read_committed_reader(
+    isolated: Settings,
+) -> None:
+    """The batches before the bug are in the aborted transaction too: each is read again,
+    and a read_committed reader sees each output and dead letter once (at least once, the
+    outputs produced before the bug in its batch come out again on every retry)."""
+    exactly_once = isolated.with_overrides(processing_guarantee="exactly_once")
+    failures: list[BaseException] = []
+    live_maps = LiveMaps(reverify_after=3600)
+    bug = Bug(live_maps)
+    front, feed = start_front(exactly_once, live_maps, OnBug.RETRY, failures)
+    try:
+        assert wait_until(lambda: bug.raised >= 2, 60), "the batch was not retried"
+        bug.present.clear()
+        assert_every_input_out_and_only_bad_input_dead(exactly_once)
+        with TopicReader(exactly_once, exactly_once.topics.canonical) as reader:
+            reader.poll(3.0)
+            outputs = Counter(orjson.loads(value or b"")["url"] for _, value, _ in reader.records)
+        with TopicReader(exactly_once, exactly_once.topics.dlq) as reader:
+            reader.poll(2.0)
+            dead = len(reader.records)
+    finally:
+        front.stop()
+        feed.stop()
+    assert failures == []
+    assert outputs == Counter(url.decode() for url in VALID), "each valid input once"
+    assert dead == len(BAD), "each bad input dead-lettered once"

@@ -211,3 +211,15 @@ def test_docker_compose_sets_only_declared_variables() -> None:
                 if key.startswith(("MIQPS_", "KAFKA_BOOTSTRAP"))
             }
             assert used <= names
+
+
+def test_the_commit_interval_follows_the_guarantee_unless_set() -> None:
+    assert Settings.from_env({}).commit_interval == 1.0
+    exactly_once = Settings.from_env({"MIQPS_PROCESSING_GUARANTEE": "exactly_once"})
+    assert exactly_once.exactly_once and exactly_once.commit_interval == 0.1
+    chosen = Settings.from_env(
+        {"MIQPS_PROCESSING_GUARANTEE": "exactly_once", "MIQPS_COMMIT_INTERVAL_MS": "250"}
+    )
+    assert chosen.commit_interval == 0.25
+    with pytest.raises(SettingsError, match="MIQPS_PROCESSING_GUARANTEE"):
+        Settings.from_env({"MIQPS_PROCESSING_GUARANTEE": "exactly-once"})

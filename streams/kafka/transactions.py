@@ -1,0 +1,159 @@
+"""Exactly once for a consume -> produce loop: Kafka transactions (KIP-98) with the
+consumer's offsets committed inside them and fencing by consumer group generation (KIP-447).
+
+:class:`InputTransaction` holds at most one open transaction of a transactional producer.
+The loop begins it before it produces, adds each batch's input offsets, and commits when
+:meth:`~InputTransaction.due`; the outputs and the offsets that cover their inputs become
+visible to ``read_committed`` consumers together, or not at all. When a transaction must
+be aborted, the consumer is rewound to the group's committed offsets, so the inputs of the
+aborted transaction are processed again and their outputs written once.
+
+A producer that another one fenced, or any fatal error, raises: the worker stops and its
+supervisor starts it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+
+log = logging.getLogger(__name__)
+
+TRANSACTION_CALL_SECONDS = 30.0
+"""How long one transactional call (begin, send offsets, commit, abort) may block."""
+TRANSACTION_TIMEOUT_MS = 10_000
+"""``transaction.timeout.ms``: a transaction its producer left open (a worker killed) is
+aborted by the broker after this long; until then ``read_committed`` consumers wait at it.
+Kafka Streams uses the same figure."""
+RETRIES = 5
+
+
+class TransactionAborted(Exception):
+    """The open transaction was aborted; its inputs are read again from the last commit."""
+
+
+def transactional_producer_config(transactional_id: str) -> dict[str, object]:
+    """What a producer needs on top of its usual settings to write transactions."""
+    return {
+        "transactional.id": transactional_id,
+        "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+    }
+
+
+def requires_abort(error: KafkaException) -> bool:
+    kafka_error = error.args[0] if error.args else None
+    return isinstance(kafka_error, KafkaError) and kafka_error.txn_requires_abort()
+
+
+def retriable(error: KafkaException) -> bool:
+    kafka_error = error.args[0] if error.args else None
+    return isinstance(kafka_error, KafkaError) and kafka_error.retriable()
+
+
+class InputTransaction:
+    """The open transaction of ``producer``, and the offsets of ``consumer``'s inputs it
+    covers."""
+
+    def __init__(self, producer: Producer, consumer: Consumer, interval: float) -> None:
+        self.producer = producer
+        self.consumer = consumer
+        self.interval = interval
+        self.open = False
+        self.began = 0.0
+        self.offsets: dict[tuple[str, int], int] = {}
+
+    def initialize(self) -> None:
+        """Register the transactional id, fencing an earlier producer that had it and
+        aborting whatever that one left open."""
+        self.producer.init_transactions(TRANSACTION_CALL_SECONDS)
+
+    def begin(self) -> None:
+        if not self.open:
+            self.producer.begin_transaction()
+            self.open = True
+            self.began = time.monotonic()
+
+    def add(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Offsets (topic, partition) -> next offset of inputs whose outputs are in the
+        transaction."""
+        self.offsets.update(offsets)
+
+    def due(self) -> bool:
+        return self.open and time.monotonic() - self.began >= self.interval
+
+    def commit(self) -> list[TopicPartition]:
+        """Commit the outputs and the offsets together; return the offsets committed.
+
+        Raises :class:`TransactionAborted` when Kafka required an abort (which is done,
+        and the consumer rewound)."""
+        if not self.open:
+            return []
+        partitions = [
+            TopicPartition(topic, partition, offset)
+            for (topic, partition), offset in self.offsets.items()
+        ]
+        try:
+            if partitions:
+                self._retrying(
+                    lambda: self.producer.send_offsets_to_transaction(
+                        partitions,
+                        self.consumer.consumer_group_metadata(),
+                        TRANSACTION_CALL_SECONDS,
+                    )
+                )
+            self._retrying(lambda: self.producer.commit_transaction(TRANSACTION_CALL_SECONDS))
+        except KafkaException as error:
+            if not requires_abort(error):
+                raise
+            log.warning("transaction not committed (%s); aborting it", error.args[0])
+            self.abort()
+            raise TransactionAborted(str(error.args[0])) from error
+        self.open = False
+        self.offsets = {}
+        return partitions
+
+    def abort(self) -> None:
+        """Abort the open transaction, if any, and rewind the consumer to the committed
+        offsets of what it holds, so the transaction's inputs are read again."""
+        if self.open:
+            self._retrying(lambda: self.producer.abort_transaction(TRANSACTION_CALL_SECONDS))
+            self.open = False
+        self.offsets = {}
+        self.rewind()
+
+    def rewind(self) -> None:
+        assignment = self.consumer.assignment()
+        if not assignment:
+            return
+        for committed in self.consumer.committed(assignment, TRANSACTION_CALL_SECONDS):
+            offset = committed.offset if committed.offset >= 0 else OFFSET_BEGINNING
+            try:
+                self.consumer.seek(TopicPartition(committed.topic, committed.partition, offset))
+            except KafkaException as error:
+                log.info(
+                    "not rewound (partition revoked?); its new owner reads from the "
+                    "last commit: %s",
+                    error,
+                )
+
+    @staticmethod
+    def _retrying(call: Callable[[], object]) -> None:
+        for attempt in range(RETRIES):
+            try:
+                call()
+                return
+            except KafkaException as error:
+                if not retriable(error) or attempt == RETRIES - 1:
+                    raise
+                log.info("transaction call failed, retrying: %s", error.args[0])
+                time.sleep(0.2 * (attempt + 1))
