@@ -289,13 +289,16 @@ async def run_simweb_trial(
 def front_cost(urls: list[NormalizedURL], share: float) -> tuple[float, float]:
     """Microseconds per URL: the front's audit choice, and the decision of the URL."""
     from streams.front.sampler import AuditForwarder
+    from streams.maps.live import LiveMaps
 
     domain_map = wrong_map(urls[0].host)
+    live_maps = LiveMaps(reverify_after=3600)  # as the front holds them: compact JSON
+    live_maps.apply(domain_map)
     patterns = [url.pattern for url in urls]
     forwarder = AuditForwarder(AuditRule(share), 20_000)
     started = time.perf_counter()
     for url, pattern in zip(urls, patterns, strict=True):
-        forwarder.offer(domain_map, url, pattern, 0.0)
+        forwarder.offer(live_maps.map_for, domain_map.version, url, pattern, 0.0)
     choosing = time.perf_counter() - started
     canonicalizer = Canonicalizer(StaticLayers.default())
     canonicalizer.load({domain_map.domain: domain_map})

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import xxhash
 
@@ -58,6 +59,16 @@ def item_digest(url: NormalizedURL, kept: frozenset[str], seed: str = "") -> int
     return xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass"))
 
 
+class KeptAndDropped(Protocol):
+    """What choosing an item needs of a pattern's decision."""
+
+    @property
+    def kept(self) -> frozenset[str]: ...
+
+    @property
+    def dropped(self) -> frozenset[str]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class AuditRule:
     """Which items of a dropped parameter are audited: a ``share`` of the distinct items,
@@ -80,7 +91,7 @@ class AuditRule:
             return None
         return decision
 
-    def chooses(self, url: NormalizedURL, decision: PatternDecision) -> int | None:
+    def chooses(self, url: NormalizedURL, decision: KeptAndDropped) -> int | None:
         """The item's digest if the item of ``url`` is to be audited, else None."""
         if not decision.dropped or self.share <= 0.0:
             return None

@@ -509,7 +509,9 @@ class CanonicalizerFront:
                         learned += 1
                         basis = due_for_reverification(decision, wall_now)
                         if decision.dropped and offer_audit is not None:
-                            audit = offer_audit(map_for(url.host), url, decision.pattern, wall_now)
+                            audit = offer_audit(
+                                map_for, decision.map_version, url, decision.pattern, wall_now
+                            )
                             if audit is not None:
                                 produce(producer, probe_topic, audit, url.host.encode())
                     else:

@@ -10,13 +10,17 @@ and the counts go out in bulk with :meth:`LocalSampler.drain_counts`. Memory is 
 
 URLs of learned patterns that drop parameters are looked at by :class:`AuditForwarder`: an
 item the core's :class:`~miqps.audit.AuditRule` chooses, and this worker has not forwarded
-yet, goes to the probing worker as an ``audit`` request.
+yet, goes to the probing worker as an ``audit`` request. What it needs of each decision is
+read once per map version (the live maps hold a map as its JSON, which costs tens of
+microseconds to decode) and kept for at most ``max_domains`` domains.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from miqps.audit import AuditRule, ItemMemory
 from miqps.learner import LearnConfig, item_key
@@ -120,31 +124,72 @@ class LocalSampler:
         return counts
 
 
+class AuditTarget(NamedTuple):
+    """What an audit request needs of a learned pattern that drops parameters."""
+
+    kept: frozenset[str]
+    dropped: frozenset[str]
+    decided_at: str
+    urls_seen: int
+
+
 class AuditForwarder:
     """Which URLs of learned patterns go to the probing worker to be audited."""
 
-    def __init__(self, rule: AuditRule, max_items: int) -> None:
+    def __init__(self, rule: AuditRule, max_items: int, max_domains: int = 20_000) -> None:
         self.rule = rule
         self.forwarded = ItemMemory(max_items)
+        self.max_domains = max_domains
+        self._targets: OrderedDict[str, tuple[int, dict[str, AuditTarget]]] = OrderedDict()
 
     def offer(
-        self, domain_map: DomainMap | None, url: NormalizedURL, pattern: str, now: float
+        self,
+        map_for: Callable[[str], DomainMap | None],
+        version: int,
+        url: NormalizedURL,
+        pattern: str,
+        now: float,
     ) -> bytes | None:
-        """The audit request for ``url`` (of ``pattern``) if its item is to be audited and
+        """The audit request for ``url`` (of ``pattern``, decided by version ``version``
+        of its domain's map, which ``map_for`` returns) if its item is to be audited and
         was not sent yet."""
-        if domain_map is None:
+        if self.rule.share <= 0.0:
             return None
-        decision = self.rule.decision_for(domain_map, url, pattern)
-        if decision is None:
+        target = self._targets_of(url.host, version, map_for).get(pattern)
+        if target is None:
             return None
-        digest = self.rule.chooses(url, decision)
+        digest = self.rule.chooses(url, target)
         if digest is None or not self.forwarded.add(digest):
             return None
         request = ProbeRequest(
             url.host,
             path_shape(url.path),
-            {pattern: RequestedPattern(AUDIT, decision.decided_at, decision.urls_seen, now)},
+            {pattern: RequestedPattern(AUDIT, target.decided_at, target.urls_seen, now)},
             (url.url,),
             now,
         )
         return request.to_bytes()
+
+    def _targets_of(
+        self, domain: str, version: int, map_for: Callable[[str], DomainMap | None]
+    ) -> dict[str, AuditTarget]:
+        known = self._targets.get(domain)
+        if known is not None and known[0] == version:
+            return known[1]
+        domain_map = map_for(domain)
+        targets = (
+            {
+                key: AuditTarget(
+                    decision.kept, decision.dropped, decision.decided_at, decision.urls_seen
+                )
+                for key, decision in domain_map.patterns.items()
+                if decision.dropped
+            }
+            if domain_map is not None
+            else {}
+        )
+        self._targets[domain] = (domain_map.version if domain_map else version, targets)
+        self._targets.move_to_end(domain)
+        if len(self._targets) > self.max_domains:
+            self._targets.popitem(last=False)
+        return targets

@@ -1,11 +1,19 @@
+from collections.abc import Callable
+from dataclasses import replace
+
 import orjson
 
 from bench.audit import wrong_map
 from miqps.audit import AuditRule
+from miqps.maps import DomainMap
 from miqps.urls import parse
 from streams.front.sampler import AuditForwarder, LocalSampler
 from streams.messages import ProbeRequest
 from tests.streams.support import assert_valid
+
+
+def maps_of(domain_map: DomainMap | None) -> Callable[[str], DomainMap | None]:
+    return lambda domain: domain_map
 
 
 def offer(sampler: LocalSampler, text: str, basis: str = "") -> int:
@@ -62,7 +70,7 @@ def test_audits_forward_each_chosen_item_of_a_learned_pattern_once() -> None:
     for number in range(items):
         for size in ("S", "M"):
             url = parse(f"http://shop.test/product?id={number}&size={size}")
-            request = forwarder.offer(domain_map, url, url.pattern, 5.0)
+            request = forwarder.offer(maps_of(domain_map), 1, url, url.pattern, 5.0)
             if request is not None:
                 assert_valid("probe-request", orjson.loads(request))
                 sent.append(ProbeRequest.from_bytes(request))
@@ -75,6 +83,38 @@ def test_audits_forward_each_chosen_item_of_a_learned_pattern_once() -> None:
     } == {("/product", "/product?id&size", "audit", domain_map.updated_at)}
     unlearned = parse("http://shop.test/other?id=1&size=M")
     forwarder = AuditForwarder(AuditRule(1.0), 10)
-    assert forwarder.offer(domain_map, unlearned, unlearned.pattern, 5.0) is None
-    assert forwarder.offer(None, unlearned, unlearned.pattern, 5.0) is None
-    assert AuditForwarder(AuditRule(0.0), 10).offer(domain_map, url, url.pattern, 5.0) is None
+    assert forwarder.offer(maps_of(domain_map), 1, unlearned, unlearned.pattern, 5.0) is None
+    assert forwarder.offer(maps_of(None), 1, unlearned, unlearned.pattern, 5.0) is None
+    assert (
+        AuditForwarder(AuditRule(0.0), 10).offer(maps_of(domain_map), 1, url, url.pattern, 5.0)
+        is None
+    )
+
+
+def test_audits_read_each_map_version_once_and_follow_a_new_one() -> None:
+    domain_map = wrong_map("shop.test")
+    reads: list[str] = []
+
+    def live(domain: str) -> DomainMap | None:
+        reads.append(domain)
+        return current
+
+    current: DomainMap | None = domain_map
+    forwarder = AuditForwarder(AuditRule(1.0), max_items=10_000)
+    urls = [parse(f"http://shop.test/product?id={n}&size=S") for n in range(50)]
+    sent = [forwarder.offer(live, domain_map.version, url, url.pattern, 5.0) for url in urls]
+    assert all(request is not None for request in sent)
+    assert reads == ["shop.test"], "one decode for the version, however many URLs"
+
+    pattern = urls[0].pattern
+    restored = replace(
+        domain_map.patterns[pattern], kept=frozenset({"id", "size"}), dropped=frozenset()
+    )
+    current = replace(
+        domain_map,
+        version=domain_map.version + 1,
+        patterns={**domain_map.patterns, pattern: restored},
+    )
+    later = parse("http://shop.test/product?id=999&size=S")
+    assert forwarder.offer(live, current.version, later, pattern, 6.0) is None
+    assert reads == ["shop.test", "shop.test"]
