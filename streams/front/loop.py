@@ -56,6 +56,7 @@ from streams.kafka.partitioning import key_partition
 from streams.kafka.transactions import (
     InputTransaction,
     TransactionAborted,
+    fatal,
     requires_abort,
     transactional_producer_config,
 )
@@ -86,11 +87,6 @@ SAMPLES_PER_MESSAGE = 500
 
 def _ignore(seconds: float) -> None:
     pass
-
-
-def fatal(error: KafkaException) -> bool:
-    kafka_error = error.args[0] if error.args else None
-    return isinstance(kafka_error, KafkaError) and kafka_error.fatal()
 
 
 class ProcessingBug(RuntimeError):

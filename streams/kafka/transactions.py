@@ -50,6 +50,12 @@ def transactional_producer_config(transactional_id: str) -> dict[str, object]:
     }
 
 
+def fatal(error: KafkaException) -> bool:
+    """The client that raised ``error`` cannot be used any more."""
+    kafka_error = error.args[0] if error.args else None
+    return isinstance(kafka_error, KafkaError) and kafka_error.fatal()
+
+
 def requires_abort(error: KafkaException) -> bool:
     kafka_error = error.args[0] if error.args else None
     return isinstance(kafka_error, KafkaError) and kafka_error.txn_requires_abort()
