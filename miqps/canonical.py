@@ -723,7 +723,7 @@ class Canonicalizer:
 
     def close(self) -> None:
         """Release what the canonicalizer holds: nothing for maps from a file; one from
-        ``miqps.from_kafka`` stops following the maps topic."""
+        ``streams.from_kafka`` stops following the maps topic."""
 
     def forget(self, domain: str) -> None:
         """Drop the map of ``domain``: its URLs get the conservative default again."""

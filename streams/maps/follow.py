@@ -1,5 +1,5 @@
 """Follow the compacted maps topic into a :class:`miqps.canonical.Canonicalizer`
-(:func:`from_kafka`, re-exported as ``miqps.from_kafka``): Kafka lives here, so the core
+(:func:`from_kafka`, re-exported as ``streams.from_kafka``): Kafka lives here, so the core
 never imports it."""
 
 from __future__ import annotations

@@ -60,26 +60,10 @@ def test_the_public_surface_is_marked() -> None:
         "InvalidMap",
         "InvalidURL",
         "Status",
-        "from_kafka",
     ]
     for name in ("from_file", "canonicalize", "explain", "canonicalize_many"):
         assert getattr(Canonicalizer, name).__doc__, name
-    assert miqps.from_kafka.__doc__
-
-
-def test_from_kafka_without_the_streams_extra_names_it() -> None:
-    code = (
-        "import sys; sys.modules['confluent_kafka'] = None; import miqps\n"
-        "try:\n    miqps.from_kafka\nexcept ImportError as error:\n    print(error)"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
-    )
-    assert "miqps.from_kafka needs the 'streams' extra" in result.stdout
+    assert not hasattr(miqps, "from_kafka"), "Kafka's entry point lives in streams"
 
 
 def test_from_file_canonicalizes_and_explains(maps_file: Path) -> None:
@@ -151,3 +135,26 @@ def test_importing_miqps_imports_no_kafka(imports: str, not_loaded: tuple[str, .
         env={**os.environ, "PYTHONPATH": os.getcwd()},
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_the_core_imports_nothing_of_the_stream_processor() -> None:
+    """Not even lazily: an import of ``streams`` from ``miqps`` closes an import circle."""
+    import ast
+
+    core = Path(miqps.__file__).parent
+    reaching_up = []
+    for source in sorted(core.rglob("*.py")):
+        for node in ast.walk(ast.parse(source.read_text("utf-8"))):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            reaching_up += [
+                f"{source.relative_to(core)}:{node.lineno} {name}"
+                for name in names
+                if name == "streams" or name.startswith("streams.")
+            ]
+    assert reaching_up == []

@@ -1,4 +1,4 @@
-"""``miqps.from_kafka``: a :class:`miqps.Canonicalizer` following the maps topic live."""
+"""``streams.from_kafka``: a :class:`miqps.Canonicalizer` following the maps topic live."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-import miqps
+import streams
 from miqps import Canonicalizer
 from miqps.maps import DomainMap
 from streams.maps.follow import from_kafka
 from tests.miqps.test_api import HOST, product_map
 
 
-def test_from_kafka_lives_with_kafka_and_is_exported_at_the_top_of_miqps() -> None:
-    assert miqps.from_kafka is from_kafka
+def test_from_kafka_lives_with_kafka_and_is_exported_at_the_top_of_streams() -> None:
+    assert streams.from_kafka is from_kafka
     assert from_kafka.__doc__
     assert not hasattr(Canonicalizer, "from_kafka")  # the core has no Kafka of its own
 
