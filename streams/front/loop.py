@@ -241,12 +241,15 @@ class CanonicalizerFront:
                     return
             pause = CLIENT_RESTART_FIRST_PAUSE
             while True:
+                started = time.monotonic()
                 try:
                     self._loop()
                     return
                 except KafkaException as error:
                     if not (fatal(error) or requires_abort(error)) or self._stopping.is_set():
                         raise
+                    if time.monotonic() - started > CLIENT_RESTART_MAX_PAUSE:
+                        pause = CLIENT_RESTART_FIRST_PAUSE  # the clients had been working
                     # A fatal client error (a transactional producer in an invalid state
                     # after a broker failed under it, say), or a transaction failed while
                     # a batch was produced, ends these clients, not the front: new ones

@@ -153,8 +153,6 @@ class AuditForwarder:
         """The audit request for ``url`` (of ``pattern``, decided by version ``version``
         of its domain's map, which ``map_for`` returns) if its item is to be audited and
         was not sent yet."""
-        if self.rule.share <= 0.0:
-            return None
         target = self._targets_of(url.host, version, map_for).get(pattern)
         if target is None:
             return None
