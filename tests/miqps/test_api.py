@@ -145,13 +145,12 @@ def test_the_core_imports_nothing_of_the_stream_processor() -> None:
     reaching_up = []
     for source in sorted(core.rglob("*.py")):
         for node in ast.walk(ast.parse(source.read_text("utf-8"))):
-            names = (
-                [alias.name for alias in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
-                else []
-            )
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
             reaching_up += [
                 f"{source.relative_to(core)}:{node.lineno} {name}"
                 for name in names
