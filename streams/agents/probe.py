@@ -4,8 +4,10 @@
 Domains are learned concurrently, one run per domain at a time (:class:`DomainScheduler`).
 Acknowledgements stay in offset order within each partition (:class:`OrderedAcks`). Maps
 and audit records are handed to the producer before the events that asked for them are
-acked, and Faust flushes the producer before it commits. A request that cannot be read goes
-to the dead-letter topic; a bug of ours follows the error policy (``MIQPS_ON_BUG``).
+acked, and Faust flushes the producer before it commits; exactly once, a map's records are
+committed in one Kafka transaction first (:func:`streams.maps.history.write`). A request
+that cannot be read goes to the dead-letter topic; a bug of ours follows the error policy
+(``MIQPS_ON_BUG``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,14 @@ from streams.agents.probe_processor import ProbeOutcome, Probing
 from streams.agents.scheduler import DomainScheduler
 from streams.kafka.tables import PROBE_DEMAND_TABLE, rocksdb_options
 from streams.kafka.topics import raw_topic
-from streams.maps.history import FaustSink, probe_producer, publish_map
+from streams.maps.history import (
+    FaustSink,
+    Publication,
+    probe_producer,
+    publish_map,
+    transactional_writer,
+    write,
+)
 from streams.messages import BadInput, DeadLetter, ProbeRequest
 from streams.ops.metrics import ProbeAgentState
 from streams.worker.runtime import Runtime
@@ -52,7 +61,8 @@ def register(app: faust.App, runtime: Runtime) -> None:
         "assignors differ cannot share a consumer group.",
     )
     sink = FaustSink(app)
-    updates_topic = raw_topic(app, settings.topics.map_updates)
+    writer = transactional_writer(settings, "probe")
+    publishing = asyncio.Lock()  # one transaction at a time
     dlq_topic = raw_topic(app, settings.topics.dlq)
 
     async def dead_letter(event: EventT[bytes], reason: str) -> None:
@@ -69,12 +79,15 @@ def register(app: faust.App, runtime: Runtime) -> None:
 
     async def publish(outcome: ProbeOutcome) -> None:
         key = outcome.domain.encode()
+        publication = Publication()
         if outcome.published is not None:
             await publish_map(
-                sink, settings.topics, outcome.published, *probe_producer(outcome.audits)
+                publication, settings.topics, outcome.published, *probe_producer(outcome.audits)
             )
         for audit in outcome.audits:
-            await updates_topic.send(key=key, value=audit.to_bytes())
+            await publication.send(settings.topics.map_updates, key, audit.to_bytes())
+        async with publishing:
+            await write(publication, sink, writer)
         runtime.metrics.map_updates.count(outcome.audits)
         if outcome.audit is not None or outcome.audit_requests:
             runtime.metrics.audits.count(outcome.audit, outcome.audit_requests)
@@ -132,3 +145,5 @@ def register(app: faust.App, runtime: Runtime) -> None:
                         await asyncio.sleep(0.05)
             finally:
                 await scheduler.close()
+                if writer is not None:
+                    writer.close()

@@ -307,15 +307,32 @@ def _publish(
     audits: list[MapUpdateRecord],
     timeout: float,
 ) -> None:
-    from streams.maps.history import ProducerSink, publish_map
+    from streams.maps.history import (
+        ProducerSink,
+        Publication,
+        publish_map,
+        transactional_writer,
+        write,
+    )
 
-    sink = ProducerSink(settings)
+    publication = Publication()
 
-    async def send() -> None:
+    async def gather() -> None:
         for domain_map, produced_by, note in versions:
-            await publish_map(sink, settings.topics, domain_map, produced_by, note)
+            await publish_map(publication, settings.topics, domain_map, produced_by, note)
         for audit in audits:
-            await sink.send(settings.topics.map_updates, audit.domain.encode(), audit.to_bytes())
+            await publication.send(
+                settings.topics.map_updates, audit.domain.encode(), audit.to_bytes()
+            )
 
-    asyncio.run(send())
+    asyncio.run(gather())
+    writer = transactional_writer(settings, "operator")
+    if writer is not None:
+        try:
+            writer.write(publication.records)
+        finally:
+            writer.close()
+        return
+    sink = ProducerSink(settings)
+    asyncio.run(write(publication, sink, None))
     sink.flush(timeout)

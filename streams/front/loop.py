@@ -308,7 +308,6 @@ class CanonicalizerFront:
                     "enable.auto.commit": not exactly_once,
                     "enable.auto.offset.store": False,
                     "auto.commit.interval.ms": round(settings.commit_interval * 1000),
-                    "isolation.level": "read_committed",
                     "fetch.max.bytes": 16 * 1024 * 1024,
                     "max.partition.fetch.bytes": 1024 * 1024,
                     "queued.max.messages.kbytes": 16 * 1024,

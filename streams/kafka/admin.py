@@ -46,6 +46,10 @@ def consumer_config(settings: Settings, group_id: str, **extra: Any) -> dict[str
         "bootstrap.servers": settings.bootstrap_servers,
         "group.id": group_id,
         "auto.offset.reset": "earliest",
+        # librdkafka's default, said here because the maps, their history and audits, and
+        # exactly once the front's outputs, are written in transactions: an aborted one's
+        # records must never be read.
+        "isolation.level": "read_committed",
         "enable.partition.eof": False,
         "log_level": 3,
         "logger": librdkafka_logger(),

@@ -10,13 +10,19 @@ aborted transaction are processed again and their outputs written once.
 
 A producer that another one fenced, or any fatal error, raises: the worker stops and its
 supervisor starts it again.
+
+:class:`TransactionalWriter` is for records that must appear together or not at all, with
+no input offsets: a published map version (its history record, the map, its audit records).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -26,6 +32,8 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+
+from streams.kafka.clients import produce
 
 log = logging.getLogger(__name__)
 
@@ -110,14 +118,14 @@ class InputTransaction:
         ]
         try:
             if partitions:
-                self._retrying(
+                _retrying(
                     lambda: self.producer.send_offsets_to_transaction(
                         partitions,
                         self.consumer.consumer_group_metadata(),
                         TRANSACTION_CALL_SECONDS,
                     )
                 )
-            self._retrying(lambda: self.producer.commit_transaction(TRANSACTION_CALL_SECONDS))
+            _retrying(lambda: self.producer.commit_transaction(TRANSACTION_CALL_SECONDS))
         except KafkaException as error:
             if not requires_abort(error):
                 raise
@@ -132,7 +140,7 @@ class InputTransaction:
         """Abort the open transaction, if any, and rewind the consumer to the committed
         offsets of what it holds, so the transaction's inputs are read again."""
         if self.open:
-            self._retrying(lambda: self.producer.abort_transaction(TRANSACTION_CALL_SECONDS))
+            _retrying(lambda: self.producer.abort_transaction(TRANSACTION_CALL_SECONDS))
             self.open = False
         self.offsets = {}
         self.rewind()
@@ -152,14 +160,84 @@ class InputTransaction:
                     error,
                 )
 
-    @staticmethod
-    def _retrying(call: Callable[[], object]) -> None:
+
+Record = tuple[str, bytes, bytes]
+"""(topic, key, value)."""
+
+
+class TransactionalWriter:
+    """Writes each call's records in one Kafka transaction: a ``read_committed`` consumer
+    of their topics sees all of them or none.
+
+    An attempt that Kafka aborts (a broker failed under it, a record refused) is written
+    again, up to :data:`RETRIES` times, with new clients after a fatal error; then the
+    error is raised. Blocking: an asyncio caller runs :meth:`write` in an executor, one call
+    at a time."""
+
+    def __init__(self, config: Mapping[str, Any], name: str) -> None:
+        """``config``: the producer's settings without the transactional ones; ``name``
+        starts each producer's transactional id (a random suffix follows)."""
+        self.config = dict(config)
+        self.name = name
+        self._producer: Producer | None = None
+
+    def write(self, records: Sequence[Record]) -> None:
         for attempt in range(RETRIES):
+            producer = self._ready_producer()
             try:
-                call()
+                producer.begin_transaction()
+                for topic, key, value in records:
+                    produce(producer, topic, value, key)
+                _retrying(partial(producer.commit_transaction, TRANSACTION_CALL_SECONDS))
                 return
             except KafkaException as error:
-                if not retriable(error) or attempt == RETRIES - 1:
+                again = attempt < RETRIES - 1 and (fatal(error) or requires_abort(error))
+                if fatal(error):
+                    self._drop_producer()
+                else:
+                    self._abort(producer)
+                if not again:
                     raise
-                log.info("transaction call failed, retrying: %s", error.args[0])
+                log.warning("%s: transaction aborted (%s); writing it again", self.name, error)
                 time.sleep(0.2 * (attempt + 1))
+            except BaseException:
+                self._drop_producer()  # its transaction is left open: the broker aborts it
+                raise
+
+    def close(self) -> None:
+        self._drop_producer()
+
+    def _ready_producer(self) -> Producer:
+        if self._producer is None:
+            producer = Producer(
+                {**self.config, **transactional_producer_config(f"{self.name}-{uuid.uuid4().hex}")}
+            )
+            producer.init_transactions(TRANSACTION_CALL_SECONDS)
+            self._producer = producer
+        return self._producer
+
+    def _abort(self, producer: Producer) -> None:
+        try:
+            producer.abort_transaction(TRANSACTION_CALL_SECONDS)
+        except KafkaException as error:
+            log.warning("%s: abort failed (%s); new clients", self.name, error)
+            self._drop_producer()
+
+    def _drop_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.flush(0)
+
+
+def _retrying(call: Callable[[], object]) -> None:
+    """``call()``, again after a retriable error (as librdkafka asks of a transactional
+    call that timed out), up to :data:`RETRIES` times."""
+    for attempt in range(RETRIES):
+        try:
+            call()
+            return
+        except KafkaException as error:
+            if not retriable(error) or attempt == RETRIES - 1:
+                raise
+            log.info("transaction call failed, retrying: %s", error.args[0])
+            time.sleep(0.2 * (attempt + 1))

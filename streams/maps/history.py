@@ -3,13 +3,17 @@
 :func:`publish_map` is the one way a map is published: its :class:`MapVersion` record to
 ``miqps.map-history`` (never compacted: every version stays for the retention time), then
 the map itself to the compacted ``miqps.maps``, which every worker follows live. The
-probing agent publishes through a :class:`FaustSink`, the operator's commands
-(:mod:`streams.cli.maps`) through a :class:`ProducerSink`; both are flushed before anything
-is acknowledged, so a version is either in both topics or retried.
+probing agent and the operator's commands (:mod:`streams.cli.maps`) gather a version's
+records, with its audit records for ``miqps.map-updates``, in a :class:`Publication`, and
+:func:`write` sends them: at least once, one by one, flushed before anything is
+acknowledged, so a version is either in both topics or retried; exactly once
+(``MIQPS_PROCESSING_GUARANTEE``), in one Kafka transaction, so a ``read_committed`` reader
+never sees the map without its history record and audits, nor these without the map.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -23,12 +27,40 @@ from miqps.maps import DomainMap, GateVerdict, InvalidMap, parse_map
 from streams.kafka.admin import producer_config
 from streams.kafka.clients import DeliveryReports, produce, read_compacted
 from streams.kafka.topics import raw_topic
+from streams.kafka.transactions import Record, TransactionalWriter
 from streams.messages import BadInput, MapUpdateRecord, MapVersion, ProducedBy
 from streams.settings import Settings, Topics
 
 
 class Sink(Protocol):
     async def send(self, topic: str, key: bytes, value: bytes) -> None: ...
+
+
+class Publication:
+    """The records of one publication, in the order they were sent."""
+
+    def __init__(self) -> None:
+        self.records: list[Record] = []
+
+    async def send(self, topic: str, key: bytes, value: bytes) -> None:
+        self.records.append((topic, key, value))
+
+
+async def write(publication: Publication, sink: Sink, writer: TransactionalWriter | None) -> None:
+    """Send ``publication``'s records: in one transaction of ``writer`` if there is one
+    (in an executor: it blocks until committed), else one by one to ``sink``."""
+    if writer is not None:
+        await asyncio.get_running_loop().run_in_executor(None, writer.write, publication.records)
+        return
+    for topic, key, value in publication.records:
+        await sink.send(topic, key, value)
+
+
+def transactional_writer(settings: Settings, name: str) -> TransactionalWriter | None:
+    """The writer of publications under ``exactly_once``; None at least once."""
+    if not settings.exactly_once:
+        return None
+    return TransactionalWriter(producer_config(settings), f"{settings.app_id}-{name}")
 
 
 class FaustSink:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Any
 
 import orjson
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from miqps.maps import DomainMap
 from miqps.urls import parse
@@ -28,8 +30,8 @@ from simweb.corpus import CorpusURL, generate_corpus
 from simweb.resolve import page_shown
 from simweb.server import SimWeb
 from simweb.sites import Site, build_sites
-from streams.kafka.admin import ensure_topics
-from streams.kafka.clients import read_compacted
+from streams.kafka.admin import consumer_config, ensure_topics
+from streams.kafka.clients import read_compacted, read_to_end
 from streams.kafka.partitioning import key_partition
 from streams.kafka.tables import changelog_topics
 from streams.messages import ONE_PAGE, UNREACHABLE
@@ -150,10 +152,37 @@ def fast_learning(base: Settings, label: str, state: Path, proxy: str | None) ->
     )
 
 
+def committed_in_transactions(settings: Settings, topic: str) -> bool:
+    """Every run of records of ``topic`` at consecutive offsets (one transaction's, in a
+    partition) is followed by a record no consumer is given: the marker that ends the
+    transaction. Records sent outside one leave no such gap before the partition's end."""
+    consumer = Consumer(
+        consumer_config(
+            settings, f"miqps-check-{uuid.uuid4().hex}", **{"enable.auto.commit": False}
+        )
+    )
+    try:
+        at = {(m.partition() or 0, m.offset() or 0) for m in read_to_end(consumer, topic)}
+        ends = {
+            partition: consumer.get_watermark_offsets(TopicPartition(topic, partition))[1]
+            for partition, _ in at
+        }
+    finally:
+        consumer.close()
+    return bool(at) and all(
+        offset + 1 < ends[partition]
+        for partition, offset in at
+        if (partition, offset + 1) not in at
+    )
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_end_to_end_learns_maps_and_emits_every_url(
-    base: Settings, web: Web, tmp_path: Path
+    base: Settings, web: Web, tmp_path: Path, guarantee: str
 ) -> None:
-    settings = fast_learning(base, "e2e", tmp_path / "state", web.server.proxy_url)
+    settings = fast_learning(base, "e2e", tmp_path / "state", web.server.proxy_url).with_overrides(
+        processing_guarantee=guarantee
+    )
     ensure_topics(settings)
     corpus = generate_corpus(web.sites, 250, 1)
     truth = {item.url: item.content_key for item in corpus}
@@ -242,6 +271,10 @@ def test_end_to_end_learns_maps_and_emits_every_url(
         assert_valid("urls-dlq", record)
         assert reason in record["reason"], (record["reason"], reason)
         assert record["topic"] == settings.topics.raw and record["stage"] == "canonicalize"
+
+    published = (settings.topics.maps, settings.topics.map_history, settings.topics.map_updates)
+    in_transactions = [committed_in_transactions(settings, topic) for topic in published]
+    assert in_transactions == [guarantee == "exactly_once"] * 3, in_transactions
 
     audits = documents(updates)
     for audit in audits:

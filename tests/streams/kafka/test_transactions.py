@@ -1,0 +1,97 @@
+"""Records written together: :class:`TransactionalWriter` on the real broker, read back by
+``read_committed`` consumers (librdkafka's default, and every reader of the project's)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from streams.kafka.admin import producer_config
+from streams.kafka.clients import read_compacted
+from streams.kafka.transactions import Record, TransactionalWriter
+from streams.settings import Settings
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
+
+REFUSED_BYTES = 4096
+"""The ``max.message.bytes`` of the topic that refuses: below the producer's own limit, so
+the broker refuses the record, not the client."""
+
+
+@pytest.fixture
+def settings(bootstrap: str) -> Iterator[Settings]:
+    settings = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    prefix = f"txn-{uuid.uuid4().hex[:8]}"
+    topics = {
+        f"{prefix}.maps": NewTopic(f"{prefix}.maps", 2, 1),
+        f"{prefix}.history": NewTopic(f"{prefix}.history", 2, 1),
+        f"{prefix}.small": NewTopic(
+            f"{prefix}.small", 1, 1, config={"max.message.bytes": str(REFUSED_BYTES)}
+        ),
+    }
+    for future in admin.create_topics(list(topics.values())).values():
+        future.result()
+    yield settings.with_overrides(app_id=prefix)
+    for future in admin.delete_topics(list(topics)).values():
+        future.result()
+
+
+def visible(settings: Settings, topic: str) -> list[tuple[bytes | None, bytes | None]]:
+    return list(read_compacted(settings, topic, timeout=30.0))
+
+
+def publication(settings: Settings, refused: bool) -> list[Record]:
+    prefix = settings.app_id
+    audit = b"x" * (4 * REFUSED_BYTES if refused else 100)
+    return [
+        (f"{prefix}.history", b"shop.example", b"version 2"),
+        (f"{prefix}.maps", b"shop.example", b"map 2"),
+        (f"{prefix}.small", b"shop.example", audit),
+    ]
+
+
+def test_a_writer_commits_a_publication_to_several_topics(settings: Settings) -> None:
+    writer = TransactionalWriter(producer_config(settings), settings.app_id)
+    try:
+        writer.write(publication(settings, refused=False))
+        writer.write(publication(settings, refused=False))
+    finally:
+        writer.close()
+    prefix = settings.app_id
+    assert visible(settings, f"{prefix}.history") == [(b"shop.example", b"version 2")] * 2
+    assert visible(settings, f"{prefix}.maps") == [(b"shop.example", b"map 2")] * 2
+    assert len(visible(settings, f"{prefix}.small")) == 2
+
+
+def test_a_record_the_broker_refuses_leaves_none_of_its_publication_visible(
+    settings: Settings,
+) -> None:
+    writer = TransactionalWriter(producer_config(settings), settings.app_id)
+    try:
+        with pytest.raises(KafkaException):
+            writer.write(publication(settings, refused=True))
+        writer.write(publication(settings, refused=False))  # the writer goes on
+    finally:
+        writer.close()
+    prefix = settings.app_id
+    assert visible(settings, f"{prefix}.maps") == [(b"shop.example", b"map 2")]
+    assert visible(settings, f"{prefix}.history") == [(b"shop.example", b"version 2")]
+
+
+def test_without_a_transaction_the_same_refusal_leaves_a_map_without_its_audit(
+    settings: Settings,
+) -> None:
+    """What the writer prevents: records sent one by one are visible one by one."""
+    producer = Producer(producer_config(settings))
+    for topic, key, value in publication(settings, refused=True):
+        producer.produce(topic, value, key)
+    assert producer.flush(30) == 0
+    prefix = settings.app_id
+    assert visible(settings, f"{prefix}.maps") == [(b"shop.example", b"map 2")]
+    assert visible(settings, f"{prefix}.small") == []
