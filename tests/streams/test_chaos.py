@@ -7,7 +7,8 @@ with inputs flowing all along through two canonicalizer workers and a probing wo
 - a rebalance storm: workers joining and leaving every few seconds.
 
 After each, every input the cluster acknowledged has an output (at least once: duplicates
-are counted, not forbidden), and every site of the simulated web has a map. The tests
+are allowed, and after a kill -9 bounded by about one commit interval of input), and every
+site of the simulated web has a map. The tests
 share one rig and run in this order; bench/chaos.py runs the same faults at a larger scale
 and reports duplicates and recovery times against their targets.
 """
@@ -51,12 +52,24 @@ def test_kill_9_of_the_probing_worker_while_it_learns(rig: ChaosRig) -> None:
     check(kill_worker_scenario(rig, "p1", PROBE, Timing(before=3.0, down=3.0)), rig)
 
 
+def check_duplicates_within_a_commit_interval(report: ChaosReport, rig: ChaosRig) -> None:
+    """At least once, a kill -9 redelivers the inputs since the last commit: about one
+    commit interval of input (twice that is allowed, for the batch in flight)."""
+    assert rig.settings is not None
+    bound = 2 * rig.rate * rig.settings.commit_interval
+    assert report.duplicates <= bound, f"{report.line()}; more than {bound:g} duplicates"
+
+
 def test_kill_9_of_a_canonicalizer_worker(rig: ChaosRig) -> None:
-    check(kill_worker_scenario(rig, "c1", CANONICALIZE, Timing(after=20.0)), rig)
+    report = kill_worker_scenario(rig, "c1", CANONICALIZE, Timing(after=20.0))
+    check(report, rig)
+    check_duplicates_within_a_commit_interval(report, rig)
 
 
 def test_kill_9_of_the_broker_leading_the_inputs(rig: ChaosRig) -> None:
-    check(kill_broker_scenario(rig, Timing(down=10.0)), rig)
+    report = kill_broker_scenario(rig, Timing(down=10.0))
+    check(report, rig)
+    check_duplicates_within_a_commit_interval(report, rig)
 
 
 def test_a_rebalance_storm(rig: ChaosRig) -> None:
