@@ -18,7 +18,7 @@ from typing import IO
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from streams.kafka.admin import consumer_config, producer_config
-from streams.kafka.clients import DeliveryReports
+from streams.kafka.clients import DeliveryReports, read_to_end
 from streams.kafka.clients import produce as send
 from streams.settings import Settings, variables
 
@@ -250,3 +250,27 @@ def delete_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
             with contextlib.suppress(KafkaException):
                 future.result(timeout)
     return doomed
+
+
+def committed_in_transactions(settings: Settings, topic: str) -> bool:
+    """Every run of records of ``topic`` at consecutive offsets (one transaction's, in a
+    partition) is followed by a record no consumer is given: the marker that ends the
+    transaction. Records sent outside one leave no such gap before the partition's end."""
+    consumer = Consumer(
+        consumer_config(
+            settings, f"miqps-check-{uuid.uuid4().hex}", **{"enable.auto.commit": False}
+        )
+    )
+    try:
+        at = {(m.partition() or 0, m.offset() or 0) for m in read_to_end(consumer, topic)}
+        ends = {
+            partition: consumer.get_watermark_offsets(TopicPartition(topic, partition))[1]
+            for partition, _ in at
+        }
+    finally:
+        consumer.close()
+    return bool(at) and all(
+        offset + 1 < ends[partition]
+        for partition, offset in at
+        if (partition, offset + 1) not in at
+    )

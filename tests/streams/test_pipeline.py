@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,7 +21,6 @@ from typing import Any
 
 import orjson
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from miqps.maps import DomainMap
 from miqps.urls import parse
@@ -30,13 +28,19 @@ from simweb.corpus import CorpusURL, generate_corpus
 from simweb.resolve import page_shown
 from simweb.server import SimWeb
 from simweb.sites import Site, build_sites
-from streams.kafka.admin import consumer_config, ensure_topics
-from streams.kafka.clients import read_compacted, read_to_end
+from streams.kafka.admin import ensure_topics
+from streams.kafka.clients import read_compacted
 from streams.kafka.partitioning import key_partition
 from streams.kafka.tables import changelog_topics
 from streams.messages import ONE_PAGE, UNREACHABLE
 from streams.settings import LearningPolicy, Settings
-from testkit.tools import TopicReader, WorkerProcess, delete_topics, produce
+from testkit.tools import (
+    TopicReader,
+    WorkerProcess,
+    committed_in_transactions,
+    delete_topics,
+    produce,
+)
 from testkit.tools import isolated_settings as isolated_settings_of
 from tests.streams.conftest import DriftingSite
 from tests.streams.support import assert_valid
@@ -149,30 +153,6 @@ def fast_learning(base: Settings, label: str, state: Path, proxy: str | None) ->
         partitions=4,
         probe_rate_per_host=50.0,
         policy=LearningPolicy(rare_after=4.0, retry_after=60.0),
-    )
-
-
-def committed_in_transactions(settings: Settings, topic: str) -> bool:
-    """Every run of records of ``topic`` at consecutive offsets (one transaction's, in a
-    partition) is followed by a record no consumer is given: the marker that ends the
-    transaction. Records sent outside one leave no such gap before the partition's end."""
-    consumer = Consumer(
-        consumer_config(
-            settings, f"miqps-check-{uuid.uuid4().hex}", **{"enable.auto.commit": False}
-        )
-    )
-    try:
-        at = {(m.partition() or 0, m.offset() or 0) for m in read_to_end(consumer, topic)}
-        ends = {
-            partition: consumer.get_watermark_offsets(TopicPartition(topic, partition))[1]
-            for partition, _ in at
-        }
-    finally:
-        consumer.close()
-    return bool(at) and all(
-        offset + 1 < ends[partition]
-        for partition, offset in at
-        if (partition, offset + 1) not in at
     )
 
 

@@ -15,7 +15,12 @@ from miqps.maps import DomainMap
 from streams.kafka.admin import ensure_topics
 from streams.messages import MapVersion
 from streams.settings import Settings
-from testkit.tools import TopicReader, delete_topics, isolated_settings
+from testkit.tools import (
+    TopicReader,
+    committed_in_transactions,
+    delete_topics,
+    isolated_settings,
+)
 from tests.streams.maps.test_history import (
     DOMAIN,
     PATTERN,
@@ -37,9 +42,15 @@ def settings(bootstrap: str, tmp_path: Path) -> Iterator[Settings]:
 
 
 @pytest.mark.kafka
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_history_rollback_freeze_and_their_errors_through_the_commands(
-    settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    settings: Settings,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    guarantee: str,
 ) -> None:
+    monkeypatch.setenv("MIQPS_PROCESSING_GUARANTEE", guarantee)
     for number, keep_ref in ((1, False), (2, True)):
         code, out, err = maps_command(
             settings,
@@ -124,6 +135,10 @@ def test_history_rollback_freeze_and_their_errors_through_the_commands(
     code, out, err = maps_command(settings, capsys, "history", "nowhere.example")
     assert code == 1 and "unknown domain nowhere.example" in err
     assert "Traceback" not in err
+
+    published = (settings.topics.maps, settings.topics.map_history, settings.topics.map_updates)
+    in_transactions = [committed_in_transactions(settings, topic) for topic in published]
+    assert in_transactions == [guarantee == "exactly_once"] * 3, in_transactions
 
 
 @pytest.mark.slow  # the client's timeout

@@ -16,7 +16,13 @@ from miqps.cli import main
 from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification, write_maps
 from streams.kafka.admin import ensure_topics, topic_specs
 from streams.kafka.clients import read_compacted
-from streams.maps.history import History, history_rows, probe_producer, publish_map
+from streams.maps.history import (
+    History,
+    Publication,
+    history_rows,
+    probe_producer,
+    publish_map,
+)
 from streams.messages import FROZEN, MapUpdateRecord, MapVersion
 from streams.settings import LearningPolicy, Settings, Topics
 from testkit.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
@@ -45,18 +51,10 @@ def a_map(version: int, keep_ref: bool) -> DomainMap:
     return DomainMap(DOMAIN, version, "2026-12-01T00:00:00Z", {PATTERN: decision})
 
 
-class MemorySink:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, bytes, bytes]] = []
-
-    async def send(self, topic: str, key: bytes, value: bytes) -> None:
-        self.sent.append((topic, key, value))
-
-
 async def test_a_map_is_published_with_its_history_record_first() -> None:
-    sink, topics = MemorySink(), Topics.with_prefix("t.")
+    sink, topics = Publication(), Topics.with_prefix("t.")
     await publish_map(sink, topics, a_map(4, False), "reverify", "reverify")
-    [(history_topic, key, record), (maps_topic, map_key, document)] = sink.sent
+    [(history_topic, key, record), (maps_topic, map_key, document)] = sink.records
     assert (history_topic, maps_topic, key, map_key) == (
         "t.miqps.map-history",
         "t.miqps.maps",
