@@ -309,6 +309,7 @@ def test_every_path_gives_the_plain_definition(use_prior: bool, seed: int) -> No
         expected.append(_reference(canon, maps, url))
         assert canon.canonical_url(url) == expected[-1], text
         assert canon.canonical_text(text) == expected[-1], text
+        assert canon.decide(url, with_layers=False).canonical_url == expected[-1], text
     for _ in range(2):  # cold, then with every plan remembered
         errors: list[tuple[int, InvalidURL]] = []
         assert canon.canonical_texts(texts, errors) == expected
@@ -338,6 +339,20 @@ def test_a_learned_pattern_of_one_empty_name_is_not_the_empty_pattern() -> None:
     canon = Canonicalizer()
     canon.update(DomainMap("a.example", 1, "t", {"/p?": decision}))
     assert canon.canonical_texts(["http://a.example/p?=1"]) == ["http://a.example/p?=1"]
+
+
+@pytest.mark.parametrize("mapped", [True, False])
+def test_a_url_without_parameters_does_not_decide_for_one_of_an_empty_name(mapped: bool) -> None:
+    """Both are in pattern ``/p?``; what :func:`settle` did for one is never the other's."""
+    canon = Canonicalizer()
+    if mapped:
+        decision = PatternDecision(frozenset({""}), frozenset(), {}, Verification(), "t", 1)
+        canon.update(DomainMap("a.example", 1, "t", {"/p?": decision}))
+    bare, empty = parse("http://a.example/p"), parse("http://a.example/p?=1")
+    for _ in range(2):
+        assert canon.decide(bare, with_layers=False).canonical_url == "http://a.example/p"
+        decided = canon.decide(empty, with_layers=False)
+        assert (decided.canonical_url, decided.kept) == ("http://a.example/p?=1", ("",))
 
 
 def test_a_map_under_a_key_with_a_port_matches_no_url() -> None:
