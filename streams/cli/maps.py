@@ -326,7 +326,7 @@ def _publish(
             )
 
     asyncio.run(gather())
-    writer = transactional_writer(settings, "operator")
+    writer = transactional_writer(settings, "operator", timeout)
     if writer is not None:
         try:
             writer.write(publication.records)

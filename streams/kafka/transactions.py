@@ -174,11 +174,15 @@ class TransactionalWriter:
     error is raised. Blocking: an asyncio caller runs :meth:`write` in an executor, one call
     at a time."""
 
-    def __init__(self, config: Mapping[str, Any], name: str) -> None:
+    def __init__(
+        self, config: Mapping[str, Any], name: str, timeout: float = TRANSACTION_CALL_SECONDS
+    ) -> None:
         """``config``: the producer's settings without the transactional ones; ``name``
-        starts each producer's transactional id (a random suffix follows)."""
+        starts each producer's transactional id (a random suffix follows); ``timeout``:
+        how long one transactional call may block."""
         self.config = dict(config)
         self.name = name
+        self.timeout = timeout
         self._producer: Producer | None = None
 
     def write(self, records: Sequence[Record]) -> None:
@@ -188,7 +192,7 @@ class TransactionalWriter:
                 producer.begin_transaction()
                 for topic, key, value in records:
                     produce(producer, topic, value, key)
-                _retrying(partial(producer.commit_transaction, TRANSACTION_CALL_SECONDS))
+                _retrying(partial(producer.commit_transaction, self.timeout))
                 return
             except KafkaException as error:
                 again = attempt < RETRIES - 1 and (fatal(error) or requires_abort(error))
@@ -212,13 +216,13 @@ class TransactionalWriter:
             producer = Producer(
                 {**self.config, **transactional_producer_config(f"{self.name}-{uuid.uuid4().hex}")}
             )
-            producer.init_transactions(TRANSACTION_CALL_SECONDS)
+            producer.init_transactions(self.timeout)
             self._producer = producer
         return self._producer
 
     def _abort(self, producer: Producer) -> None:
         try:
-            producer.abort_transaction(TRANSACTION_CALL_SECONDS)
+            producer.abort_transaction(self.timeout)
         except KafkaException as error:
             log.warning("%s: abort failed (%s); new clients", self.name, error)
             self._drop_producer()

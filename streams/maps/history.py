@@ -27,7 +27,7 @@ from miqps.maps import DomainMap, GateVerdict, InvalidMap, parse_map
 from streams.kafka.admin import producer_config
 from streams.kafka.clients import DeliveryReports, produce, read_compacted
 from streams.kafka.topics import raw_topic
-from streams.kafka.transactions import Record, TransactionalWriter
+from streams.kafka.transactions import TRANSACTION_CALL_SECONDS, Record, TransactionalWriter
 from streams.messages import BadInput, MapUpdateRecord, MapVersion, ProducedBy
 from streams.settings import Settings, Topics
 
@@ -56,11 +56,14 @@ async def write(publication: Publication, sink: Sink, writer: TransactionalWrite
         await sink.send(topic, key, value)
 
 
-def transactional_writer(settings: Settings, name: str) -> TransactionalWriter | None:
-    """The writer of publications under ``exactly_once``; None at least once."""
+def transactional_writer(
+    settings: Settings, name: str, timeout: float = TRANSACTION_CALL_SECONDS
+) -> TransactionalWriter | None:
+    """The writer of publications under ``exactly_once`` (each of its calls to Kafka
+    blocking at most ``timeout`` seconds); None at least once."""
     if not settings.exactly_once:
         return None
-    return TransactionalWriter(producer_config(settings), f"{settings.app_id}-{name}")
+    return TransactionalWriter(producer_config(settings), f"{settings.app_id}-{name}", timeout)
 
 
 class FaustSink:

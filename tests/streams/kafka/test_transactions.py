@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -16,7 +17,7 @@ from streams.kafka.clients import read_compacted
 from streams.kafka.transactions import Record, TransactionalWriter
 from streams.settings import Settings
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
 
 REFUSED_BYTES = 4096
 """The ``max.message.bytes`` of the topic that refuses: below the producer's own limit, so
@@ -56,6 +57,7 @@ def publication(settings: Settings, refused: bool) -> list[Record]:
     ]
 
 
+@pytest.mark.kafka
 def test_a_writer_commits_a_publication_to_several_topics(settings: Settings) -> None:
     writer = TransactionalWriter(producer_config(settings), settings.app_id)
     try:
@@ -69,6 +71,7 @@ def test_a_writer_commits_a_publication_to_several_topics(settings: Settings) ->
     assert len(visible(settings, f"{prefix}.small")) == 2
 
 
+@pytest.mark.kafka
 def test_a_record_the_broker_refuses_leaves_none_of_its_publication_visible(
     settings: Settings,
 ) -> None:
@@ -84,6 +87,7 @@ def test_a_record_the_broker_refuses_leaves_none_of_its_publication_visible(
     assert visible(settings, f"{prefix}.history") == [(b"shop.example", b"version 2")]
 
 
+@pytest.mark.kafka
 def test_without_a_transaction_the_same_refusal_leaves_a_map_without_its_audit(
     settings: Settings,
 ) -> None:
@@ -95,3 +99,11 @@ def test_without_a_transaction_the_same_refusal_leaves_a_map_without_its_audit(
     prefix = settings.app_id
     assert visible(settings, f"{prefix}.maps") == [(b"shop.example", b"map 2")]
     assert visible(settings, f"{prefix}.small") == []
+
+
+def test_a_writer_without_a_broker_fails_within_its_timeout() -> None:
+    writer = TransactionalWriter({"bootstrap.servers": "127.0.0.1:1", "log_level": 0}, "t", 2.0)
+    started = time.monotonic()
+    with pytest.raises(KafkaException):
+        writer.write([("t.maps", b"k", b"v")])
+    assert time.monotonic() - started < 10.0
