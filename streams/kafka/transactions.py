@@ -8,8 +8,8 @@ visible to ``read_committed`` consumers together, or not at all. When a transact
 be aborted, the consumer is rewound to the group's committed offsets, so the inputs of the
 aborted transaction are processed again and their outputs written once.
 
-A producer that another one fenced, or any fatal error, raises: the worker stops and its
-supervisor starts it again.
+A producer that another one fenced, or any fatal error, raises (:func:`fatal`): the front
+replaces its clients and resumes from the last commit.
 
 :class:`TransactionalWriter` is for records that must appear together or not at all, with
 no input offsets: a published map version (its history record, the map, its audit records).
