@@ -32,7 +32,7 @@ from streams.kafka.admin import ensure_topics
 from streams.kafka.clients import read_compacted
 from streams.kafka.partitioning import key_partition
 from streams.kafka.tables import changelog_topics
-from streams.messages import ONE_PAGE, UNREACHABLE
+from streams.messages import AUDIT, ONE_PAGE, UNREACHABLE
 from streams.settings import LearningPolicy, Settings
 from testkit.tools import (
     TopicReader,
@@ -259,7 +259,13 @@ def test_end_to_end_learns_maps_and_emits_every_url(
     audits = documents(updates)
     for audit in audits:
         assert_valid("map-update", audit)
-    accepted = Counter((a["domain"], a["pattern"]) for a in audits if a["accepted"])
+    # An audit of the second run may restore a parameter and so change learned patterns
+    # again (request reason "audit"): learning itself decides each pattern once.
+    accepted = Counter(
+        (a["domain"], a["pattern"])
+        for a in audits
+        if a["accepted"] and a["request_reason"] != AUDIT
+    )
     assert accepted and max(accepted.values()) == 1, "every pattern is learned once"
     for domain_map in maps.values():
         assert_valid("miqps-map", domain_map.to_json())
