@@ -58,9 +58,6 @@ class DroppingProducer:
     def produce(self, *args: Any, **kwargs: Any) -> None:
         pass
 
-    def poll(self, timeout: float = 0.0) -> int:
-        return 0
-
 
 def best_seconds(run: Callable[[], object], repeat: int) -> float:
     best = float("inf")

@@ -62,7 +62,6 @@ def register(app: faust.App, runtime: Runtime) -> None:
     )
     sink = FaustSink(app)
     writer = transactional_writer(settings, "probe")
-    publishing = asyncio.Lock()  # one transaction at a time
     dlq_topic = raw_topic(app, settings.topics.dlq)
 
     async def dead_letter(event: EventT[bytes], reason: str) -> None:
@@ -86,8 +85,7 @@ def register(app: faust.App, runtime: Runtime) -> None:
             )
         for audit in outcome.audits:
             await publication.send(settings.topics.map_updates, key, audit.to_bytes())
-        async with publishing:
-            await write(publication, sink, writer)
+        await write(publication, sink, writer)
         runtime.metrics.map_updates.count(outcome.audits)
         if outcome.audit is not None or outcome.audit_requests:
             runtime.metrics.audits.count(outcome.audit, outcome.audit_requests)

@@ -18,6 +18,7 @@ no input offsets: a published map version (its history record, the map, its audi
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -171,8 +172,8 @@ class TransactionalWriter:
 
     An attempt that Kafka aborts (a broker failed under it, a record refused) is written
     again, up to :data:`RETRIES` times, with new clients after a fatal error; then the
-    error is raised. Blocking: an asyncio caller runs :meth:`write` in an executor, one call
-    at a time."""
+    error is raised. Blocking, and one call at a time (a producer holds one transaction):
+    an asyncio caller runs :meth:`write` in an executor."""
 
     def __init__(
         self, config: Mapping[str, Any], name: str, timeout: float = TRANSACTION_CALL_SECONDS
@@ -184,8 +185,13 @@ class TransactionalWriter:
         self.name = name
         self.timeout = timeout
         self._producer: Producer | None = None
+        self._one_at_a_time = threading.Lock()
 
     def write(self, records: Sequence[Record]) -> None:
+        with self._one_at_a_time:
+            self._write(records)
+
+    def _write(self, records: Sequence[Record]) -> None:
         for attempt in range(RETRIES):
             producer = self._ready_producer()
             try:
