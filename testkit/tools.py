@@ -16,6 +16,8 @@ from types import TracebackType
 from typing import IO
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from streams.kafka.admin import consumer_config, producer_config
 from streams.kafka.clients import DeliveryReports, read_to_end
@@ -274,3 +276,14 @@ def committed_in_transactions(settings: Settings, topic: str) -> bool:
         for partition, offset in at
         if (partition, offset + 1) not in at
     )
+
+
+def set_max_message_bytes(settings: Settings, topic: str, limit: int) -> None:
+    """Set ``topic``'s ``max.message.bytes``: a topic that refuses records, or takes them again."""
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "log_level": 0})
+    entry = ConfigEntry(
+        "max.message.bytes", str(limit), incremental_operation=AlterConfigOpType.SET
+    )
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)

@@ -182,6 +182,7 @@ class FrontCounters:
     batches: int = 0
     bugs: int = 0
     client_restarts: int = 0
+    aborted_transactions: int = 0
     consume_seconds: float = 0.0
     process_seconds: float = 0.0
     deliver_seconds: float = 0.0
@@ -291,7 +292,21 @@ class CanonicalizerFront:
         try:
             self.uncommitted.committed(self._transaction.commit())
         except TransactionAborted:
+            self.counters.aborted_transactions += 1
             log.warning("canonicalizer: transaction aborted; its inputs are read again")
+
+    def _abort_failed(self, transaction: InputTransaction, error: KafkaException) -> None:
+        """A record of the open transaction failed (the broker refused it, or a broker
+        failed under it), and the producer takes no more until the transaction is aborted:
+        abort it, so its inputs are read again. If the abort fails too, its error ends
+        these clients (:meth:`_run` decides whether new ones start)."""
+        log.warning(
+            "canonicalizer: the open transaction failed (%s); aborting it, its inputs are "
+            "read again",
+            error.args[0] if error.args else error,
+        )
+        transaction.abort()
+        self.counters.aborted_transactions += 1
 
     def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
         if error is None:
@@ -369,7 +384,12 @@ class CanonicalizerFront:
                         self._forward_counts()
                         next_count_flush = now + COUNT_FLUSH_SECONDS
                     self._send_samples(producer)
-                except (KafkaException, ProduceBlocked):
+                except KafkaException as error:
+                    if transaction is None or fatal(error):
+                        raise
+                    self._abort_failed(transaction, error)
+                    continue
+                except ProduceBlocked:
                     raise
                 except Exception as bug:
                     self._bug(bug, consumer, messages)

@@ -108,6 +108,12 @@ class FrontCollector(Collector):
             "Times the front replaced its Kafka clients after a fatal client error",
             value=counters.client_restarts,
         )
+        yield CounterMetricFamily(
+            "miqps_front_aborted_transactions",
+            "Transactions of the front aborted after a record or the commit failed (exactly "
+            "once); their inputs were read again",
+            value=counters.aborted_transactions,
+        )
         yield labelled_counter(
             "miqps_front_busy_seconds",
             "Seconds the front spent, by phase",

@@ -24,9 +24,18 @@ from streams.maps.feed import MapFeed
 from streams.maps.live import LiveMaps
 from streams.settings import Settings
 from streams.worker.errorpolicy import OnBug
-from testkit.tools import TopicReader, delete_topics, isolated_settings, produce
+from testkit.tools import (
+    TopicReader,
+    delete_topics,
+    isolated_settings,
+    produce,
+    set_max_message_bytes,
+)
 
 VALID = [f"https://shop.example/p/{i}?id={i}&utm_source=mail".encode() for i in range(40)]
+LONG = f"https://shop.example/p/99?id=99&note={'n' * 3000}".encode()
+REFUSING_BYTES = 2048
+"""A ``max.message.bytes`` of the canonical topic that refuses :data:`LONG`'s output."""
 BAD = [b"not a url", b'{"url": 7}']
 BUGGY = "https://shop.example/p/17?id=17&utm_source=mail"
 
@@ -45,6 +54,27 @@ class Bug:
         if self.present.is_set() and url.url == BUGGY:
             self.raised += 1
             raise AttributeError("'NoneType' object has no attribute 'keep'")
+        return self._decide(url, original)
+
+
+class SlowAfter:
+    """Makes the first decision after ``url``'s take ``seconds``: by then the broker's
+    answer to ``url``'s output has reached the producer, before the next output is sent."""
+
+    def __init__(self, live_maps: LiveMaps, url: bytes, seconds: float) -> None:
+        self.url = url.decode()
+        self.seconds = seconds
+        self.armed = False
+        self.slowed = False
+        self._decide = live_maps.decide
+        live_maps.decide = self.decide
+
+    def decide(self, url: NormalizedURL, original: str | None = None) -> Decision:
+        if self.armed and not self.slowed:
+            self.slowed = True
+            time.sleep(self.seconds)
+        if url.url == self.url:
+            self.armed = True
         return self._decide(url, original)
 
 
@@ -189,3 +219,52 @@ def test_exactly_once_a_retried_bug_leaves_each_input_once_for_a_read_committed_
     assert failures == []
     assert outputs == Counter(url.decode() for url in VALID), "each valid input once"
     assert dead == len(BAD), "each bad input dead-lettered once"
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(240)
+def test_exactly_once_a_refused_output_aborts_the_transaction_and_the_front_goes_on(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """The broker refuses an output in the middle of a batch, and the producer refuses the
+    next record of the transaction: the front aborts it and reads its inputs again (it
+    does not stop), until the topic takes the output; then each input comes out once."""
+    settings = isolated_settings(
+        Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap}),
+        "refusal",
+        tmp_path / "state",
+        partitions=1,
+    ).with_overrides(processing_guarantee="exactly_once")
+    ensure_topics(settings)
+    try:
+        set_max_message_bytes(settings, settings.topics.canonical, REFUSING_BYTES)
+        produce(settings, settings.topics.raw, [*VALID[:10], LONG, *VALID[10:]])
+        failures: list[BaseException] = []
+        live_maps = LiveMaps(reverify_after=3600)
+        slow = SlowAfter(live_maps, LONG, 1.0)
+        front, feed = start_front(settings, live_maps, OnBug.STOP, failures)
+        try:
+            assert wait_until(
+                lambda: front.counters.aborted_transactions >= 2 or bool(failures), 60
+            ), "no transaction was aborted"
+            assert failures == [], "the front stopped"
+            assert slow.slowed
+            set_max_message_bytes(settings, settings.topics.canonical, REFUSING_BYTES * 1024)
+            with TopicReader(settings, settings.topics.canonical) as reader:
+
+                def all_out() -> bool:
+                    reader.poll(0.2)
+                    return len(reader.records) >= len(VALID) + 1
+
+                assert wait_until(all_out, 60), "not every input came out"
+                reader.poll(2.0)
+                outputs = Counter(
+                    orjson.loads(value or b"")["url"] for _, value, _ in reader.records
+                )
+        finally:
+            front.stop()
+            feed.stop()
+        assert failures == []
+        assert outputs == Counter(url.decode() for url in [*VALID, LONG]), "each input once"
+    finally:
+        delete_topics(settings)
