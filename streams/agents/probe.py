@@ -44,6 +44,9 @@ from streams.worker.runtime import Runtime
 log = logging.getLogger(__name__)
 
 MAX_EVENTS_IN_FLIGHT = 2000
+PUBLICATION_PATIENCE = 120.0
+"""Exactly once, how long a map publication Kafka failed is written again (a broker
+restarting, a partition's leader moving) before it counts as a bug of the probe run."""
 
 
 def register(app: faust.App, runtime: Runtime) -> None:
@@ -61,7 +64,7 @@ def register(app: faust.App, runtime: Runtime) -> None:
         "assignors differ cannot share a consumer group.",
     )
     sink = FaustSink(app)
-    writer = transactional_writer(settings, "probe")
+    writer = transactional_writer(settings, "probe", patience=PUBLICATION_PATIENCE)
     dlq_topic = raw_topic(app, settings.topics.dlq)
 
     async def dead_letter(event: EventT[bytes], reason: str) -> None:

@@ -45,6 +45,8 @@ TRANSACTION_TIMEOUT_MS = 10_000
 aborted by the broker after this long; until then ``read_committed`` consumers wait at it.
 Kafka Streams uses the same figure."""
 RETRIES = 5
+FIRST_PAUSE = 0.2
+MAX_PAUSE = 5.0
 
 
 class TransactionAborted(Exception):
@@ -170,20 +172,28 @@ class TransactionalWriter:
     """Writes each call's records in one Kafka transaction: a ``read_committed`` consumer
     of their topics sees all of them or none.
 
-    An attempt that Kafka aborts (a broker failed under it, a record refused) is written
-    again, up to :data:`RETRIES` times, with new clients after a fatal error; then the
-    error is raised. Blocking, and one call at a time (a producer holds one transaction):
-    an asyncio caller runs :meth:`write` in an executor."""
+    An attempt that fails (a broker failed under it, a record refused) is aborted and
+    written again, with new clients after a fatal error, for as long as the writer's
+    patience lasts; then the error is raised. Blocking, and one call at a time (a
+    producer holds one transaction): an asyncio caller runs :meth:`write` in an
+    executor."""
 
     def __init__(
-        self, config: Mapping[str, Any], name: str, timeout: float = TRANSACTION_CALL_SECONDS
+        self,
+        config: Mapping[str, Any],
+        name: str,
+        timeout: float = TRANSACTION_CALL_SECONDS,
+        patience: float | None = None,
     ) -> None:
         """``config``: the producer's settings without the transactional ones; ``name``
         starts each producer's transactional id (a random suffix follows); ``timeout``:
-        how long one transactional call may block."""
+        how long one transactional call may block; ``patience``: how long a call of
+        :meth:`write` tries again (``timeout`` if None: a failed attempt is not retried
+        once it has taken that long)."""
         self.config = dict(config)
         self.name = name
         self.timeout = timeout
+        self.patience = timeout if patience is None else patience
         self._producer: Producer | None = None
         self._one_at_a_time = threading.Lock()
 
@@ -192,24 +202,32 @@ class TransactionalWriter:
             self._write(records)
 
     def _write(self, records: Sequence[Record]) -> None:
-        for attempt in range(RETRIES):
-            producer = self._ready_producer()
+        """One transaction per attempt; any Kafka error aborts the attempt (or drops the
+        producer, when the error is fatal or the abort fails) and, within
+        :attr:`patience`, a new attempt follows after a growing pause."""
+        deadline = time.monotonic() + self.patience
+        pause = FIRST_PAUSE
+        while True:
             try:
-                producer.begin_transaction()
-                for topic, key, value in records:
-                    produce(producer, topic, value, key)
-                _retrying(partial(producer.commit_transaction, self.timeout))
-                return
-            except KafkaException as error:
-                again = attempt < RETRIES - 1 and (fatal(error) or requires_abort(error))
-                if fatal(error):
-                    self._drop_producer()
-                else:
-                    self._abort(producer)
-                if not again:
+                producer = self._ready_producer()
+                try:
+                    producer.begin_transaction()
+                    for topic, key, value in records:
+                        produce(producer, topic, value, key)
+                    _retrying(partial(producer.commit_transaction, self.timeout))
+                    return
+                except KafkaException as error:
+                    if fatal(error):
+                        self._drop_producer()
+                    else:
+                        self._abort(producer)
                     raise
-                log.warning("%s: transaction aborted (%s); writing it again", self.name, error)
-                time.sleep(0.2 * (attempt + 1))
+            except KafkaException as error:
+                if time.monotonic() + pause > deadline:
+                    raise
+                log.warning("%s: transaction failed (%s); writing it again", self.name, error)
+                time.sleep(pause)
+                pause = min(pause * 2, MAX_PAUSE)
             except BaseException:
                 self._drop_producer()  # its transaction is left open: the broker aborts it
                 raise

@@ -57,13 +57,19 @@ async def write(publication: Publication, sink: Sink, writer: TransactionalWrite
 
 
 def transactional_writer(
-    settings: Settings, name: str, timeout: float = TRANSACTION_CALL_SECONDS
+    settings: Settings,
+    name: str,
+    timeout: float = TRANSACTION_CALL_SECONDS,
+    patience: float | None = None,
 ) -> TransactionalWriter | None:
     """The writer of publications under ``exactly_once`` (each of its calls to Kafka
-    blocking at most ``timeout`` seconds); None at least once."""
+    blocking at most ``timeout`` seconds, a failed publication written again for
+    ``patience`` seconds); None at least once."""
     if not settings.exactly_once:
         return None
-    return TransactionalWriter(producer_config(settings), f"{settings.app_id}-{name}", timeout)
+    return TransactionalWriter(
+        producer_config(settings), f"{settings.app_id}-{name}", timeout, patience
+    )
 
 
 class FaustSink:

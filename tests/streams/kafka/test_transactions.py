@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from streams.kafka.admin import producer_config
 from streams.kafka.clients import read_compacted
 from streams.kafka.transactions import Record, TransactionalWriter
 from streams.settings import Settings
+from testkit.tools import set_max_message_bytes
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -75,7 +77,7 @@ def test_a_writer_commits_a_publication_to_several_topics(settings: Settings) ->
 def test_a_record_the_broker_refuses_leaves_none_of_its_publication_visible(
     settings: Settings,
 ) -> None:
-    writer = TransactionalWriter(producer_config(settings), settings.app_id)
+    writer = TransactionalWriter(producer_config(settings), settings.app_id, patience=2.0)
     try:
         with pytest.raises(KafkaException):
             writer.write(publication(settings, refused=True))
@@ -85,6 +87,42 @@ def test_a_record_the_broker_refuses_leaves_none_of_its_publication_visible(
     prefix = settings.app_id
     assert visible(settings, f"{prefix}.maps") == [(b"shop.example", b"map 2")]
     assert visible(settings, f"{prefix}.history") == [(b"shop.example", b"version 2")]
+
+
+@pytest.mark.kafka
+def test_within_its_patience_a_writer_writes_a_refused_publication_again_once_it_is_taken(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refusal that outlasts several attempts (a broker restarting, say) but not the
+    writer's patience: the publication is written once, when it is taken."""
+    prefix = settings.app_id
+    writer = TransactionalWriter(producer_config(settings), prefix, 10.0, patience=60.0)
+    failures: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            writer.write(publication(settings, refused=True))
+        except BaseException as error:
+            failures.append(error)
+
+    thread = threading.Thread(target=write)
+    try:
+        thread.start()
+        deadline = time.monotonic() + 30
+        while "writing it again" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "writing it again" in caplog.text, "the refusal was not retried"
+        time.sleep(8.0)  # several attempts, all refused
+        assert thread.is_alive(), f"the writer gave up: {failures}"
+        set_max_message_bytes(settings, f"{prefix}.small", 16 * REFUSED_BYTES)
+        thread.join(60)
+    finally:
+        thread.join(60)
+        writer.close()
+    assert failures == []
+    assert visible(settings, f"{prefix}.maps") == [(b"shop.example", b"map 2")]
+    assert visible(settings, f"{prefix}.history") == [(b"shop.example", b"version 2")]
+    assert len(visible(settings, f"{prefix}.small")) == 1
 
 
 @pytest.mark.kafka
