@@ -396,10 +396,9 @@ class ChaosRig:
             refused_inputs=sum(1 for seq in window if seq in stream.refused_seqs),
         )
 
-    def worker_logs(self, tail: int = 1500) -> str:
-        return "; ".join(
-            f"{name}: {worker.log_text()[-tail:]}" for name, worker in self.workers.items()
-        )
+    def worker_logs(self) -> str:
+        """Each worker's state, warnings, errors and last lines, for a failed check."""
+        return "\n" + "\n".join(worker.log_digest() for worker in self.workers.values())
 
 
 def leader_of(settings: Settings, topic: str, partition: int = 0) -> int:

@@ -46,6 +46,9 @@ def worker_env(settings: Settings, extra: Mapping[str, str] | None = None) -> di
     return env
 
 
+ALERT_LEVELS = ("WARNING", "ERROR", "CRITICAL")
+
+
 class WorkerProcess:
     """One ``miqps worker`` subprocess with its log in a file."""
 
@@ -103,6 +106,33 @@ class WorkerProcess:
                 self.process.wait(30)
         self._close_log()
         return self.process.returncode
+
+    def log_digest(self, alerts: int = 40, last: int = 10) -> str:
+        """What a failed test needs of this worker's log: whether it runs, its last
+        ``alerts`` warning, error and critical lines (with their tracebacks), then its last
+        ``last`` lines."""
+        flagged: list[str] = []
+        in_alert = False
+        lines = self.log_text().splitlines()
+        for line in lines:
+            if line.startswith("["):
+                in_alert = any(f"] [{level}] " in line for level in ALERT_LEVELS)
+            if in_alert:
+                flagged.append(line)
+        if self.process is None:
+            state = "never started"
+        elif self.alive():
+            state = "running"
+        else:
+            state = f"exited with {self.process.returncode}"
+        return "\n".join(
+            [
+                f"-- {self.log_path.name}: {state}; its last warnings and errors:",
+                *flagged[-alerts:],
+                "-- its last lines:",
+                *lines[-last:],
+            ]
+        )
 
     def _close_log(self) -> None:
         if self._log is not None:
