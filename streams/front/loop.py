@@ -50,6 +50,7 @@ from streams.kafka.clients import (
     ProduceBlocked,
     StoppedBeforeDelivery,
     checkpoint,
+    close_within,
     produce,
 )
 from streams.kafka.partitioning import key_partition
@@ -82,6 +83,7 @@ COUNT_FLUSH_SECONDS = 1.0
 CLIENT_RESTART_FIRST_PAUSE = 1.0
 CLIENT_RESTART_MAX_PAUSE = 30.0
 REPORT_SECONDS = 10.0
+CONSUMER_CLOSE_SECONDS = 30.0
 SAMPLES_PER_MESSAGE = 500
 
 
@@ -451,7 +453,11 @@ class CanonicalizerFront:
                 log.warning("canonicalizer: the producer failed at the stop: %s", error)
             self._transaction = None
             self._deliveries.errors.clear()
-            consumer.close()
+            if not close_within(consumer, CONSUMER_CLOSE_SECONDS):
+                log.warning(
+                    "canonicalizer: the consumer did not close within %gs; going on without it",
+                    CONSUMER_CLOSE_SECONDS,
+                )
             log.info("canonicalizer: %s", self.uncommitted.describe())
             log.info(
                 "canonicalizer stopped after %d messages (%d learned, %d provisional, "
