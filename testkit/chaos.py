@@ -171,6 +171,8 @@ class ChaosReport:
     maps_converged: bool
     refused_inputs: int = 0
     note: str = ""
+    exited: tuple[str, ...] = ()
+    """Workers of the pipeline that exited by themselves (not killed by the scenario)."""
 
     @property
     def duplicate_share(self) -> float:
@@ -182,11 +184,12 @@ class ChaosReport:
             f"; {self.refused_inputs} inputs refused by the cluster" if self.refused_inputs else ""
         )
         note = f"; {self.note}" if self.note else ""
+        exited = f"; exited by themselves: {', '.join(self.exited)}" if self.exited else ""
         return (
             f"{self.scenario}: {self.inputs} inputs, {self.missing} missing, "
             f"{self.duplicates} duplicates ({self.duplicate_share:.2%}), recovery "
             f"{recovery}, worst input-to-output {self.worst_latency:.1f}s, maps "
-            f"{'converged' if self.maps_converged else 'NOT converged'}{refused}{note}"
+            f"{'converged' if self.maps_converged else 'NOT converged'}{refused}{note}{exited}"
         )
 
 
@@ -394,6 +397,15 @@ class ChaosRig:
             worst_latency=max(latencies, default=0.0),
             maps_converged=converged,
             refused_inputs=sum(1 for seq in window if seq in stream.refused_seqs),
+            exited=self.exited(),
+        )
+
+    def exited(self) -> tuple[str, ...]:
+        """The workers that exited by themselves, with their exit codes."""
+        return tuple(
+            f"{name} (exit code {worker.process.returncode})"
+            for name, worker in self.workers.items()
+            if worker.process is not None and not worker.alive() and not worker.killed
         )
 
     def worker_logs(self) -> str:

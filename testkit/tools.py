@@ -64,6 +64,7 @@ class WorkerProcess:
         self.log_path = log_path
         self.extra_env = extra_env
         self.process: subprocess.Popen[bytes] | None = None
+        self.killed = False
         self._log: IO[bytes] | None = None
 
     def start(self) -> WorkerProcess:
@@ -88,6 +89,7 @@ class WorkerProcess:
 
     def kill(self) -> None:
         """SIGKILL, as a crash would."""
+        self.killed = True
         if self.alive():
             assert self.process is not None
             self.process.kill()

@@ -44,6 +44,7 @@ def rig(cluster: LocalBroker, tmp_path_factory: pytest.TempPathFactory) -> Itera
 def check(report: ChaosReport, rig: ChaosRig) -> None:
     print(report.line())
     assert report.inputs > 0, report.line()
+    assert report.exited == (), f"{report.line()}; {rig.worker_logs()}"
     assert report.missing == 0, f"{report.line()}; {rig.worker_logs()}"
     assert report.maps_converged, f"{report.line()}; {rig.worker_logs()}"
 

@@ -31,3 +31,17 @@ def test_report_line_gives_the_duplicate_share() -> None:
     )
     assert report.duplicate_share == 0.015
     assert "6 duplicates (1.50%)" in report.line() and "recovery n/a" in report.line()
+
+
+def test_report_line_names_the_workers_that_exited_by_themselves() -> None:
+    report = ChaosReport(
+        "kill",
+        inputs=400,
+        missing=0,
+        duplicates=0,
+        recovery=None,
+        worst_latency=2.5,
+        maps_converged=True,
+        exited=("p1 (exit code 1)",),
+    )
+    assert report.line().endswith("; exited by themselves: p1 (exit code 1)")
