@@ -32,8 +32,10 @@ the worker stops (``stop``, the default) or reads the batch again after a growin
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -84,6 +86,12 @@ CLIENT_RESTART_FIRST_PAUSE = 1.0
 CLIENT_RESTART_MAX_PAUSE = 30.0
 REPORT_SECONDS = 10.0
 CONSUMER_CLOSE_SECONDS = 30.0
+MAX_POLL_INTERVAL_MS = 60_000
+"""The consumer's ``max.poll.interval.ms``: a front stuck for this long without taking a
+batch (in a Kafka client call that does not return) loses its partitions to the other
+members of the group instead of holding them for Kafka's default 5 minutes."""
+STALL_SECONDS = 60.0
+"""A front whose loop has not turned for this long logs where it is stuck."""
 SAMPLES_PER_MESSAGE = 500
 
 
@@ -217,6 +225,11 @@ class CanonicalizerFront:
         self._packs: SamplePacks | None = None
         self.uncommitted = UncommittedInputs(settings.exactly_once)
         self._transaction: InputTransaction | None = None
+        self.turned_at = time.monotonic()
+        """When the loop last began a turn (see :meth:`report_stall`)."""
+        self.stall_seconds = STALL_SECONDS
+        self.max_poll_interval_ms = MAX_POLL_INTERVAL_MS
+        self._stall_reported = 0.0
         # What a metrics exporter adds (streams.front.metrics): consumer settings, such as
         # a statistics callback, and a call with each batch's seconds.
         self.consumer_options: dict[str, Any] = {}
@@ -236,6 +249,23 @@ class CanonicalizerFront:
 
     def describe_uncommitted(self) -> str:
         return self.uncommitted.describe()
+
+    def report_stall(self) -> None:
+        """Log, once per stall, where the loop is stuck when it has not turned for
+        :attr:`stall_seconds` (a Kafka client call that does not return, say)."""
+        since = self.turned_at
+        if not self._thread.is_alive() or time.monotonic() - since < self.stall_seconds:
+            return
+        if self._stall_reported == since:
+            return
+        self._stall_reported = since
+        frame = sys._current_frames().get(self._thread.ident or -1)
+        where = "".join(traceback.format_stack(frame)) if frame is not None else "(unknown)\n"
+        log.warning(
+            "canonicalizer: no batch taken for %.0fs; the loop is at:\n%s",
+            time.monotonic() - since,
+            where.rstrip("\n"),
+        )
 
     def _run(self) -> None:
         try:
@@ -330,6 +360,7 @@ class CanonicalizerFront:
                     "queued.max.messages.kbytes": 16 * 1024,
                     "session.timeout.ms": 10_000,
                     "heartbeat.interval.ms": 2_000,
+                    "max.poll.interval.ms": self.max_poll_interval_ms,
                     "on_commit": self._on_commit,
                     **self.consumer_options,
                 },
@@ -368,6 +399,7 @@ class CanonicalizerFront:
             counters = self.counters
             clock = time.perf_counter
             while not self._stopping.is_set():
+                self.turned_at = time.monotonic()
                 began = clock()
                 messages = consumer.consume(settings.batch_size, settings.batch_wait)
                 consumed = clock()

@@ -72,6 +72,7 @@ def run_front(
         if os.getppid() != parent_pid:
             log.error("canonicalizer: the worker process is gone; exiting")
             os._exit(3)
+        front.report_stall()
     front.stop(stop_timeout)
     feed.stop()
     if exporter is not None:

@@ -268,3 +268,62 @@ def test_exactly_once_a_refused_output_aborts_the_transaction_and_the_front_goes
         assert outputs == Counter(url.decode() for url in [*VALID, LONG]), "each input once"
     finally:
         delete_topics(settings)
+
+
+class Stuck:
+    """Makes the decision of :data:`BUGGY` block until ``release`` is set, as a Kafka
+    client call that does not return would."""
+
+    def __init__(self, live_maps: LiveMaps) -> None:
+        self.release = threading.Event()
+        self.reached = threading.Event()
+        self._decide = live_maps.decide
+        live_maps.decide = self.decide
+
+    def decide(self, url: NormalizedURL, original: str | None = None) -> Decision:
+        if url.url == BUGGY:
+            self.reached.set()
+            self.release.wait()
+        return self._decide(url, original)
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(240)
+def test_a_stuck_front_says_where_and_loses_its_partitions_to_the_other_member(
+    isolated: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One front of the group is stuck in a call: it logs where, and the group gives its
+    partitions to the other front once the stuck one has not polled for
+    ``max_poll_interval_ms``, so every input comes out."""
+    failures: list[BaseException] = []
+    stuck_maps = LiveMaps(reverify_after=3600)
+    stuck = Stuck(stuck_maps)
+    feed = MapFeed(isolated, stuck_maps, failures.append)
+    front = CanonicalizerFront(isolated, stuck_maps, feed, failures.append)
+    front.stall_seconds = 1.0
+    front.max_poll_interval_ms = 12_000
+    feed.start()
+    front.start()
+    other: CanonicalizerFront | None = None
+    other_feed: MapFeed | None = None
+    try:
+        assert stuck.reached.wait(60), "the input that blocks was not reached"
+
+        def reported() -> bool:
+            front.report_stall()
+            return "no batch taken" in caplog.text
+
+        assert wait_until(reported, 30), "the stall is not reported"
+        assert "decide" in caplog.text, "the stack of the stuck loop is logged"
+        other_maps = LiveMaps(reverify_after=3600)
+        other, other_feed = start_front(isolated, other_maps, OnBug.STOP, failures)
+        assert_every_input_out_and_only_bad_input_dead(isolated)
+    finally:
+        stuck.release.set()
+        for running in (front, other):
+            if running is not None:
+                running.stop()
+        for following in (feed, other_feed):
+            if following is not None:
+                following.stop()
+    assert failures == []
