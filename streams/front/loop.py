@@ -92,6 +92,11 @@ batch (in a Kafka client call that does not return) loses its partitions to the 
 members of the group instead of holding them for Kafka's default 5 minutes."""
 STALL_SECONDS = 60.0
 """A front whose loop has not turned for this long logs where it is stuck."""
+STUCK_SECONDS = 120.0
+"""A front whose loop has not turned for this long is stuck for good (librdkafka's
+``send_offsets_to_transaction`` can ignore its timeout after the group coordinator's broker
+failed, confluentinc/librdkafka#5456 and #5511): its process exits so that a new one
+starts from the last commit (:meth:`CanonicalizerFront.stuck`)."""
 SAMPLES_PER_MESSAGE = 500
 
 
@@ -228,6 +233,8 @@ class CanonicalizerFront:
         self.turned_at = time.monotonic()
         """When the loop last began a turn (see :meth:`report_stall`)."""
         self.stall_seconds = STALL_SECONDS
+        self.stuck_seconds = STUCK_SECONDS
+        self._in_loop = False
         self.max_poll_interval_ms = MAX_POLL_INTERVAL_MS
         self._stall_reported = 0.0
         # What a metrics exporter adds (streams.front.metrics): consumer settings, such as
@@ -249,6 +256,14 @@ class CanonicalizerFront:
 
     def describe_uncommitted(self) -> str:
         return self.uncommitted.describe()
+
+    def stuck(self) -> bool:
+        """The loop has held its Kafka clients without turning for :attr:`stuck_seconds`."""
+        return (
+            self._in_loop
+            and self._thread.is_alive()
+            and time.monotonic() - self.turned_at >= self.stuck_seconds
+        )
 
     def report_stall(self) -> None:
         """Log, once per stall, where the loop is stuck when it has not turned for
@@ -386,6 +401,8 @@ class CanonicalizerFront:
                 producer, consumer, settings.commit_interval
             )
             transaction.initialize()
+        self.turned_at = time.monotonic()
+        self._in_loop = True
         metadata = consumer.list_topics(settings.topics.samples, timeout=30)
         self._packs = SamplePacks(len(metadata.topics[settings.topics.samples].partitions))
         consumer.subscribe(
@@ -484,6 +501,7 @@ class CanonicalizerFront:
             except KafkaException as error:
                 log.warning("canonicalizer: the producer failed at the stop: %s", error)
             self._transaction = None
+            self._in_loop = False
             self._deliveries.errors.clear()
             if not close_within(consumer, CONSUMER_CLOSE_SECONDS):
                 log.warning(

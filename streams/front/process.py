@@ -29,6 +29,9 @@ from streams.worker.lifecycle import StopDeadline
 
 log = logging.getLogger(__name__)
 
+STUCK_EXIT_CODE = 75
+"""The front's exit code when its Kafka clients were stuck for good: the worker starts a
+new front instead of stopping."""
 LOG_FORMAT = "[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s"
 
 
@@ -73,6 +76,13 @@ def run_front(
             log.error("canonicalizer: the worker process is gone; exiting")
             os._exit(3)
         front.report_stall()
+        if front.stuck():
+            log.error(
+                "canonicalizer: stuck in a Kafka client call for %gs; exiting, so that the "
+                "worker starts a new front from the last commit",
+                front.stuck_seconds,
+            )
+            os._exit(STUCK_EXIT_CODE)
     front.stop(stop_timeout)
     feed.stop()
     if exporter is not None:
@@ -89,22 +99,22 @@ class FrontProcess:
         self._stopping = False
         self.metrics: Connection | None = None
         """Where the child's metrics arrive, with ``MIQPS_METRICS_PORT`` set."""
+        self._child_metrics: Connection | None = None
 
     def start(self) -> None:
+        """Start the child, or a new one after :data:`STUCK_EXIT_CODE` (it writes its
+        metrics to the same pipe)."""
         context = multiprocessing.get_context("spawn")
         loglevel = logging.getLogger().getEffectiveLevel()
-        child_metrics = None
-        if self.settings.metrics_port is not None:
-            self.metrics, child_metrics = context.Pipe(duplex=False)
+        if self.settings.metrics_port is not None and self._child_metrics is None:
+            self.metrics, self._child_metrics = context.Pipe(duplex=False)
         self._process = context.Process(
             target=run_front,
-            args=(self.settings, os.getpid(), loglevel, self.stop_timeout, child_metrics),
+            args=(self.settings, os.getpid(), loglevel, self.stop_timeout, self._child_metrics),
             name="miqps-canonicalizer",
             daemon=False,
         )
         self._process.start()
-        if child_metrics is not None:
-            child_metrics.close()  # the child's copy is the one that writes
         log.info("canonicalizer front started in process %s", self._process.pid)
 
     def exited_unexpectedly(self) -> int | None:

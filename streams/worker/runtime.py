@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import mode
 
-from streams.front.process import FrontProcess
+from streams.front.process import STUCK_EXIT_CODE, FrontProcess
 from streams.maps.feed import MapFeed
 from streams.maps.live import LiveMaps
 from streams.ops.metrics import WorkerMetrics
@@ -97,7 +97,13 @@ class ThreadsService(mode.Service):
         while not self.should_stop:
             await asyncio.sleep(1.0)
             code = front.exited_unexpectedly()
-            if code is not None:
+            if code == STUCK_EXIT_CODE:
+                log.warning(
+                    "canonicalizer front was stuck in a Kafka client call and exited; "
+                    "starting a new one, from the last commit"
+                )
+                front.start()
+            elif code is not None:
                 self.runtime.fatal(RuntimeError(f"canonicalizer front exited with code {code}"))
                 return
 

@@ -292,7 +292,8 @@ class Stuck:
 def test_a_stuck_front_says_where_and_loses_its_partitions_to_the_other_member(
     isolated: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """One front of the group is stuck in a call: it logs where, and the group gives its
+    """One front of the group is stuck in a call: it logs where, says it is stuck (its
+    process then exits, for the worker to start a new one), and the group gives its
     partitions to the other front once the stuck one has not polled for
     ``max_poll_interval_ms``, so every input comes out."""
     failures: list[BaseException] = []
@@ -301,7 +302,9 @@ def test_a_stuck_front_says_where_and_loses_its_partitions_to_the_other_member(
     feed = MapFeed(isolated, stuck_maps, failures.append)
     front = CanonicalizerFront(isolated, stuck_maps, feed, failures.append)
     front.stall_seconds = 1.0
+    front.stuck_seconds = 2.0
     front.max_poll_interval_ms = 12_000
+    assert not front.stuck(), "not stuck before its loop runs"
     feed.start()
     front.start()
     other: CanonicalizerFront | None = None
@@ -315,6 +318,7 @@ def test_a_stuck_front_says_where_and_loses_its_partitions_to_the_other_member(
 
         assert wait_until(reported, 30), "the stall is not reported"
         assert "decide" in caplog.text, "the stack of the stuck loop is logged"
+        assert wait_until(front.stuck, 10), "a loop stuck for stuck_seconds is stuck"
         other_maps = LiveMaps(reverify_after=3600)
         other, other_feed = start_front(isolated, other_maps, OnBug.STOP, failures)
         assert_every_input_out_and_only_bad_input_dead(isolated)
