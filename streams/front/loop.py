@@ -258,9 +258,12 @@ class CanonicalizerFront:
         return self.uncommitted.describe()
 
     def stuck(self) -> bool:
-        """The loop has held its Kafka clients without turning for :attr:`stuck_seconds`."""
+        """Exactly once, the loop has held its Kafka clients without turning for
+        :attr:`stuck_seconds`. (At least once, a batch may wait that long for its
+        deliveries while the broker is away, on purpose, and says so every 10 s.)"""
         return (
-            self._in_loop
+            self.settings.exactly_once
+            and self._in_loop
             and self._thread.is_alive()
             and time.monotonic() - self.turned_at >= self.stuck_seconds
         )

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from miqps.canonical import Decision
 from miqps.urls import NormalizedURL
@@ -295,12 +296,15 @@ def test_a_stuck_front_says_where_and_loses_its_partitions_to_the_other_member(
     """One front of the group is stuck in a call: it logs where, says it is stuck (its
     process then exits, for the worker to start a new one), and the group gives its
     partitions to the other front once the stuck one has not polled for
-    ``max_poll_interval_ms``, so every input comes out."""
+    ``max_poll_interval_ms``, so every input comes out; when the call returns, the
+    stuck front is fenced and commits nothing."""
     failures: list[BaseException] = []
     stuck_maps = LiveMaps(reverify_after=3600)
     stuck = Stuck(stuck_maps)
-    feed = MapFeed(isolated, stuck_maps, failures.append)
-    front = CanonicalizerFront(isolated, stuck_maps, feed, failures.append)
+    exactly_once = isolated.with_overrides(processing_guarantee="exactly_once")
+    stuck_failures: list[BaseException] = []
+    feed = MapFeed(exactly_once, stuck_maps, stuck_failures.append)
+    front = CanonicalizerFront(exactly_once, stuck_maps, feed, stuck_failures.append)
     front.stall_seconds = 1.0
     front.stuck_seconds = 2.0
     front.max_poll_interval_ms = 12_000
@@ -320,8 +324,8 @@ def test_a_stuck_front_says_where_and_loses_its_partitions_to_the_other_member(
         assert "decide" in caplog.text, "the stack of the stuck loop is logged"
         assert wait_until(front.stuck, 10), "a loop stuck for stuck_seconds is stuck"
         other_maps = LiveMaps(reverify_after=3600)
-        other, other_feed = start_front(isolated, other_maps, OnBug.STOP, failures)
-        assert_every_input_out_and_only_bad_input_dead(isolated)
+        other, other_feed = start_front(exactly_once, other_maps, OnBug.STOP, failures)
+        assert_every_input_out_and_only_bad_input_dead(exactly_once)
     finally:
         stuck.release.set()
         for running in (front, other):
@@ -331,3 +335,7 @@ def test_a_stuck_front_says_where_and_loses_its_partitions_to_the_other_member(
             if following is not None:
                 following.stop()
     assert failures == []
+    assert all(
+        isinstance(error, KafkaException) and error.args[0].code() == KafkaError._FENCED
+        for error in stuck_failures
+    ), f"the stuck front, once it returns, can only be fenced: {stuck_failures}"
