@@ -52,7 +52,6 @@ from streams.kafka.clients import (
     ProduceBlocked,
     StoppedBeforeDelivery,
     checkpoint,
-    close_within,
     produce,
 )
 from streams.kafka.partitioning import key_partition
@@ -85,7 +84,6 @@ COUNT_FLUSH_SECONDS = 1.0
 CLIENT_RESTART_FIRST_PAUSE = 1.0
 CLIENT_RESTART_MAX_PAUSE = 30.0
 REPORT_SECONDS = 10.0
-CONSUMER_CLOSE_SECONDS = 30.0
 MAX_POLL_INTERVAL_MS = 60_000
 """The consumer's ``max.poll.interval.ms``: a front stuck for this long without taking a
 batch (in a Kafka client call that does not return) loses its partitions to the other
@@ -258,9 +256,10 @@ class CanonicalizerFront:
         return self.uncommitted.describe()
 
     def stuck(self) -> bool:
-        """Exactly once, the loop has held its Kafka clients without turning for
-        :attr:`stuck_seconds`. (At least once, a batch may wait that long for its
-        deliveries while the broker is away, on purpose, and says so every 10 s.)"""
+        """Exactly once, the loop (or the close of its clients) has held its Kafka clients
+        without turning for :attr:`stuck_seconds`. (At least once, a batch may wait that
+        long for its deliveries while the broker is away, on purpose, and says so every
+        10 s.)"""
         return (
             self.settings.exactly_once
             and self._in_loop
@@ -504,13 +503,9 @@ class CanonicalizerFront:
             except KafkaException as error:
                 log.warning("canonicalizer: the producer failed at the stop: %s", error)
             self._transaction = None
-            self._in_loop = False
             self._deliveries.errors.clear()
-            if not close_within(consumer, CONSUMER_CLOSE_SECONDS):
-                log.warning(
-                    "canonicalizer: the consumer did not close within %gs; going on without it",
-                    CONSUMER_CLOSE_SECONDS,
-                )
+            consumer.close()
+            self._in_loop = False
             log.info("canonicalizer: %s", self.uncommitted.describe())
             log.info(
                 "canonicalizer stopped after %d messages (%d learned, %d provisional, "

@@ -7,7 +7,6 @@
   check that everything was delivered, and only then store the consumer's offsets.
 - :func:`read_to_end`: every record of a topic from the beginning up to where it ended
   when the read began (``miqps maps``, the map feed's catch-up).
-- :func:`close_within`: a consumer's close, waited for a bounded time.
 """
 
 from __future__ import annotations
@@ -61,10 +60,6 @@ class Producing(Protocol):
     def poll(self, timeout: float = ...) -> int: ...
 
     def flush(self, timeout: float = ...) -> int: ...
-
-
-class Closing(Protocol):
-    def close(self) -> None: ...
 
 
 class StoringOffsets(Protocol):
@@ -232,14 +227,3 @@ def _drop_reached(consumer: Consumer, topic: str, remaining: dict[int, int]) -> 
     for position in positions:
         if position.offset >= 0 and position.offset >= remaining.get(position.partition, 0):
             remaining.pop(position.partition, None)
-
-
-def close_within(consumer: Closing, seconds: float) -> bool:
-    """Close ``consumer`` in a thread and wait for it at most ``seconds``; return whether
-    it closed. librdkafka's close can block for good after brokers failed under the
-    consumer (confluent-kafka-python#1667), and a client replaced after a failure must not
-    hold up its successor."""
-    thread = threading.Thread(target=consumer.close, name="miqps-consumer-close", daemon=True)
-    thread.start()
-    thread.join(seconds)
-    return not thread.is_alive()

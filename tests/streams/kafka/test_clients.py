@@ -1,11 +1,9 @@
 """The Kafka client layer with fake clients: bounded produce retries, and the batch
-checkpoint (flush -> check deliveries -> store offsets) at each step that can fail, and a
-consumer's close waited for a bounded time."""
+checkpoint (flush -> check deliveries -> store offsets) at each step that can fail."""
 
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
@@ -17,7 +15,6 @@ from streams.kafka.clients import (
     ProduceBlocked,
     StoppedBeforeDelivery,
     checkpoint,
-    close_within,
     produce,
 )
 
@@ -138,25 +135,3 @@ def test_a_batch_without_offsets_still_checks_its_deliveries() -> None:
     reports(KafkaError(KafkaError._MSG_TIMED_OUT, "timed out"), None)  # type: ignore[arg-type]
     with pytest.raises(DeliveryFailed):
         checkpoint(FakeProducer(), FakeConsumer(), {}, reports, threading.Event())
-
-
-class StuckConsumer:
-    """A consumer whose close blocks until ``release`` is set."""
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-        self.closed = False
-
-    def close(self) -> None:
-        self.release.wait()
-        self.closed = True
-
-
-def test_close_within_gives_up_on_a_close_that_blocks_and_lets_it_finish_later() -> None:
-    consumer = StuckConsumer()
-    started = time.monotonic()
-    assert close_within(consumer, 0.2) is False
-    assert time.monotonic() - started < 5.0
-    consumer.release.set()
-    assert close_within(consumer, 5.0) is True
-    assert consumer.closed
