@@ -15,13 +15,14 @@ from enum import StrEnum
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import fastjsonschema
+import jsonschema_rs
 import orjson
-from jsonschema import Draft202012Validator, TypeChecker, validators
-from jsonschema.exceptions import best_match
-from jsonschema.protocols import Validator
+
+if TYPE_CHECKING:  # jsonschema only explains a failure: imported when one happens
+    from jsonschema import TypeChecker
+    from jsonschema.protocols import Validator
 
 SCHEMA_ID = "miqps.map/1"
 
@@ -332,13 +333,10 @@ def _schema() -> dict[str, Any]:
 
 
 @cache
-def _schema_validator() -> Callable[[Any], Any]:
-    # fastjsonschema compiles the schema to Python code (about 0.5 ms a map of 20 patterns,
-    # 30 times faster than jsonschema); it knows draft 7, which covers every keyword the
-    # map schema uses ($defs is resolved as a plain JSON pointer).
-    return fastjsonschema.compile(
-        {**_schema(), "$schema": "http://json-schema.org/draft-07/schema#"}
-    )
+def _schema_validator() -> jsonschema_rs.Validator:
+    # jsonschema-rs checks the maps of the canonicalize benchmark 20 times faster than
+    # fastjsonschema's generated code (15 ms against 312 ms for 200 maps, 11,344 patterns).
+    return jsonschema_rs.validator_for(_schema())
 
 
 def satisfies_schema(document: Any, raw: bytes | str | None = None) -> bool:
@@ -346,9 +344,7 @@ def satisfies_schema(document: Any, raw: bytes | str | None = None) -> bool:
     (the schema has no fractional numbers, so a float anywhere is refused). Given the
     ``raw`` text it was parsed from, floats are looked for only when the text could hold
     one."""
-    try:
-        _schema_validator()(document)
-    except fastjsonschema.JsonSchemaException:
+    if not _schema_validator().is_valid(document):
         return False
     if (
         raw is not None
@@ -378,6 +374,8 @@ def _holds_float(value: Any) -> bool:
 def _validator() -> Validator:
     """The map schema's validator, for its messages; ``1.0`` is not an integer here (JSON
     Schema says it is)."""
+    from jsonschema import Draft202012Validator, validators
+
     schema = _schema()
     strict_types = Draft202012Validator.TYPE_CHECKER.redefine("integer", _exact_integer)
     # The stubs of ``extend`` are untyped; it returns a validator class.
@@ -455,6 +453,8 @@ def parse_map(raw: bytes | str, key: str | None = None, interner: Interner = AS_
 
 
 def _schema_message(document: dict[str, Any]) -> str:
+    from jsonschema.exceptions import best_match
+
     broken = best_match(_validator().iter_errors(document))
     if broken is None:
         return "fails the schema"

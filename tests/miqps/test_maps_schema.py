@@ -1,4 +1,4 @@
-"""The fast schema check (fastjsonschema) answers exactly as jsonschema does, on the map schema."""
+"""The fast schema check (jsonschema-rs) answers exactly as jsonschema does, on the map schema."""
 
 from __future__ import annotations
 
