@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable, Sequence
+from importlib import import_module
 from importlib.metadata import entry_points, version
-from typing import Protocol
-
-from miqps.cli import canonicalize, export, learn, report
+from typing import Protocol, cast
 
 ENTRY_POINT_GROUP = "miqps.commands"
 
@@ -37,7 +36,13 @@ class Command(Protocol):
     def run(self, args: argparse.Namespace) -> int: ...
 
 
-CORE_COMMANDS: tuple[Command, ...] = (learn, canonicalize, export, report)
+CORE_COMMANDS = ("learn", "canonicalize", "export", "report")
+"""The core's commands, each the module of its name in this package, imported when needed:
+``miqps canonicalize`` starts without loading what ``learn`` needs."""
+
+
+def core_command(name: str) -> Command:
+    return cast(Command, import_module(f"miqps.cli.{name}"))
 
 
 class _Unloadable:
@@ -74,7 +79,7 @@ def all_commands() -> dict[str, Command]:
     """Every command by name: the core's first, then the registered ones (a registered
     command never replaces one of the core, nor an earlier one of the same name)."""
     commands: dict[str, Command] = {}
-    for command in (*CORE_COMMANDS, *registered_commands()):
+    for command in (*map(core_command, CORE_COMMANDS), *registered_commands()):
         commands.setdefault(command.NAME, command)
     return commands
 
@@ -93,7 +98,10 @@ def build_parser(commands: Iterable[Command]) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
-    commands = all_commands()
+    if arguments and arguments[0] in CORE_COMMANDS:  # never replaced by a registered one
+        commands = {arguments[0]: core_command(arguments[0])}
+    else:
+        commands = all_commands()
     named = commands.get(arguments[0]) if arguments else None
     if named is not None and named.OWN_PARSER:
         # Not through argparse: it cannot hand a subcommand a REMAINDER that starts with an
