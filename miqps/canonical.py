@@ -17,11 +17,12 @@ the stream's live maps call too) follows :func:`settle`, the one definition.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from importlib import resources
-from itertools import islice, pairwise
+from importlib import import_module, resources
+from itertools import count, islice, pairwise
 from operator import itemgetter
 from os import PathLike
 from types import MappingProxyType
@@ -43,6 +44,16 @@ from miqps.urls import (
     split_matrix,
     split_pairs,
 )
+
+
+def _native_module() -> Any:
+    try:
+        return import_module("miqps_native")
+    except ImportError:  # not built: the pure-Python path gives the same output
+        return None
+
+
+miqps_native: Any = _native_module()
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +151,25 @@ def _plan_for(kept: Sequence[int], count: int) -> _Plan:
     return itemgetter(*kept)
 
 
+class _PlanSpec(NamedTuple):
+    """A plan as data, for the compiled per-URL path as much as for this one: the indexes
+    of the pairs to keep among ``size`` (None when the pairs' string order is not their
+    name order), and for a pattern with confirmed default values, those ``name=value``
+    pairs and the key (``then``) of the kept pairs' own plan when that is another one."""
+
+    kept: tuple[int, ...] | None
+    size: int
+    defaults: frozenset[str] = frozenset()
+    then: str | None = None
+    then_names: tuple[str, ...] = ()
+
+
+# Which table a compiled plan belongs to: a new number for every table started.
+_TABLES = count(1)
+# Misses one text may meet on the compiled path (a plan, then the plans it leads to).
+_MAX_MISSES = 16
+
+
 class _PatternSplit(NamedTuple):
     """A learned pattern's names to keep, and its names sorted into kept and dropped."""
 
@@ -159,7 +189,16 @@ class _CompiledDomain:
     whenever :attr:`map` is read.
     """
 
-    __slots__ = ("_map", "document", "plans", "rules", "splits", "undecided", "version")
+    __slots__ = (
+        "_map",
+        "document",
+        "plans",
+        "rules",
+        "splits",
+        "table",
+        "undecided",
+        "version",
+    )
 
     def __init__(
         self,
@@ -174,6 +213,7 @@ class _CompiledDomain:
         self.undecided = domain_map.undecided
         rules = self.rules = DomainRules(domain_map, layers, use_prior)
         self.plans: dict[str, _Plan] = {}
+        self.table = next(_TABLES)
         self.splits: dict[str, _PatternSplit] = {}
         for key, decision in domain_map.patterns.items():
             keep = rules.keep[key]
@@ -327,7 +367,13 @@ class Canonicalizer:
     objects; it is what the CLI and the stream workers should call.
     """
 
-    def __init__(self, layers: StaticLayers | None = None, *, use_prior: bool = True) -> None:
+    def __init__(
+        self,
+        layers: StaticLayers | None = None,
+        *,
+        use_prior: bool = True,
+        native: bool | None = None,
+    ) -> None:
         self._layers = layers or StaticLayers.default()
         self._use_prior = use_prior
         self._domains: dict[str, _CompiledDomain] = {}
@@ -335,7 +381,19 @@ class Canonicalizer:
         self._unreachable: dict[str, _CompiledDomain] = {}
         # Plans for domains without a map: they depend on the parameter names alone.
         self._unmapped_plans: dict[str, _Plan] = {}
+        self._unmapped_table = next(_TABLES)
         self._heads: dict[str, str] = {}
+        if native is None:
+            native = os.environ.get("MIQPS_NATIVE", "1") != "0"
+        self._native: Any = None
+        if native and miqps_native is not None:
+            self._native = miqps_native.Core()
+            self._native.reset(self._unmapped_table)
+
+    @property
+    def native(self) -> bool:
+        """Whether :meth:`canonical_texts` runs the compiled path (``miqps_native``)."""
+        return self._native is not None
 
     @property
     def layers(self) -> StaticLayers:
@@ -352,8 +410,13 @@ class Canonicalizer:
 
     def _forget_plans(self) -> None:
         self._unmapped_plans = {}
+        self._unmapped_table = next(_TABLES)
+        if self._native is not None:
+            self._native.reset(self._unmapped_table)
         for domain, compiled in self._domains.items():
             self._domains[domain] = self._compile(compiled.map, compiled.document)
+            if self._native is not None:
+                self._native.install(domain, self._domains[domain].table)
 
     def _compile(self, domain_map: DomainMap, document: bytes | None = None) -> _CompiledDomain:
         return _CompiledDomain(domain_map, self._layers, self._use_prior, document)
@@ -371,6 +434,8 @@ class Canonicalizer:
             self._unreachable[domain] = compiled
         else:
             self._domains[domain] = compiled
+            if self._native is not None:
+                self._native.install(domain, compiled.table)
 
     def load(self, maps: Mapping[str, DomainMap]) -> None:
         for domain_map in maps.values():
@@ -444,7 +509,12 @@ class Canonicalizer:
         skips that check per text. Anything out of the common case (userinfo, a port, IPv6,
         non-ASCII, repeated names, a ``;`` in the path, bad input) goes through
         :meth:`canonical_text`, and tests hold the two paths to the same output.
+
+        With :attr:`native`, the compiled path takes the common case instead, executing
+        the same plans; a differential test holds it to this path's output.
         """
+        if self._native is not None:
+            return self._native_texts(texts if isinstance(texts, list) else list(texts), errors)
         out: list[str] = []
         append = out.append
         ada_parse = can_ada.parse
@@ -529,6 +599,97 @@ class Canonicalizer:
                 append(base + route)
         return out
 
+    def canonical_block(
+        self,
+        block: str,
+        errors: list[tuple[int, InvalidURL]] | None = None,
+        *,
+        control_free: bool = False,
+    ) -> bytes:
+        """:meth:`canonical_texts` of the lines of ``block`` (``"\\n"`` between them),
+        as UTF-8 lines, each ended by ``"\\n"``: what the CLI writes for a block it read.
+        The compiled path makes no string per line but for the lines it cannot answer."""
+        answered = self._native.canonical_lines(block) if self._native is not None else None
+        if answered is None:
+            lines = block.split("\n")
+            outputs = self.canonical_texts(lines, errors, control_free=control_free)
+            return ("\n".join(outputs) + "\n").encode()
+        parts, others, texts, answers = answered
+        if not others:
+            return bytes(parts[0])
+        local: list[tuple[int, InvalidURL]] = []
+        self._resolve_native(texts, answers, list(range(len(texts))), local)
+        if errors is not None:
+            errors.extend((others[at], error) for at, error in local)
+        pieces = [parts[0]]
+        for answer, part in zip(answers, parts[1:], strict=True):
+            pieces += (answer.encode(), b"\n", part)
+        return b"".join(pieces)
+
+    def _native_texts(
+        self, texts: list[str], errors: list[tuple[int, InvalidURL]] | None
+    ) -> list[str]:
+        out: list[str]
+        out, others = self._native.canonical_texts(texts)
+        self._resolve_native(texts, out, others, errors)
+        return out
+
+    def _resolve_native(
+        self,
+        texts: list[str],
+        out: list[Any],
+        others: list[int],
+        errors: list[tuple[int, InvalidURL]] | None,
+    ) -> None:
+        """Turn the compiled path's other answers in ``out`` (at ``others``) into canonical
+        URLs: misses are taught and asked again (each round may lead to the plan of another
+        pattern), the rest takes :meth:`canonical_text`."""
+        slow: list[int] = []
+        for _ in range(_MAX_MISSES):
+            missed: list[int] = []
+            taught: set[tuple[str | None, int, str]] = set()
+            for index in others:
+                answer = out[index]
+                if answer is None:
+                    slow.append(index)
+                    continue
+                domain, table, key, names = answer
+                if (domain, table, key) not in taught:
+                    taught.add((domain, table, key))
+                    self._teach_native(domain, table, key, names)
+                missed.append(index)
+            others = []
+            if not missed:
+                break
+            answers, others = self._native.canonical_texts([texts[index] for index in missed])
+            for index, answer in zip(missed, answers, strict=True):
+                out[index] = answer
+            others = [missed[at] for at in others]
+        slow.extend(others)
+        for index in sorted(slow):
+            try:
+                out[index] = self.canonical_text(texts[index])
+            except InvalidURL as error:
+                if errors is not None:
+                    errors.append((index, error))
+                out[index] = ""
+
+    def _teach_native(self, domain: str | None, table: int, key: str, names: Sequence[str]) -> None:
+        """Hand the compiled path the plan for ``key`` in the table it named, unless that
+        table was replaced since (it then asks again, for the new one)."""
+        if domain is None:
+            compiled = None
+            if table != self._unmapped_table:
+                return
+        else:
+            compiled = self._domains.get(domain)
+            if compiled is None or compiled.table != table:
+                return
+        spec = self._plan_spec(key, compiled, names)
+        self._native.add_plan(
+            domain, table, key, (spec.kept, spec.size, tuple(spec.defaults), spec.then)
+        )
+
     def _kept_by_plans(
         self, pairs: list[str], compiled: _CompiledDomain | None, shape: str
     ) -> str | Sequence[str] | None:
@@ -583,47 +744,59 @@ class Canonicalizer:
         plans: dict[str, _Plan],
         key: str,
         compiled: _CompiledDomain | None,
-        names: list[str],
+        names: Sequence[str],
     ) -> _Plan:
-        """Which pairs to keep, by index in string order; remembered under ``key``.
-
-        ``names`` are those of the pairs sorted as strings. Unless that is not their name
-        order (:data:`_IRREGULAR`), the kept pairs in that order are the canonical order.
-        The rounds of :func:`settle` that depend on names alone are followed here, once
-        per key; a round that may leave out default values ends the plan with an
-        eliding plan.
-        """
-        if not _strictly_increasing(names):
-            plan: _Plan = _IRREGULAR
-        else:
-            rules = compiled.rules if compiled is not None else None
-            shape = key.partition("?")[0] if compiled is not None else ""
-            prefix = shape + "?" if compiled is not None else ""
-            current = names
-            while True:
-                pattern = pattern_key(shape, current)
-                keep = keep_in_pattern(
-                    rules, self._layers, self._use_prior, pattern, frozenset(current)
+        """The plan of :meth:`_plan_spec` as a callable; remembered under ``key``."""
+        spec = self._plan_spec(key, compiled, names)
+        plan: _Plan
+        if spec.kept is None:
+            plan = _IRREGULAR
+        elif spec.defaults:
+            then = _KEEP_ALL
+            if spec.then is not None:
+                then = plans.get(spec.then) or self._plan(
+                    plans, spec.then, compiled, spec.then_names
                 )
-                kept = [name for name in current if name in keep]
-                defaults = rules.default_pairs.get(pattern) if rules is not None else None
-                indexes = [i for i, name in enumerate(names) if name in keep]
-                if defaults and kept:
-                    then = _KEEP_ALL
-                    if len(kept) < len(current):
-                        then = plans.get(prefix + "&".join(kept)) or self._plan(
-                            plans, prefix + "&".join(kept), compiled, kept
-                        )
-                    plan = _eliding_plan(indexes, defaults, then)
-                    break
-                if len(kept) == len(current):
-                    plan = _plan_for(indexes, len(names))
-                    break
-                current = kept
+            plan = _eliding_plan(spec.kept, spec.defaults, then)
+        else:
+            plan = _plan_for(spec.kept, spec.size)
         if len(plans) >= _CACHE_SIZE:
             plans.clear()
         plans[key] = plan
         return plan
+
+    def _plan_spec(
+        self, key: str, compiled: _CompiledDomain | None, names: Sequence[str]
+    ) -> _PlanSpec:
+        """Which pairs to keep, by index in string order, for the pairs under ``key``.
+
+        ``names`` are those of the pairs sorted as strings. Unless that is not their name
+        order (``kept`` None), the kept pairs in that order are the canonical order.
+        The rounds of :func:`settle` that depend on names alone are followed here, once
+        per key; a round that may leave out default values ends the plan with them.
+        """
+        if not _strictly_increasing(names):
+            return _PlanSpec(None, len(names))
+        rules = compiled.rules if compiled is not None else None
+        shape = key.partition("?")[0] if compiled is not None else ""
+        prefix = shape + "?" if compiled is not None else ""
+        current = list(names)
+        while True:
+            pattern = pattern_key(shape, current)
+            keep = keep_in_pattern(
+                rules, self._layers, self._use_prior, pattern, frozenset(current)
+            )
+            kept = [name for name in current if name in keep]
+            defaults = rules.default_pairs.get(pattern) if rules is not None else None
+            indexes = tuple(i for i, name in enumerate(names) if name in keep)
+            if defaults and kept:
+                if len(kept) == len(current):
+                    return _PlanSpec(indexes, len(names), defaults)
+                then = prefix + "&".join(kept)
+                return _PlanSpec(indexes, len(names), defaults, then, tuple(kept))
+            if len(kept) == len(current):
+                return _PlanSpec(indexes, len(names))
+            current = kept
 
     def decide(
         self, url: NormalizedURL, original: str | None = None, *, with_layers: bool = True
@@ -729,11 +902,19 @@ class Canonicalizer:
         """Drop the map of ``domain``: its URLs get the conservative default again."""
         self._domains.pop(domain, None)
         self._unreachable.pop(domain, None)
+        if self._native is not None:
+            self._native.forget(domain)
 
     def canonicalize(self, url: str) -> str:
         """The canonical form of ``url``; raises :class:`~miqps.urls.InvalidURL` (with a
         ``reason``) for a URL that cannot be canonicalized."""
-        return self.canonical_text(url)
+        if self._native is None:
+            return self.canonical_text(url)
+        errors: list[tuple[int, InvalidURL]] = []
+        canonical = self._native_texts([url], errors)[0]
+        if errors:
+            raise errors[0][1]
+        return canonical
 
     def explain(self, url: str) -> Decision:
         """The canonical form of ``url`` with, per parameter, whether it was kept and which

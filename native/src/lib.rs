@@ -1,0 +1,622 @@
+//! The per-URL path of `Canonicalizer.canonical_texts`, compiled.
+//!
+//! It follows `miqps/canonical.py` step for step on the common case (http or https, a
+//! plain hostname, matrix parameters in one segment at most) and executes the *plans* the Python
+//! core computes: it never decides which parameter to keep. For each text it answers one of
+//!
+//! - the canonical URL, as a `str`;
+//! - `None`: out of the common case, the caller takes its own path for this text;
+//! - a miss, `(domain or None, token, key, names)`: no plan is known for the key yet; the
+//!   caller computes it, hands it over with `add_plan`, and asks again.
+//!
+//! The pure-Python path is the reference: a differential test holds both to the same bytes.
+
+use rustc_hash::FxHashMap as HashMap;
+
+use ada_url::Url;
+use memchr::{memchr, memchr2, memchr_iter};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use smallvec::SmallVec;
+
+const MAX_URL_BYTES: usize = 8 * 1024;
+const CACHE_SIZE: usize = 1 << 16;
+const HEX: &[u8] = b"0123456789abcdefABCDEF";
+
+/// A URL's pairs, or their names: on the stack for all but long queries.
+type Strs<'a> = SmallVec<[&'a str; 16]>;
+
+enum Plan {
+    Irregular,
+    KeepAll,
+    KeepNone,
+    Pick(Vec<usize>),
+    /// Keep `kept`; if a kept pair is a confirmed default, the pairs left form another
+    /// pattern (`Moved`); otherwise apply the plan of `then` (this pattern's when `None`).
+    Elide {
+        kept: Vec<usize>,
+        defaults: Vec<String>,
+        then: Option<String>,
+    },
+}
+
+struct Plans {
+    token: u64,
+    plans: HashMap<String, Plan>,
+}
+
+impl Plans {
+    fn new(token: u64) -> Self {
+        Plans {
+            token,
+            plans: HashMap::default(),
+        }
+    }
+
+    fn insert(&mut self, key: String, plan: Plan) {
+        if self.plans.len() >= CACHE_SIZE {
+            self.plans.clear();
+        }
+        self.plans.insert(key, plan);
+    }
+}
+
+enum Answer {
+    /// The canonical URL was appended to the output.
+    Written,
+    Slow,
+    Miss {
+        domain: Option<String>,
+        token: u64,
+        key: String,
+        names: Vec<String>,
+    },
+}
+
+#[allow(clippy::large_enum_variant)] // the pairs stay on the stack: no allocation per URL
+enum Kept<'a> {
+    Pairs(Strs<'a>),
+    Slow,
+    Miss(String, Vec<String>),
+}
+
+enum Applied<'a> {
+    Done(Strs<'a>),
+    Moved(Strs<'a>),
+    Slow,
+    Miss(String, Vec<String>),
+}
+
+fn name_of(pair: &str) -> &str {
+    match memchr(b'=', pair.as_bytes()) {
+        Some(at) => &pair[..at],
+        None => pair,
+    }
+}
+
+fn is_hex(byte: u8) -> bool {
+    HEX.contains(&byte)
+}
+
+fn is_unreserved(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~')
+}
+
+fn ends_in_open_escape(out: &[u8]) -> bool {
+    match out {
+        [.., b'%'] => true,
+        [.., b'%', last] => is_hex(*last),
+        _ => false,
+    }
+}
+
+/// `miqps.urls.normalize_percent_encoding`, on ASCII text: each `%` and two hex digits
+/// becomes the unreserved character it encodes, unless that is a hex digit completing an
+/// escape with what precedes it (`%%36%31` stays), or the triplet with uppercase digits.
+fn normalize_percent_encoding(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out: Vec<u8> = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let byte = bytes[at];
+        if byte == b'%' && at + 2 < bytes.len() && is_hex(bytes[at + 1]) && is_hex(bytes[at + 2]) {
+            let (hi, lo) = (bytes[at + 1], bytes[at + 2]);
+            let value = (hex_value(hi) << 4) | hex_value(lo);
+            if is_unreserved(value) && !(is_hex(value) && ends_in_open_escape(&out)) {
+                out.push(value);
+            } else {
+                out.extend_from_slice(&[b'%', hi.to_ascii_uppercase(), lo.to_ascii_uppercase()]);
+            }
+            at += 3;
+        } else {
+            out.push(byte);
+            at += 1;
+        }
+    }
+    String::from_utf8(out).expect("ASCII in, ASCII out")
+}
+
+fn hex_value(byte: u8) -> u8 {
+    match byte {
+        b'0'..=b'9' => byte - b'0',
+        b'a'..=b'f' => byte - b'a' + 10,
+        _ => byte - b'A' + 10,
+    }
+}
+
+fn normalized(text: &str) -> std::borrow::Cow<'_, str> {
+    if memchr(b'%', text.as_bytes()).is_some() {
+        std::borrow::Cow::Owned(normalize_percent_encoding(text))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
+/// `miqps.urls._is_word` on ASCII: at most 32 characters, no digit.
+fn is_word(segment: &str) -> bool {
+    segment.len() <= 32 && !segment.bytes().any(|byte| byte.is_ascii_digit())
+}
+
+/// `miqps.urls.path_shape` of a path that starts with `/`.
+fn path_shape(path: &str) -> String {
+    let rest = &path[1..];
+    let (first, depth) = match memchr(b'/', rest.as_bytes()) {
+        None => (rest, 0),
+        Some(end) => (
+            &rest[..end],
+            memchr_iter(b'/', &rest.as_bytes()[end..]).count(),
+        ),
+    };
+    let mut shape = String::with_capacity(2 + first.len() + 2 * depth);
+    shape.push('/');
+    shape.push_str(if is_word(first) { first } else { "*" });
+    for _ in 0..depth {
+        shape.push_str("/*");
+    }
+    shape
+}
+
+fn strictly_increasing(names: &[&str]) -> bool {
+    names.windows(2).all(|pair| pair[0] < pair[1])
+}
+
+#[pyclass(module = "miqps_native")]
+struct Core {
+    domains: HashMap<String, Plans>,
+    unmapped: Plans,
+}
+
+impl Core {
+    /// The answer for `text`; a canonical URL is appended to `out`.
+    fn answer(&self, text: &str, out: &mut String) -> Answer {
+        let bytes = text.as_bytes();
+        if bytes.is_empty()
+            || bytes.len() > MAX_URL_BYTES
+            || bytes.iter().any(|byte| *byte < 0x20 || *byte == 0x7f)
+        {
+            return Answer::Slow;
+        }
+        let parsed = match Url::parse(text, None) {
+            Ok(parsed) => parsed,
+            Err(_) => return Answer::Slow,
+        };
+        let href = parsed.href();
+        let start = if href.starts_with("https://") {
+            8
+        } else if href.starts_with("http://") {
+            7
+        } else {
+            return Answer::Slow;
+        };
+        if !href.is_ascii() {
+            return Answer::Slow;
+        }
+        let (href, route) = match memchr(b'#', href.as_bytes()) {
+            None => (href, String::new()),
+            Some(at) => {
+                let fragment = &href[at..];
+                let route = if fragment[1..].starts_with('!') {
+                    normalized(fragment).into_owned()
+                } else {
+                    String::new()
+                };
+                (&href[..at], route)
+            }
+        };
+        let (base, query) = match memchr(b'?', href.as_bytes()) {
+            None => (href, ""),
+            Some(at) => (&href[..at], &href[at + 1..]),
+        };
+        let slash = match memchr(b'/', &base.as_bytes()[start..]) {
+            Some(offset) if offset > 0 => start + offset,
+            _ => return Answer::Slow,
+        };
+        let host = &base[start..slash];
+        let plans = self.domains.get(host);
+        if plans.is_none() && memchr2(b'@', b':', host.as_bytes()).is_some() {
+            return Answer::Slow;
+        }
+        let base = normalized(base);
+        let query = normalized(query);
+        let (origin, path) = base.split_at(slash);
+        let (path, matrix) = if memchr(b';', path.as_bytes()).is_some() {
+            split_matrix(path)
+        } else {
+            (std::borrow::Cow::Borrowed(path), Vec::new())
+        };
+        let mut pairs: Strs = SmallVec::new();
+        let mut from = 0;
+        for end in memchr_iter(b'&', query.as_bytes()).chain(std::iter::once(query.len())) {
+            if end > from {
+                pairs.push(&query[from..end]);
+            }
+            from = end + 1;
+        }
+        let matrix_at = match matrix.first() {
+            None => None,
+            Some((at, _)) => {
+                if matrix.iter().any(|(end, _)| end != at)
+                    || pairs.iter().any(|pair| pair.starts_with(';'))
+                {
+                    return Answer::Slow;
+                }
+                Some(*at)
+            }
+        };
+        pairs.extend(matrix.iter().map(|(_, param)| param.as_str()));
+        if pairs.is_empty() {
+            out.push_str(origin);
+            out.push_str(&path);
+            out.push_str(&route);
+            return Answer::Written;
+        }
+        pairs.sort_unstable();
+        let (table, prefix) = match plans {
+            None => (&self.unmapped, String::new()),
+            Some(plans) => (plans, path_shape(&path) + "?"),
+        };
+        let kept = kept_by_plans(table, &prefix, pairs);
+        let answer = match kept {
+            Kept::Slow => Answer::Slow,
+            Kept::Miss(key, names) => Answer::Miss {
+                domain: plans.map(|_| host.to_string()),
+                token: table.token,
+                key,
+                names,
+            },
+            Kept::Pairs(kept) => {
+                out.push_str(origin);
+                let mut first = true;
+                match matrix_at {
+                    None => out.push_str(&path),
+                    Some(at) => {
+                        out.push_str(&path[..at]);
+                        kept.iter()
+                            .filter(|pair| pair.starts_with(';'))
+                            .for_each(|param| out.push_str(param));
+                        out.push_str(&path[at..]);
+                    }
+                }
+                for pair in kept.iter().filter(|pair| !pair.starts_with(';')) {
+                    out.push(if first { '?' } else { '&' });
+                    out.push_str(pair);
+                    first = false;
+                }
+                out.push_str(&route);
+                Answer::Written
+            }
+        };
+        answer
+    }
+}
+
+/// `miqps.urls.split_matrix`: the path without its matrix parameters, and those as
+/// `(offset where their segment ends in that path, ";name=value")`.
+fn split_matrix(path: &str) -> (std::borrow::Cow<'_, str>, Vec<(usize, String)>) {
+    let mut bare = String::with_capacity(path.len());
+    let mut matrix = Vec::new();
+    for (index, segment) in path.split('/').enumerate() {
+        if index > 0 {
+            bare.push('/');
+        }
+        let (head, rest) = match segment.find(';') {
+            Some(at) => (&segment[..at], &segment[at + 1..]),
+            None => (segment, ""),
+        };
+        if !rest.is_empty() && head != "." && head != ".." && rest.split(';').all(is_matrix_param) {
+            let end = bare.len() + head.len();
+            matrix.extend(rest.split(';').map(|param| (end, format!(";{param}"))));
+            bare.push_str(head);
+        } else {
+            bare.push_str(segment);
+        }
+    }
+    (std::borrow::Cow::Owned(bare), matrix)
+}
+
+/// `name=value` with a token name, `[A-Za-z_][A-Za-z0-9_.-]*`.
+fn is_matrix_param(param: &str) -> bool {
+    let Some(equals) = param.find('=') else {
+        return false;
+    };
+    let name = &param.as_bytes()[..equals];
+    match name.split_first() {
+        Some((first, rest)) => {
+            (first.is_ascii_alphabetic() || *first == b'_')
+                && rest
+                    .iter()
+                    .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'.' | b'-'))
+        }
+        None => false,
+    }
+}
+
+/// `Canonicalizer._kept_by_plans`: the pairs the plans keep, following moves to other
+/// patterns when confirmed default values are left out.
+fn kept_by_plans<'a>(table: &Plans, prefix: &str, mut pairs: Strs<'a>) -> Kept<'a> {
+    let mut key = String::with_capacity(128);
+    loop {
+        let names: Strs = pairs.iter().map(|pair| name_of(pair)).collect();
+        if !strictly_increasing(&names) {
+            return Kept::Slow;
+        }
+        key.clear();
+        key.push_str(prefix);
+        for (index, name) in names.iter().enumerate() {
+            if index > 0 {
+                key.push('&');
+            }
+            key.push_str(name);
+        }
+        match apply(table, &key, names, pairs) {
+            Applied::Done(kept) => return Kept::Pairs(kept),
+            Applied::Slow => return Kept::Slow,
+            Applied::Miss(key, names) => return Kept::Miss(key, names),
+            Applied::Moved(left) => {
+                if left.is_empty() {
+                    return Kept::Pairs(left);
+                }
+                pairs = left;
+            }
+        }
+    }
+}
+
+fn apply<'a>(table: &Plans, key: &str, names: Strs, pairs: Strs<'a>) -> Applied<'a> {
+    let Some(plan) = table.plans.get(key) else {
+        return Applied::Miss(
+            key.to_string(),
+            names.into_iter().map(str::to_string).collect(),
+        );
+    };
+    match plan {
+        Plan::Irregular => Applied::Slow,
+        Plan::KeepAll => Applied::Done(pairs),
+        Plan::KeepNone => Applied::Done(SmallVec::new()),
+        Plan::Pick(kept) => match pick(kept, &pairs) {
+            Some(chosen) => Applied::Done(chosen),
+            None => Applied::Slow,
+        },
+        Plan::Elide {
+            kept,
+            defaults,
+            then,
+        } => {
+            let Some(chosen) = pick(kept, &pairs) else {
+                return Applied::Slow;
+            };
+            let is_default = |pair: &&str| defaults.iter().any(|default| default == pair);
+            if chosen.iter().any(is_default) {
+                return Applied::Moved(
+                    chosen
+                        .into_iter()
+                        .filter(|pair| !is_default(pair))
+                        .collect(),
+                );
+            }
+            match then {
+                None => Applied::Done(chosen),
+                Some(then_key) => {
+                    let then_names: Strs = chosen.iter().map(|pair| name_of(pair)).collect();
+                    apply(table, then_key, then_names, chosen)
+                }
+            }
+        }
+    }
+}
+
+/// The pairs at `indexes`, or None for an index out of range (a plan for other pairs).
+fn pick<'a>(indexes: &[usize], pairs: &[&'a str]) -> Option<Strs<'a>> {
+    indexes.iter().map(|at| pairs.get(*at).copied()).collect()
+}
+
+fn plan_from_spec(spec: &Bound<'_, PyTuple>) -> PyResult<Plan> {
+    let kept: Option<Vec<usize>> = spec.get_item(0)?.extract()?;
+    let count: usize = spec.get_item(1)?.extract()?;
+    let defaults: Vec<String> = spec.get_item(2)?.extract()?;
+    let then: Option<String> = spec.get_item(3)?.extract()?;
+    let Some(kept) = kept else {
+        return Ok(Plan::Irregular);
+    };
+    if !defaults.is_empty() {
+        return Ok(Plan::Elide {
+            kept,
+            defaults,
+            then,
+        });
+    }
+    Ok(if kept.is_empty() {
+        Plan::KeepNone
+    } else if kept.len() == count {
+        Plan::KeepAll
+    } else {
+        Plan::Pick(kept)
+    })
+}
+
+#[pymethods]
+impl Core {
+    #[new]
+    fn new() -> Self {
+        Core {
+            domains: HashMap::default(),
+            unmapped: Plans::new(0),
+        }
+    }
+
+    /// Start an empty plan table for `domain`, whose map is now the one `token` names.
+    fn install(&mut self, domain: String, token: u64) {
+        self.domains.insert(domain, Plans::new(token));
+    }
+
+    fn forget(&mut self, domain: &str) {
+        self.domains.remove(domain);
+    }
+
+    /// Empty every table (the rules changed for every domain); unmapped ones get `token`.
+    fn reset(&mut self, token: u64) {
+        self.domains.clear();
+        self.unmapped = Plans::new(token);
+    }
+
+    /// Remember the plan `spec` = `(kept indexes or None, count, defaults, then key)` under
+    /// `key`, unless the table was replaced since `token` was handed out.
+    #[pyo3(signature = (domain, token, key, spec))]
+    fn add_plan(
+        &mut self,
+        domain: Option<&str>,
+        token: u64,
+        key: String,
+        spec: &Bound<'_, PyTuple>,
+    ) -> PyResult<()> {
+        let plan = plan_from_spec(spec)?;
+        let table = match domain {
+            None => Some(&mut self.unmapped),
+            Some(domain) => self.domains.get_mut(domain),
+        };
+        if let Some(table) = table {
+            if table.token == token {
+                table.insert(key, plan);
+            }
+        }
+        Ok(())
+    }
+
+    /// The answers for `texts`, in order (see the module's documentation), and the
+    /// indexes of those that are not a canonical URL.
+    fn canonical_texts<'py>(
+        slf: &Bound<'py, Self>,
+        texts: &Bound<'py, PyList>,
+    ) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
+        let py = slf.py();
+        let mut written = String::with_capacity(texts.len() * 96);
+        let answers: Vec<(Answer, usize, usize)> = {
+            // No Python object is made while the core is borrowed: another thread that
+            // installs a map waits for the GIL, never finds the core borrowed.
+            let core = slf.borrow();
+            let mut answers = Vec::with_capacity(texts.len());
+            for item in texts.iter() {
+                let start = written.len();
+                let answer = match item.downcast::<PyString>()?.to_str() {
+                    Ok(text) => core.answer(text, &mut written),
+                    Err(_) => Answer::Slow,
+                };
+                answers.push((answer, start, written.len()));
+            }
+            answers
+        };
+        let out = PyList::empty(py);
+        let mut others = Vec::new();
+        for (index, (answer, start, end)) in answers.into_iter().enumerate() {
+            if let Answer::Written = answer {
+                out.append(PyString::new(py, &written[start..end]))?;
+            } else {
+                others.push(index);
+                out.append(answer.other_into_pyobject(py)?)?;
+            }
+        }
+        Ok((out, others))
+    }
+
+    /// For a block of lines (`\n` between them): the output lines in UTF-8, each ended by `\n`, cut
+    /// where a line's answer is not a canonical URL (`parts`, one more than those lines),
+    /// and for those lines their indexes, texts and answers. None when the block is not
+    /// valid UTF-8 (lone surrogates from undecodable input).
+    #[allow(clippy::type_complexity)]
+    fn canonical_lines<'py>(
+        slf: &Bound<'py, Self>,
+        block: &Bound<'py, PyString>,
+    ) -> PyResult<
+        Option<(
+            Vec<Bound<'py, PyBytes>>,
+            Vec<usize>,
+            Vec<String>,
+            Bound<'py, PyList>,
+        )>,
+    > {
+        let py = slf.py();
+        let Ok(block) = block.to_str() else {
+            return Ok(None);
+        };
+        let mut parts = Vec::new();
+        let mut out = String::with_capacity(block.len() + block.len() / 8);
+        let mut others = Vec::new();
+        let mut texts = Vec::new();
+        let mut answers = Vec::new();
+        {
+            let core = slf.borrow();
+            for (index, line) in block.split('\n').enumerate() {
+                match core.answer(line, &mut out) {
+                    Answer::Written => out.push('\n'),
+                    answer => {
+                        parts.push(std::mem::take(&mut out));
+                        others.push(index);
+                        texts.push(line.to_string());
+                        answers.push(answer);
+                    }
+                }
+            }
+        }
+        parts.push(out);
+        let parts = parts
+            .iter()
+            .map(|part| PyBytes::new(py, part.as_bytes()))
+            .collect();
+        let objects = PyList::empty(py);
+        for answer in answers {
+            objects.append(answer.other_into_pyobject(py)?)?;
+        }
+        Ok(Some((parts, others, texts, objects)))
+    }
+
+    /// The answer for one text.
+    fn canonical_text<'py>(slf: &Bound<'py, Self>, text: &str) -> PyResult<Bound<'py, PyAny>> {
+        let mut written = String::new();
+        let answer = slf.borrow().answer(text, &mut written);
+        match answer {
+            Answer::Written => Ok(PyString::new(slf.py(), &written).into_any()),
+            other => other.other_into_pyobject(slf.py()),
+        }
+    }
+}
+
+impl Answer {
+    /// An answer that is not a canonical URL, for Python: None, or the miss.
+    fn other_into_pyobject(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+        Ok(match self {
+            Answer::Written | Answer::Slow => py.None().into_bound(py),
+            Answer::Miss {
+                domain,
+                token,
+                key,
+                names,
+            } => (domain, token, key, names).into_pyobject(py)?.into_any(),
+        })
+    }
+}
+
+#[pymodule]
+fn miqps_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<Core>()?;
+    Ok(())
+}

@@ -1,0 +1,137 @@
+"""The compiled per-URL path (``miqps_native``) against the pure-Python one: the same bytes,
+the same errors, for every input and every map.
+
+Skipped where the extension is not built (``scripts/setup`` builds it when cargo is there);
+``MIQPS_REQUIRE_NATIVE=1`` (set by ``scripts/test``) makes its absence a failure instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+from collections.abc import Iterable, Iterator
+
+import pytest
+
+from bench.canonical_fuzz import fuzzed_url, learned_looking_maps
+from bench.canonicalize_speed import build_maps, generate
+from miqps import canonical
+from miqps.canonical import Canonicalizer
+from miqps.maps import DomainMap
+from miqps.urls import InvalidURL
+from tests.data import PEER_URL_CASES, WPT_URLTESTDATA
+
+if canonical.miqps_native is None:
+    if os.environ.get("MIQPS_REQUIRE_NATIVE") == "1":
+        raise ImportError("miqps_native is not built, and MIQPS_REQUIRE_NATIVE=1 needs it")
+    pytest.skip(
+        "miqps_native is not built (scripts/setup builds it with cargo)", allow_module_level=True
+    )
+
+DIFFERENTIAL_URLS = 1_000_000
+BATCH = 4096
+
+
+def _pair(maps: Iterable[DomainMap], use_prior: bool = True) -> tuple[Canonicalizer, Canonicalizer]:
+    python = Canonicalizer(use_prior=use_prior, native=False)
+    native = Canonicalizer(use_prior=use_prior, native=True)
+    assert native.native and not python.native
+    for domain_map in maps:
+        python.update(domain_map)
+        native.update(domain_map)
+    return python, native
+
+
+def _differences(
+    python: Canonicalizer, native: Canonicalizer, texts: Iterable[str]
+) -> tuple[int, list[str]]:
+    """How many texts were compared, and the first differences (output or error)."""
+    differences: list[str] = []
+    compared = 0
+    batch: list[str] = []
+
+    def compare() -> None:
+        nonlocal compared
+        python_errors: list[tuple[int, InvalidURL]] = []
+        native_errors: list[tuple[int, InvalidURL]] = []
+        expected = python.canonical_texts(batch, python_errors)
+        got = native.canonical_texts(batch, native_errors)
+        for text, want, have in zip(batch, expected, got, strict=True):
+            if want != have and len(differences) < 20:
+                differences.append(f"{text!r}: python {want!r}, native {have!r}")
+        by_python = [(at, error.reason) for at, error in python_errors]
+        by_native = [(at, error.reason) for at, error in native_errors]
+        if by_python != by_native and len(differences) < 20:
+            differences.append(f"errors: python {by_python[:5]}, native {by_native[:5]}")
+        compared += len(batch)
+        batch.clear()
+
+    for text in texts:
+        batch.append(text)
+        if len(batch) == BATCH:
+            compare()
+    if batch:
+        compare()
+    return compared, differences
+
+
+def _fuzzed(count: int, seed: int) -> tuple[list[DomainMap], Iterator[str]]:
+    rng = random.Random(seed)
+    maps = learned_looking_maps([fuzzed_url(rng) for _ in range(20_000)], rng)
+    return maps, (fuzzed_url(rng) for _ in range(count))
+
+
+def test_the_wpt_and_peer_corpora_come_out_the_same() -> None:
+    wpt = json.loads(WPT_URLTESTDATA.read_text(encoding="utf-8"))
+    texts = [case["input"] for case in wpt if isinstance(case, dict)]
+    for line in PEER_URL_CASES.read_text(encoding="utf-8").splitlines():
+        case = json.loads(line)
+        texts.append(base64.b64decode(case["input_b64"]).decode("utf-8", "surrogateescape"))
+    for use_prior in (True, False):
+        compared, differences = _differences(*_pair([], use_prior), texts)
+        assert compared == len(texts) > 1_500
+        assert differences == []
+
+
+def _one_by_one(canonicalizer: Canonicalizer, text: str) -> str:
+    try:
+        return canonicalizer.canonicalize(text)
+    except InvalidURL as error:
+        return f"InvalidURL: {error.reason}"
+
+
+def test_one_url_at_a_time_comes_out_the_same() -> None:
+    maps, texts = _fuzzed(5_000, seed=13)
+    python, native = _pair(maps)
+    differences = [text for text in texts if _one_by_one(python, text) != _one_by_one(native, text)]
+    assert differences == []
+
+
+def test_maps_replaced_between_batches_give_the_same_output() -> None:
+    maps, texts = _fuzzed(40_000, seed=11)
+    python, native = _pair(maps[: len(maps) // 2])
+    corpus = list(texts)
+    assert _differences(python, native, corpus[:20_000])[1] == []
+    for domain_map in maps[len(maps) // 2 :]:
+        python.update(domain_map)
+        native.update(domain_map)
+    python.forget(maps[0].domain)
+    native.forget(maps[0].domain)
+    python.use_prior = native.use_prior = False
+    assert _differences(python, native, corpus)[1] == []
+
+
+@pytest.mark.slow
+def test_a_million_fuzzed_urls_come_out_the_same() -> None:
+    """Half through maps learned from fuzzed URLs (every normalization trap, most of them
+    out of the common case), half through the speed benchmark's sites (the common case,
+    confirmed default values moving URLs between patterns)."""
+    maps, fuzzed = _fuzzed(DIFFERENTIAL_URLS // 2, seed=5)
+    compared, differences = _differences(*_pair(maps), fuzzed)
+    assert differences == []
+    urls, sites = generate(DIFFERENTIAL_URLS // 2, seed=6)
+    more, more_differences = _differences(*_pair(build_maps(sites, random.Random(7))), urls)
+    assert more_differences == []
+    assert compared + more == DIFFERENTIAL_URLS
