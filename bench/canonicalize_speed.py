@@ -1,5 +1,9 @@
 """Whole-process speed of ``miqps canonicalize --maps`` against w3lib (and a stdlib baseline).
 
+``miqps canonicalize`` runs twice: with its compiled per-URL path (``miqps_native``, when
+``scripts/setup`` built it) and with ``MIQPS_NATIVE=0``, its pure-Python path; the two
+outputs must be byte-identical, or the benchmark fails.
+
 Generates realistic URLs over about 200 domains, writes maps in which most patterns are
 learned (with confirmed default values for ``page``, ``sort`` and ``lang``), then times
 each canonicalizer as its own process, stdin file in, stdout file out, best of
@@ -19,6 +23,7 @@ failing, or output with a different number of lines than the input).
 from __future__ import annotations
 
 import argparse
+import filecmp
 import random
 import resource
 import subprocess
@@ -353,10 +358,15 @@ def main(argv: list[str] | None = None) -> int:
             f"learned ({time.perf_counter() - started:.1f}s to generate)"
         )
 
+        maps_path = str(maps_file)
         contenders: list[tuple[str, list[str]]] = [
             (
                 "miqps canonicalize --maps",
-                [*_miqps_command(), "canonicalize", "--maps", str(maps_file)],
+                [*_miqps_command(), "canonicalize", "--maps", maps_path],
+            ),
+            (
+                "miqps pure Python --maps",
+                ["env", "MIQPS_NATIVE=0", *_miqps_command(), "canonicalize", "--maps", maps_path],
             ),
             ("w3lib.canonicalize_url", [sys.executable, "-c", W3LIB_BASELINE]),
         ]
@@ -382,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         best_cpu: dict[str, float] = {}
         for round_number in range(args.repeat):
             for name, command in contenders:  # interleaved, so load drifts hit all alike
-                out_file = folder / f"out-{name.split()[0].split('.')[0]}.txt"
+                out_file = folder / f"out-{'-'.join(name.split()[:2]).split('.')[0]}.txt"
                 seconds, cpu = time_process(command, urls_file, out_file, len(urls))
                 best[name] = min(best.get(name, seconds), seconds)
                 best_cpu[name] = min(best_cpu.get(name, cpu), cpu)
@@ -390,6 +400,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"  run {round_number + 1}: {name:28s} {seconds:7.2f}s wall {cpu:7.2f}s CPU",
                     flush=True,
                 )
+        compiled, pure_python = folder / "out-miqps-canonicalize.txt", folder / "out-miqps-pure.txt"
+        if not filecmp.cmp(compiled, pure_python, shallow=False):
+            raise RuntimeError(f"{compiled} and {pure_python} differ: the two paths disagree")
+        print("the compiled and the pure-Python outputs are byte-identical")
 
     n = len(urls)
     print(f"\n| process (best of {args.repeat}) | wall s | URLs/s | CPU s | URLs per CPU s |")
@@ -398,8 +412,11 @@ def main(argv: list[str] | None = None) -> int:
         cpu = best_cpu[name]
         print(f"| {name} | {seconds:.2f} | {n / seconds:,.0f} | {cpu:.2f} | {n / cpu:,.0f} |")
     ours, theirs = "miqps canonicalize --maps", "w3lib.canonicalize_url"
+    pure = "miqps pure Python --maps"
     print(f"\nratio miqps / w3lib (URLs/s, wall): {best[theirs] / best[ours]:.2f}x")
     print(f"ratio miqps / w3lib (URLs per CPU second): {best_cpu[theirs] / best_cpu[ours]:.2f}x")
+    print(f"ratio pure Python / w3lib (URLs/s, wall): {best[theirs] / best[pure]:.2f}x")
+    print(f"ratio miqps / its pure-Python path (URLs/s, wall): {best[pure] / best[ours]:.2f}x")
     if args.baseline is not None:
         base = "miqps baseline --maps"
         print(f"ratio miqps / baseline (URLs/s, wall): {best[base] / best[ours]:.2f}x")

@@ -44,17 +44,22 @@ def run(args: argparse.Namespace) -> int:
             return 2
         canonicalizer.load(loaded[0])
         gc.freeze()
-    batches: Iterable[tuple[list[str], bool]] = (
-        [([url.rstrip("\r\n") for url in args.urls], False)] if args.urls else _stdin_lines()
-    )
-    write = sys.stdout.write
     if args.json:
-        lines = (line for batch, _ in batches for line in batch)
-        for output in _decisions(canonicalizer, lines):
-            write(output)
+        lines = (
+            [url.rstrip("\r\n") for url in args.urls]
+            if args.urls
+            else (line for block, _ in _stdin_blocks() for line in block.split("\n"))
+        )
+        for decision in _decisions(canonicalizer, lines):
+            sys.stdout.write(decision)
     else:
-        for output in _canonical_lines(canonicalizer, batches):
-            write(output)
+        outputs = (
+            _canonical_urls(canonicalizer, [url.rstrip("\r\n") for url in args.urls])
+            if args.urls
+            else _canonical_blocks(canonicalizer, _stdin_blocks())
+        )
+        for output in outputs:
+            sys.stdout.buffer.write(output)
     sys.stdout.flush()
     return 0
 
@@ -64,8 +69,9 @@ _BLOCK_BYTES = 1 << 20
 _CONTROL_FREE = bytes(range(0x20, 0x7F)) + bytes(range(0x80, 0x100)) + b"\n"
 
 
-def _stdin_lines() -> Iterator[tuple[list[str], bool]]:
-    """Stdin in blocks of lines, without line ends, each with ``True`` if free of controls.
+def _stdin_blocks() -> Iterator[tuple[str, bool]]:
+    """Stdin in blocks of lines (``"\\n"`` between them, no line end after the last), each
+    with ``True`` if free of control characters.
 
     Lines are what a UTF-8 text stream with universal newlines and ``surrogateescape``
     gives (``\\n``, ``\\r\\n`` and ``\\r`` end a line). Checking a whole block for control
@@ -84,37 +90,41 @@ def _stdin_lines() -> Iterator[tuple[list[str], bool]]:
             continue
         block, carry = data[:cut], data[cut + 1 :]
         if not block.translate(None, _CONTROL_FREE):  # so no "\r" either
-            yield block.decode("utf-8", "surrogateescape").split("\n"), True
+            yield block.decode("utf-8", "surrogateescape"), True
         else:
             yield _decode_lines(data[: cut + 1]), False
     if carry:
         yield _decode_lines(carry), False
 
 
-def _decode_lines(data: bytes) -> list[str]:
+def _decode_lines(data: bytes) -> str:
     text = data.decode("utf-8", "surrogateescape")
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    lines = text.split("\n")
-    if text.endswith("\n"):
-        lines.pop()
-    return lines
+    return text.removesuffix("\n")
 
 
-def _canonical_lines(
-    canonicalizer: Canonicalizer, batches: Iterable[tuple[list[str], bool]]
-) -> Iterator[str]:
-    """The output for each batch of lines: one line per input line, empty when invalid."""
+def _canonical_blocks(
+    canonicalizer: Canonicalizer, blocks: Iterable[tuple[str, bool]]
+) -> Iterator[bytes]:
+    """The output for each block of lines: one line per input line, empty when invalid."""
     number = 0
-    for lines, control_free in batches:
-        if not lines:
-            continue
+    for block, control_free in blocks:
         errors: list[tuple[int, InvalidURL]] = []
-        outputs = canonicalizer.canonical_texts(lines, errors, control_free=control_free)
+        output = canonicalizer.canonical_block(block, errors, control_free=control_free)
         for index, error in errors:
             _report_invalid(number + index + 1, error)
-        number += len(lines)
-        yield "\n".join(outputs) + "\n"
+        number += block.count("\n") + 1
+        yield output
+
+
+def _canonical_urls(canonicalizer: Canonicalizer, urls: list[str]) -> Iterator[bytes]:
+    errors: list[tuple[int, InvalidURL]] = []
+    outputs = canonicalizer.canonical_texts(urls, errors)
+    for index, error in errors:
+        _report_invalid(index + 1, error)
+    if outputs:
+        yield ("\n".join(outputs) + "\n").encode()
 
 
 def _decisions(canonicalizer: Canonicalizer, lines: Iterable[str]) -> Iterator[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from miqps import cli
+from miqps.cli import learn
 from tests.miqps.cli.support import run
 
 
@@ -85,7 +86,7 @@ def test_a_registered_command_never_replaces_one_of_the_core(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     registering(monkeypatch, ("learn", f"{__name__}:LEARN"))
-    assert cli.all_commands()["learn"] is cli.learn
+    assert cli.all_commands()["learn"] is learn
     assert cli.main(["learn", "--urls", "/nonexistent/urls.txt", "--out", "maps.jsonl"]) == 2
     assert "miqps learn: cannot read /nonexistent/urls.txt" in capsys.readouterr().err
 
