@@ -58,8 +58,12 @@ def run(args: argparse.Namespace) -> int:
             if args.urls
             else _canonical_blocks(canonicalizer, _stdin_blocks())
         )
+        stdout = getattr(sys.stdout, "buffer", None)  # None: replaced by a text-only stream
         for output in outputs:
-            sys.stdout.buffer.write(output)
+            if stdout is not None:
+                stdout.write(output)
+            else:
+                sys.stdout.write(output.decode())
     sys.stdout.flush()
     return 0
 
