@@ -805,6 +805,10 @@ class Canonicalizer:
         ``with_layers`` is false): for a dropped one in the pattern it was dropped in, for
         a kept one in the URL's own pattern. Safe while another thread updates the maps:
         the decision is made with the map that was live when it started."""
+        if not with_layers and original is not None and self._native is not None:
+            decided = self._native_decision(url, original)
+            if decided is not None:
+                return decided
         compiled = self._domains.get(url.host)
         rounds = settle(
             url, compiled.rules if compiled is not None else None, self._layers, self._use_prior
@@ -812,7 +816,13 @@ class Canonicalizer:
         first = rounds[0]
         final = rounds[-1].keep
         split = compiled.splits.get(first.pattern) if compiled is not None else None
-        if split is not None and split.keep == final:
+        # The split's names are its pattern's: a URL without parameters shares the pattern
+        # of one whose only parameter has an empty name (``/p?``), not its names.
+        if (
+            split is not None
+            and split.keep == final
+            and len(first.names) == len(split.kept) + len(split.dropped)
+        ):
             kept, dropped = split.kept, split.dropped
         else:
             kept, dropped = tuple(sorted(final)), tuple(sorted(first.names - final))
@@ -833,6 +843,41 @@ class Canonicalizer:
             compiled.version if compiled else 0,
             self._items_of(compiled, rounds) if with_layers else {},
             undecided,
+        )
+
+    def _native_decision(self, url: NormalizedURL, original: str) -> Decision | None:
+        """:meth:`decide` without layers through the compiled path (``url`` being
+        ``parse(original)``); None when that path cannot answer, or answered with a map
+        replaced since.
+
+        The compiled path gives the canonical URL, the URL's own pattern and the kept and
+        dropped names, sorted: what ``decide`` gives, since a learned pattern's split names
+        the same sets in the same order when its keep is the final one."""
+        answer = self._native.decide_text(original)
+        for _ in range(_MAX_MISSES):
+            if answer is None or len(answer) == 5:
+                break
+            self._teach_native(*answer)
+            answer = self._native.decide_text(original)
+        if answer is None or len(answer) != 5:
+            return None
+        canonical, pattern, kept, dropped, table = answer
+        compiled = self._domains.get(url.host)
+        if table and table != (compiled.table if compiled is not None else self._unmapped_table):
+            return None
+        learned = compiled is not None and pattern in compiled.splits
+        return Decision(
+            original,
+            canonical,
+            url.host,
+            pattern,
+            kept,
+            dropped,
+            {},
+            Status.LEARNED if learned else Status.PROVISIONAL,
+            compiled.version if compiled else 0,
+            {},
+            None,
         )
 
     @staticmethod

@@ -62,8 +62,9 @@ impl Plans {
 }
 
 enum Answer {
-    /// The canonical URL was appended to the output.
-    Written,
+    /// The canonical URL was appended to the output, through the plan table of this token
+    /// (0: no plan was needed, the URL has no parameter).
+    Written(u64),
     Slow,
     Miss {
         domain: Option<String>,
@@ -71,6 +72,15 @@ enum Answer {
         key: String,
         names: Vec<String>,
     },
+}
+
+/// What `Canonicalizer.decide` says of a URL besides its canonical form: its pattern
+/// (path shape and every parameter name, sorted), and the names kept and dropped, sorted.
+#[derive(Default)]
+struct Detail {
+    pattern: String,
+    kept: Vec<String>,
+    dropped: Vec<String>,
 }
 
 #[allow(clippy::large_enum_variant)] // the pairs stay on the stack: no allocation per URL
@@ -187,8 +197,9 @@ struct Core {
 }
 
 impl Core {
-    /// The answer for `text`; a canonical URL is appended to `out`.
-    fn answer(&self, text: &str, out: &mut String) -> Answer {
+    /// The answer for `text`; a canonical URL is appended to `out`, and with `detail`,
+    /// what the decision says of it there.
+    fn answer(&self, text: &str, out: &mut String, mut detail: Option<&mut Detail>) -> Answer {
         let bytes = text.as_bytes();
         if bytes.is_empty()
             || bytes.len() > MAX_URL_BYTES
@@ -268,9 +279,22 @@ impl Core {
             out.push_str(origin);
             out.push_str(&path);
             out.push_str(&route);
-            return Answer::Written;
+            if let Some(detail) = detail {
+                detail.pattern = path_shape(&path) + "?";
+            }
+            return Answer::Written(0);
         }
         pairs.sort_unstable();
+        if let Some(detail) = detail.as_deref_mut() {
+            detail.pattern = path_shape(&path) + "?";
+            for (index, pair) in pairs.iter().enumerate() {
+                if index > 0 {
+                    detail.pattern.push('&');
+                }
+                detail.pattern.push_str(name_of(pair));
+            }
+            detail.dropped = pairs.iter().map(|pair| name_of(pair).to_string()).collect();
+        }
         let (table, prefix) = match plans {
             None => (&self.unmapped, String::new()),
             Some(plans) => (plans, path_shape(&path) + "?"),
@@ -297,13 +321,20 @@ impl Core {
                         out.push_str(&path[at..]);
                     }
                 }
-                for pair in kept.iter().filter(|pair| !pair.starts_with(';')) {
+                // With a matrix, the pairs starting with ";" went into the path above; without
+                // one, a query name may start with ";" too.
+                let in_query = |pair: &&&str| matrix_at.is_none() || !pair.starts_with(';');
+                for pair in kept.iter().filter(in_query) {
                     out.push(if first { '?' } else { '&' });
                     out.push_str(pair);
                     first = false;
                 }
                 out.push_str(&route);
-                Answer::Written
+                if let Some(detail) = detail {
+                    detail.kept = kept.iter().map(|pair| name_of(pair).to_string()).collect();
+                    detail.dropped.retain(|name| !detail.kept.contains(name));
+                }
+                Answer::Written(table.token)
             }
         };
         answer
@@ -518,7 +549,7 @@ impl Core {
             for item in texts.iter() {
                 let start = written.len();
                 let answer = match item.downcast::<PyString>()?.to_str() {
-                    Ok(text) => core.answer(text, &mut written),
+                    Ok(text) => core.answer(text, &mut written, None),
                     Err(_) => Answer::Slow,
                 };
                 answers.push((answer, start, written.len()));
@@ -528,7 +559,7 @@ impl Core {
         let out = PyList::empty(py);
         let mut others = Vec::new();
         for (index, (answer, start, end)) in answers.into_iter().enumerate() {
-            if let Answer::Written = answer {
+            if let Answer::Written(_) = answer {
                 out.append(PyString::new(py, &written[start..end]))?;
             } else {
                 others.push(index);
@@ -566,8 +597,8 @@ impl Core {
         {
             let core = slf.borrow();
             for (index, line) in block.split('\n').enumerate() {
-                match core.answer(line, &mut out) {
-                    Answer::Written => out.push('\n'),
+                match core.answer(line, &mut out, None) {
+                    Answer::Written(_) => out.push('\n'),
                     answer => {
                         parts.push(std::mem::take(&mut out));
                         others.push(index);
@@ -592,10 +623,32 @@ impl Core {
     /// The answer for one text.
     fn canonical_text<'py>(slf: &Bound<'py, Self>, text: &str) -> PyResult<Bound<'py, PyAny>> {
         let mut written = String::new();
-        let answer = slf.borrow().answer(text, &mut written);
+        let answer = slf.borrow().answer(text, &mut written, None);
         match answer {
-            Answer::Written => Ok(PyString::new(slf.py(), &written).into_any()),
+            Answer::Written(_) => Ok(PyString::new(slf.py(), &written).into_any()),
             other => other.other_into_pyobject(slf.py()),
+        }
+    }
+
+    /// For one text: `(canonical URL, pattern, kept names, dropped names, plan table
+    /// token)`, the names as sorted tuples, or the answer that is not that (None, or a
+    /// miss).
+    fn decide_text<'py>(slf: &Bound<'py, Self>, text: &str) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let mut written = String::new();
+        let mut detail = Detail::default();
+        let answer = slf.borrow().answer(text, &mut written, Some(&mut detail));
+        match answer {
+            Answer::Written(table) => Ok((
+                written,
+                detail.pattern,
+                PyTuple::new(py, detail.kept)?,
+                PyTuple::new(py, detail.dropped)?,
+                table,
+            )
+                .into_pyobject(py)?
+                .into_any()),
+            other => other.other_into_pyobject(py),
         }
     }
 }
@@ -604,7 +657,7 @@ impl Answer {
     /// An answer that is not a canonical URL, for Python: None, or the miss.
     fn other_into_pyobject(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         Ok(match self {
-            Answer::Written | Answer::Slow => py.None().into_bound(py),
+            Answer::Written(_) | Answer::Slow => py.None().into_bound(py),
             Answer::Miss {
                 domain,
                 token,

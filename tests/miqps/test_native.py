@@ -20,7 +20,7 @@ from bench.canonicalize_speed import build_maps, generate
 from miqps import canonical
 from miqps.canonical import Canonicalizer
 from miqps.maps import DomainMap
-from miqps.urls import InvalidURL
+from miqps.urls import InvalidURL, parse
 from tests.data import PEER_URL_CASES, WPT_URLTESTDATA
 
 if canonical.miqps_native is None:
@@ -121,6 +121,41 @@ def test_maps_replaced_between_batches_give_the_same_output() -> None:
     native.forget(maps[0].domain)
     python.use_prior = native.use_prior = False
     assert _differences(python, native, corpus)[1] == []
+
+
+def _decision_differences(
+    python: Canonicalizer, native: Canonicalizer, texts: Iterable[str]
+) -> tuple[int, list[str]]:
+    differences: list[str] = []
+    decided = 0
+    for text in texts:
+        try:
+            url = parse(text)
+        except InvalidURL:
+            continue
+        want = python.decide(url, text, with_layers=False)
+        have = native.decide(url, text, with_layers=False)
+        decided += 1
+        if want != have and len(differences) < 20:
+            differences.append(f"{text!r}: python {want}, native {have}")
+    return decided, differences
+
+
+@pytest.mark.slow
+def test_the_stream_s_decisions_come_out_the_same() -> None:
+    """What the canonicalizer front asks for each input (``decide`` without layers): the
+    canonical URL, pattern, kept and dropped names, status and map version."""
+    maps, fuzzed = _fuzzed(150_000, seed=17)
+    decided, differences = _decision_differences(*_pair(maps), fuzzed)
+    assert differences == [] and decided > 100_000
+    urls, sites = generate(150_000, seed=18)
+    python, native = _pair(build_maps(sites, random.Random(19)))
+    decided, differences = _decision_differences(python, native, urls)
+    assert differences == [] and decided == len(urls)
+    learned = sum(
+        native.decide(parse(url), url, with_layers=False).status == "learned" for url in urls[:1000]
+    )
+    assert learned > 500
 
 
 @pytest.mark.slow
