@@ -1,10 +1,13 @@
-//! The per-URL path of `Canonicalizer.canonical_texts`, compiled.
+//! The per-URL path of `miqps.canonical.Canonicalizer`, compiled: `canonical_texts`,
+//! `canonical_block` and `canonicalize` (the canonical URL), and `decide` without layers
+//! (with the URL's pattern and the names kept and dropped).
 //!
 //! It follows `miqps/canonical.py` step for step on the common case (http or https, a
-//! plain hostname, matrix parameters in one segment at most) and executes the *plans* the Python
-//! core computes: it never decides which parameter to keep. For each text it answers one of
+//! plain hostname, matrix parameters in one segment at most) and executes the *plans* the
+//! Python core computes: it never decides which parameter to keep. For each text it
+//! answers one of
 //!
-//! - the canonical URL, as a `str`;
+//! - the canonical URL (for `decide_text`, with the decision's details);
 //! - `None`: out of the common case, the caller takes its own path for this text;
 //! - a miss, `(domain or None, token, key, names)`: no plan is known for the key yet; the
 //!   caller computes it, hands it over with `add_plan`, and asks again.
