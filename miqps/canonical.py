@@ -392,7 +392,9 @@ class Canonicalizer:
 
     @property
     def native(self) -> bool:
-        """Whether :meth:`canonical_texts` runs the compiled path (``miqps_native``)."""
+        """Whether the compiled path (``miqps_native``) runs the common case of
+        :meth:`canonical_texts`, :meth:`canonical_block`, :meth:`canonicalize` and
+        :meth:`decide` without layers."""
         return self._native is not None
 
     @property
