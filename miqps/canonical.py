@@ -856,12 +856,14 @@ class Canonicalizer:
         dropped names, sorted: what ``decide`` gives, since a learned pattern's split names
         the same sets in the same order when its keep is the final one."""
         answer = self._native.decide_text(original)
-        for _ in range(_MAX_MISSES):
-            if answer is None or len(answer) == 5:
-                break
+        misses = 0
+        while answer is not None and len(answer) == 4:  # a miss: teach it, ask again
+            if misses == _MAX_MISSES:
+                return None
+            misses += 1
             self._teach_native(*answer)
             answer = self._native.decide_text(original)
-        if answer is None or len(answer) != 5:
+        if answer is None:
             return None
         canonical, pattern, kept, dropped, table = answer
         compiled = self._domains.get(url.host)

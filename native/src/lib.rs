@@ -288,8 +288,15 @@ impl Core {
             return Answer::Written(0);
         }
         pairs.sort_unstable();
+        // The plans of a mapped domain are keyed by path shape, and a decision names the
+        // URL's pattern: neither needs the shape otherwise.
+        let prefix = if plans.is_some() || detail.is_some() {
+            path_shape(&path) + "?"
+        } else {
+            String::new()
+        };
         if let Some(detail) = detail.as_deref_mut() {
-            detail.pattern = path_shape(&path) + "?";
+            detail.pattern.clone_from(&prefix);
             for (index, pair) in pairs.iter().enumerate() {
                 if index > 0 {
                     detail.pattern.push('&');
@@ -299,10 +306,10 @@ impl Core {
             detail.dropped = pairs.iter().map(|pair| name_of(pair).to_string()).collect();
         }
         let (table, prefix) = match plans {
-            None => (&self.unmapped, String::new()),
-            Some(plans) => (plans, path_shape(&path) + "?"),
+            None => (&self.unmapped, ""),
+            Some(plans) => (plans, prefix.as_str()),
         };
-        let kept = kept_by_plans(table, &prefix, pairs);
+        let kept = kept_by_plans(table, prefix, pairs);
         let answer = match kept {
             Kept::Slow => Answer::Slow,
             Kept::Miss(key, names) => Answer::Miss {
@@ -621,16 +628,6 @@ impl Core {
             objects.append(answer.other_into_pyobject(py)?)?;
         }
         Ok(Some((parts, others, texts, objects)))
-    }
-
-    /// The answer for one text.
-    fn canonical_text<'py>(slf: &Bound<'py, Self>, text: &str) -> PyResult<Bound<'py, PyAny>> {
-        let mut written = String::new();
-        let answer = slf.borrow().answer(text, &mut written, None);
-        match answer {
-            Answer::Written(_) => Ok(PyString::new(slf.py(), &written).into_any()),
-            other => other.other_into_pyobject(slf.py()),
-        }
     }
 
     /// For one text: `(canonical URL, pattern, kept names, dropped names, plan table
