@@ -298,7 +298,9 @@ def front_cost(urls: list[NormalizedURL], share: float) -> tuple[float, float]:
     forwarder = AuditForwarder(AuditRule(share), 20_000)
     started = time.perf_counter()
     for url, pattern in zip(urls, patterns, strict=True):
-        forwarder.offer(live_maps.map_for, domain_map.version, url, pattern, 0.0)
+        forwarder.offer(
+            live_maps.canonicalizer.dropping_decisions, domain_map.version, url, pattern, 0.0
+        )
     choosing = time.perf_counter() - started
     canonicalizer = Canonicalizer(StaticLayers.default())
     canonicalizer.load({domain_map.domain: domain_map})

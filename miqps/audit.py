@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from math import ceil
 from typing import Protocol
 
 import xxhash
@@ -96,7 +97,13 @@ class AuditRule:
         if not decision.dropped or self.share <= 0.0:
             return None
         digest = item_digest(url, decision.kept, self.seed)
-        return digest if digest < self.share * _HASH_RANGE else None
+        return digest if digest < self.chosen_below else None
+
+    @property
+    def chosen_below(self) -> int:
+        """The digests of the items audited are those below this (``share`` of the range;
+        an integer, so that a compiled step compares them exactly as this rule does)."""
+        return ceil(self.share * _HASH_RANGE)
 
 
 class ItemMemory:

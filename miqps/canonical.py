@@ -31,7 +31,14 @@ from typing import Any, NamedTuple
 import can_ada
 import orjson
 
-from miqps.maps import DomainMap, Layer, ParamEvidence
+from miqps.maps import (
+    DecisionSummary,
+    DomainMap,
+    Layer,
+    ParamEvidence,
+    dropping_summaries,
+    timestamp_seconds,
+)
 from miqps.urls import (
     MAX_URL_BYTES,
     InvalidURL,
@@ -43,6 +50,7 @@ from miqps.urls import (
     pattern_key,
     split_matrix,
     split_pairs,
+    split_pattern,
 )
 
 
@@ -416,9 +424,33 @@ class Canonicalizer:
         if self._native is not None:
             self._native.reset(self._unmapped_table)
         for domain, compiled in self._domains.items():
-            self._domains[domain] = self._compile(compiled.map, compiled.document)
+            domain_map = compiled.map
+            self._domains[domain] = self._compile(domain_map, compiled.document)
             if self._native is not None:
-                self._native.install(domain, self._domains[domain].table)
+                self._install_native(domain, self._domains[domain], domain_map)
+
+    def _install_native(
+        self, domain: str, compiled: _CompiledDomain, domain_map: DomainMap
+    ) -> None:
+        """Start the compiled path's plan table for ``domain``, with what its stream step
+        (:meth:`stream_records`) needs of the map: its version, its learned patterns (with
+        the names kept of each that drops one, as an audit hashes its items), and when its
+        oldest decision was made."""
+        patterns = domain_map.patterns
+        learned = [
+            (key, tuple(sorted(decision.kept)) if decision.dropped else None)
+            for key, decision in patterns.items()
+        ]
+        decided = {decision.decided_at for decision in patterns.values()}
+        oldest = min(map(timestamp_seconds, decided), default=float("inf"))
+        table = compiled.table
+        self._native.install(domain, table, compiled.version, learned, oldest)
+        # The plans of the keys URLs of the learned patterns have, made now rather than
+        # on each one's first URL.
+        for key in patterns:
+            names = split_pattern(key)[1]
+            if names:
+                self._add_native_plan(domain, table, key, compiled, names)
 
     def _compile(self, domain_map: DomainMap, document: bytes | None = None) -> _CompiledDomain:
         return _CompiledDomain(domain_map, self._layers, self._use_prior, document)
@@ -437,7 +469,7 @@ class Canonicalizer:
         else:
             self._domains[domain] = compiled
             if self._native is not None:
-                self._native.install(domain, compiled.table)
+                self._install_native(domain, compiled, domain_map)
 
     def load(self, maps: Mapping[str, DomainMap]) -> None:
         for domain_map in maps.values():
@@ -446,6 +478,19 @@ class Canonicalizer:
     def map_for(self, domain: str) -> DomainMap | None:
         compiled = self._domains.get(domain) or self._unreachable.get(domain)
         return compiled.map if compiled else None
+
+    def dropping_decisions(self, domain: str) -> tuple[int, dict[str, DecisionSummary]] | None:
+        """The version of ``domain``'s map and the summary of each of its decisions that
+        drops a parameter; None without a map. A map kept as its JSON document is read
+        without decoding its evidence."""
+        compiled = self._domains.get(domain) or self._unreachable.get(domain)
+        if compiled is None:
+            return None
+        if compiled.document is not None:
+            patterns = orjson.loads(compiled.document)["patterns"]
+        else:
+            patterns = compiled.map.patterns
+        return compiled.version, dropping_summaries(patterns)
 
     def canonical_url(self, url: NormalizedURL) -> str:
         if not url.has_params:
@@ -628,6 +673,50 @@ class Canonicalizer:
             pieces += (answer.encode(), b"\n", part)
         return b"".join(pieces)
 
+    def stream_records(
+        self,
+        values: list[bytes | None],
+        max_bytes: int,
+        due_before: float,
+        audit_below: int,
+        seed: str,
+    ) -> tuple[list[bytes | None], list[bytes | None], int] | None:
+        """The compiled path's part of a stream front's batch (:mod:`streams.front.loop`),
+        None without it: for each ``urls.raw`` value, its ``urls.canonical`` record, or
+        None where the front must take the message itself; the records' keys; how many
+        records are of learned patterns.
+
+        The compiled path takes a plain URL whose decision needs nothing else of the front:
+        a learned pattern none of whose decisions was made at or before ``due_before``
+        (none is due for re-verification), and whose item's audit digest (``seed``) is
+        not below ``audit_below``; or a URL without parameters."""
+        if self._native is None:
+            return None
+        batch = self._native.front_batch
+        records, keys, others, learned = batch(values, max_bytes, due_before, audit_below, seed)
+        for _ in range(_MAX_MISSES):
+            missed = [index for index in others if records[index] is not None]
+            if not missed:
+                return records, keys, learned
+            taught: set[tuple[str | None, int, str]] = set()
+            for index in missed:
+                domain, table, key, names = records[index]
+                if (domain, table, key) not in taught:
+                    taught.add((domain, table, key))
+                    self._teach_native(domain, table, key, names)
+            again = [values[index] for index in missed]
+            answers, answer_keys, others, more = batch(
+                again, max_bytes, due_before, audit_below, seed
+            )
+            learned += more
+            for index, record, key in zip(missed, answers, answer_keys, strict=True):
+                records[index] = record
+                keys[index] = key
+            others = [missed[at] for at in others]
+        for index in others:
+            records[index] = None  # misses left: the front takes these
+        return records, keys, learned
+
     def _native_texts(
         self, texts: list[str], errors: list[tuple[int, InvalidURL]] | None
     ) -> list[str]:
@@ -687,6 +776,16 @@ class Canonicalizer:
             compiled = self._domains.get(domain)
             if compiled is None or compiled.table != table:
                 return
+        self._add_native_plan(domain, table, key, compiled, names)
+
+    def _add_native_plan(
+        self,
+        domain: str | None,
+        table: int,
+        key: str,
+        compiled: _CompiledDomain | None,
+        names: Sequence[str],
+    ) -> None:
         spec = self._plan_spec(key, compiled, names)
         self._native.add_plan(
             domain, table, key, (spec.kept, spec.size, tuple(spec.defaults), spec.then)

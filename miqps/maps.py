@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from calendar import timegm
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -15,7 +16,8 @@ from enum import StrEnum
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from time import strptime
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jsonschema_rs
 import orjson
@@ -72,6 +74,14 @@ class Layer(StrEnum):
 
 def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def timestamp_seconds(text: str) -> float:
+    """Seconds since the epoch of a map timestamp (``2026-12-02T10:00:00Z``); 0 if unreadable."""
+    try:
+        return float(timegm(strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
+    except (ValueError, OverflowError):
+        return 0.0
 
 
 @dataclass(slots=True)
@@ -180,6 +190,35 @@ class PatternDecision:
             decided_at=interner.text(str(data["decided_at"])),
             urls_seen=int(data.get("urls_seen", 0)),
         )
+
+
+class DecisionSummary(NamedTuple):
+    """A pattern's decision without its evidence: what an audit request names of it."""
+
+    kept: frozenset[str]
+    dropped: frozenset[str]
+    decided_at: str
+    urls_seen: int
+
+
+def dropping_summaries(patterns: Mapping[str, Any]) -> dict[str, DecisionSummary]:
+    """The summary of each decision in ``patterns`` (a map document's ``patterns``, as JSON
+    or as :class:`PatternDecision`) that drops a parameter, without reading its evidence."""
+    summaries = {}
+    for key, decision in patterns.items():
+        if isinstance(decision, PatternDecision):
+            if decision.dropped:
+                summaries[key] = DecisionSummary(
+                    decision.kept, decision.dropped, decision.decided_at, decision.urls_seen
+                )
+        elif decision["dropped"]:
+            summaries[key] = DecisionSummary(
+                frozenset(decision["kept"]),
+                frozenset(decision["dropped"]),
+                str(decision["decided_at"]),
+                int(decision.get("urls_seen", 0)),
+            )
+    return summaries
 
 
 @dataclass(slots=True)

@@ -22,6 +22,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 use smallvec::SmallVec;
 
+mod front;
+
 const MAX_URL_BYTES: usize = 8 * 1024;
 const CACHE_SIZE: usize = 1 << 16;
 const HEX: &[u8] = b"0123456789abcdefABCDEF";
@@ -46,6 +48,27 @@ enum Plan {
 struct Plans {
     token: u64,
     plans: HashMap<String, Plan>,
+    /// What the stream front needs of the domain's map (`front_batch`).
+    map: MapFacts,
+}
+
+/// Of a domain's map: its version, its learned patterns (each with, when it drops a
+/// parameter, the names it keeps, sorted: what an audit of its items hashes), and the
+/// oldest time one of its decisions was made, in seconds since the epoch.
+struct MapFacts {
+    version: u64,
+    learned: HashMap<String, Option<Vec<String>>>,
+    oldest_decision: f64,
+}
+
+impl Default for MapFacts {
+    fn default() -> Self {
+        MapFacts {
+            version: 0,
+            learned: HashMap::default(),
+            oldest_decision: f64::NEG_INFINITY,
+        }
+    }
 }
 
 impl Plans {
@@ -53,6 +76,7 @@ impl Plans {
         Plans {
             token,
             plans: HashMap::default(),
+            map: MapFacts::default(),
         }
     }
 
@@ -84,6 +108,9 @@ struct Detail {
     pattern: String,
     kept: Vec<String>,
     dropped: Vec<String>,
+    /// The URL's host, and whether it has any parameter (query or matrix).
+    host: String,
+    params: bool,
 }
 
 #[allow(clippy::large_enum_variant)] // the pairs stay on the stack: no allocation per URL
@@ -278,6 +305,13 @@ impl Core {
             }
         };
         pairs.extend(matrix.iter().map(|(_, param)| param.as_str()));
+        if let Some(detail) = detail.as_deref_mut() {
+            detail.host.clear();
+            detail.host.push_str(host);
+            detail.params = !pairs.is_empty();
+            detail.kept.clear();
+            detail.dropped.clear();
+        }
         if pairs.is_empty() {
             out.push_str(origin);
             out.push_str(&path);
@@ -505,9 +539,25 @@ impl Core {
         }
     }
 
-    /// Start an empty plan table for `domain`, whose map is now the one `token` names.
-    fn install(&mut self, domain: String, token: u64) {
-        self.domains.insert(domain, Plans::new(token));
+    /// Start an empty plan table for `domain`, whose map is now the one `token` names:
+    /// version `version`, with `learned` patterns (pattern, and the names it keeps when it
+    /// drops one), the oldest of its decisions made at `oldest_decision`.
+    #[pyo3(signature = (domain, token, version=0, learned=Vec::new(), oldest_decision=f64::NEG_INFINITY))]
+    fn install(
+        &mut self,
+        domain: String,
+        token: u64,
+        version: u64,
+        learned: Vec<(String, Option<Vec<String>>)>,
+        oldest_decision: f64,
+    ) {
+        let mut plans = Plans::new(token);
+        plans.map = MapFacts {
+            version,
+            learned: learned.into_iter().collect(),
+            oldest_decision,
+        };
+        self.domains.insert(domain, plans);
     }
 
     fn forget(&mut self, domain: &str) {
@@ -628,6 +678,19 @@ impl Core {
             objects.append(answer.other_into_pyobject(py)?)?;
         }
         Ok(Some((parts, others, texts, objects)))
+    }
+
+    /// The stream front's step for a batch of `urls.raw` values: see `front::batch`.
+    #[pyo3(signature = (values, max_bytes, due_before, audit_below, seed))]
+    fn front_batch<'py>(
+        slf: &Bound<'py, Self>,
+        values: &Bound<'py, PyList>,
+        max_bytes: usize,
+        due_before: f64,
+        audit_below: u128,
+        seed: &str,
+    ) -> PyResult<front::Batch<'py>> {
+        front::batch(slf, values, max_bytes, due_before, audit_below, seed)
     }
 
     /// For one text: `(canonical URL, pattern, kept names, dropped names, plan table

@@ -4,7 +4,9 @@ It runs in its own thread on confluent-kafka, because Faust's per-message path t
 below what this stage must carry (docs/STREAMS.md, "Canonicalizer front"). Per batch:
 
 1. consume up to ``batch_size`` messages;
-2. canonicalize each with the live maps; produce the output (or a DLQ record); offer
+2. canonicalize each with the live maps (the compiled path writes the records of the plain
+   URLs that need nothing more, :meth:`CanonicalizerFront._process`); produce the output
+   (or a DLQ record), in input order; offer
    unlearned patterns to the local sampler, whose new samples go to the
    ``miqps.pattern-samples`` topic: repartitioned by domain, packed into one message per
    partition and batch (so the Faust agent that owns them pays its per-event cost once
@@ -535,84 +537,111 @@ class CanonicalizerFront:
             log.warning("canonicalizer: open transaction not aborted (the broker will): %s", error)
 
     def _process(self, messages: list[Message], producer: Producer) -> dict[tuple[str, int], int]:
+        """Produce each message's output, in order; return the offsets to store. The
+        compiled path writes the records of the messages it can take whole
+        (:meth:`~miqps.canonical.Canonicalizer.stream_records`), :meth:`_process_one`
+        takes the others."""
         settings = self.settings
         canonical_topic = settings.topics.canonical
-        max_bytes = settings.max_message_bytes
-        assert self._packs is not None
-        pack = self._packs.add
-        decide = self.live_maps.decide
-        due_for_reverification = self.live_maps.due_for_reverification
-        learned_status = Status.LEARNED  # a local: an enum member lookup costs per URL
-        offer = self.sampler.offer
-        offer_audit = self.auditing.offer if settings.audit_share > 0 else None
-        map_for = self.live_maps.map_for
-        probe_topic = settings.topics.probe_requests
-        encode_output = CanonicalOutput.encode
         wall_now = time.time()
         offsets: dict[tuple[str, int], int] = {}
         counters = self.counters
-        learned = provisional = dead = forwarded = 0
-        for message in messages:
-            if message.error() is not None:
+        canonicalizer = self.live_maps.canonicalizer
+        answered = None
+        if canonicalizer.native:
+            answered = canonicalizer.stream_records(
+                [message.value() if message.error() is None else None for message in messages],
+                settings.max_message_bytes,
+                wall_now - self.live_maps.reverify_after,
+                self.auditing.rule.chosen_below if settings.audit_share > 0 else 0,
+                self.auditing.rule.seed,
+            )
+        if answered is None:
+            records: list[bytes | None] = [None] * len(messages)
+            keys: list[bytes | None] = records
+            learned = written = 0
+        else:
+            records, keys, learned = answered
+            written = len(records) - records.count(None)
+        process_one = self._process_one
+        for message, record, key in zip(messages, records, keys, strict=True):
+            if record is not None:
+                produce(producer, canonical_topic, record, key)
+            elif message.error() is not None:
                 self._consumer_error(message)
                 continue
-            try:
-                raw = decode_input(message.value(), max_bytes)
-            except BadInput as error:
-                self._dead_letter(producer, message, error.reason)
-                dead += 1
             else:
-                try:
-                    url = raw.url
-                    decision = decide(url, raw.text)
-                    output = encode_output(
-                        raw.text,
-                        decision.canonical_url,
-                        url.host,
-                        decision.pattern,
-                        decision.kept,
-                        decision.dropped,
-                        decision.status,
-                        decision.map_version,
-                        raw.meta,
-                    )
-                    produce(producer, canonical_topic, output, decision.canonical_url.encode())
-                    if decision.status is learned_status:
-                        learned += 1
-                        basis = due_for_reverification(decision, wall_now)
-                        if decision.dropped and offer_audit is not None:
-                            audit = offer_audit(
-                                map_for, decision.map_version, url, decision.pattern, wall_now
-                            )
-                            if audit is not None:
-                                produce(producer, probe_topic, audit, url.host.encode())
-                    else:
-                        provisional += 1
-                        basis = "" if url.has_params else None
-                    if basis is not None:
-                        count = offer(url.host, decision.pattern, url, basis)
-                        if count:
-                            forwarded += 1
-                            pack(
-                                url.host,
-                                sample_to_bytes(
-                                    UrlSample(url.host, decision.pattern, url.url, count, basis)
-                                ),
-                            )
-                except (KafkaException, ProduceBlocked):
-                    raise
-                except Exception as error:
-                    raise ProcessingBug(
-                        f"a bug while processing {message.topic()}[{message.partition()}]@"
-                        f"{message.offset()} (valid input: not dead-lettered)"
-                    ) from error
+                process_one(message, producer, wall_now)
             offsets[(message.topic() or "", message.partition() or 0)] = (message.offset() or 0) + 1
         counters.consumed += len(messages)
         counters.learned += learned
-        counters.provisional += provisional
-        counters.dead += dead
-        counters.forwarded += forwarded
+        counters.provisional += written - learned
         return offsets
+
+    def _process_one(self, message: Message, producer: Producer, wall_now: float) -> None:
+        """Decode, decide and produce one message (or dead-letter it), and offer it to the
+        local sampler and the audit forwarder."""
+        counters = self.counters
+        try:
+            raw = decode_input(message.value(), self.settings.max_message_bytes)
+        except BadInput as error:
+            self._dead_letter(producer, message, error.reason)
+            counters.dead += 1
+            return
+        live_maps = self.live_maps
+        try:
+            url = raw.url
+            decision = live_maps.decide(url, raw.text)
+            output = CanonicalOutput.encode(
+                raw.text,
+                decision.canonical_url,
+                url.host,
+                decision.pattern,
+                decision.kept,
+                decision.dropped,
+                decision.status,
+                decision.map_version,
+                raw.meta,
+            )
+            produce(
+                producer, self.settings.topics.canonical, output, decision.canonical_url.encode()
+            )
+            if decision.status is Status.LEARNED:
+                counters.learned += 1
+                basis = live_maps.due_for_reverification(decision, wall_now)
+                if decision.dropped and self.settings.audit_share > 0:
+                    audit = self.auditing.offer(
+                        live_maps.canonicalizer.dropping_decisions,
+                        decision.map_version,
+                        url,
+                        decision.pattern,
+                        wall_now,
+                    )
+                    if audit is not None:
+                        produce(
+                            producer, self.settings.topics.probe_requests, audit, url.host.encode()
+                        )
+            else:
+                counters.provisional += 1
+                basis = "" if url.has_params else None
+            if basis is not None:
+                count = self.sampler.offer(url.host, decision.pattern, url, basis)
+                if count:
+                    counters.forwarded += 1
+                    assert self._packs is not None
+                    self._packs.add(
+                        url.host,
+                        sample_to_bytes(
+                            UrlSample(url.host, decision.pattern, url.url, count, basis)
+                        ),
+                    )
+        except (KafkaException, ProduceBlocked):
+            raise
+        except Exception as error:
+            raise ProcessingBug(
+                f"a bug while processing {message.topic()}[{message.partition()}]@"
+                f"{message.offset()} (valid input: not dead-lettered)"
+            ) from error
 
     def _bug(self, bug: Exception, consumer: Consumer, messages: list[Message]) -> None:
         """Stop (raise ``bug``) or, with ``MIQPS_ON_BUG=retry``, read ``messages`` again

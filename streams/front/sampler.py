@@ -18,13 +18,12 @@ microseconds to decode) and kept for at most ``max_domains`` domains.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from miqps.audit import AuditRule, ItemMemory
 from miqps.learner import LearnConfig, item_key
-from miqps.maps import DomainMap
+from miqps.maps import DecisionSummary
 from miqps.urls import NormalizedURL, path_shape
 from streams.messages import AUDIT, ProbeRequest, RequestedPattern
 
@@ -124,15 +123,6 @@ class LocalSampler:
         return counts
 
 
-class AuditTarget(NamedTuple):
-    """What an audit request needs of a learned pattern that drops parameters."""
-
-    kept: frozenset[str]
-    dropped: frozenset[str]
-    decided_at: str
-    urls_seen: int
-
-
 class AuditForwarder:
     """Which URLs of learned patterns go to the probing worker to be audited."""
 
@@ -140,20 +130,21 @@ class AuditForwarder:
         self.rule = rule
         self.forwarded = ItemMemory(max_items)
         self.max_domains = max_domains
-        self._targets: OrderedDict[str, tuple[int, dict[str, AuditTarget]]] = OrderedDict()
+        self._targets: OrderedDict[str, tuple[int, Mapping[str, DecisionSummary]]] = OrderedDict()
 
     def offer(
         self,
-        map_for: Callable[[str], DomainMap | None],
+        dropping: Callable[[str], tuple[int, Mapping[str, DecisionSummary]] | None],
         version: int,
         url: NormalizedURL,
         pattern: str,
         now: float,
     ) -> bytes | None:
         """The audit request for ``url`` (of ``pattern``, decided by version ``version``
-        of its domain's map, which ``map_for`` returns) if its item is to be audited and
-        was not sent yet."""
-        target = self._targets_of(url.host, version, map_for).get(pattern)
+        of its domain's map) if its item is to be audited and was not sent yet.
+        ``dropping`` is :meth:`~miqps.canonical.Canonicalizer.dropping_decisions` of the
+        live maps: it is read once per map version."""
+        target = self._targets_of(url.host, version, dropping).get(pattern)
         if target is None:
             return None
         digest = self.rule.chooses(url, target)
@@ -169,25 +160,16 @@ class AuditForwarder:
         return request.to_bytes()
 
     def _targets_of(
-        self, domain: str, version: int, map_for: Callable[[str], DomainMap | None]
-    ) -> dict[str, AuditTarget]:
+        self,
+        domain: str,
+        version: int,
+        dropping: Callable[[str], tuple[int, Mapping[str, DecisionSummary]] | None],
+    ) -> Mapping[str, DecisionSummary]:
         known = self._targets.get(domain)
         if known is not None and known[0] == version:
             return known[1]
-        domain_map = map_for(domain)
-        targets = (
-            {
-                key: AuditTarget(
-                    decision.kept, decision.dropped, decision.decided_at, decision.urls_seen
-                )
-                for key, decision in domain_map.patterns.items()
-                if decision.dropped
-            }
-            if domain_map is not None
-            else {}
-        )
-        self._targets[domain] = (domain_map.version if domain_map else version, targets)
+        self._targets[domain] = known = dropping(domain) or (version, {})
         self._targets.move_to_end(domain)
         if len(self._targets) > self.max_domains:
             self._targets.popitem(last=False)
-        return targets
+        return known[1]

@@ -9,24 +9,14 @@ map version is live, and when each learned pattern's decision is due for re-veri
 from __future__ import annotations
 
 import threading
-from calendar import timegm
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
-from time import strptime
 from typing import Protocol
 
 from miqps.canonical import Canonicalizer, Decision, StaticLayers
-from miqps.maps import DomainMap
+from miqps.maps import DomainMap, timestamp_seconds
 from miqps.urls import NormalizedURL
-
-
-def timestamp_seconds(text: str) -> float:
-    """Seconds since the epoch of a map timestamp (``2026-12-02T10:00:00Z``); 0 if unreadable."""
-    try:
-        return float(timegm(strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
-    except (ValueError, OverflowError):
-        return 0.0
 
 
 class Decide(Protocol):

@@ -10,12 +10,16 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bench.audit import SometimesStore, serve_store, store_host, store_urls, wrong_map
 from miqps.audit import DEFAULT_AUDIT_SHARE, Audit, AuditRule, ItemMemory, audit_map
+from miqps.canonical import Canonicalizer
 from miqps.cli import main
 from miqps.fetch import FetchConfig, Fetcher
 from miqps.maps import (
+    DecisionSummary,
     DomainMap,
     Layer,
     ParamEvidence,
@@ -266,3 +270,38 @@ def test_learn_refuses_an_audit_share_outside_zero_to_one(
     assert code == 2
     assert "audit share must be between 0 and 1" in capsys.readouterr().err
     assert not out.exists()
+
+
+@given(
+    st.floats(min_value=0.0, max_value=1.0),
+    st.integers(min_value=0, max_value=2**64 - 1),
+)
+def test_the_integer_bound_chooses_what_the_share_chooses(share: float, digest: int) -> None:
+    """A compiled step compares digests with ``chosen_below``; the rule's own test is
+    ``digest < share * 2**64`` in floating point."""
+    rule = AuditRule(share)
+    assert (digest < rule.chosen_below) == (digest < share * 2**64)
+    bound = rule.chosen_below
+    for near in (bound - 1, bound):
+        if 0 <= near < 2**64:
+            assert (near < bound) == (near < share * 2**64)
+
+
+def test_the_decisions_that_drop_read_alike_from_a_document_and_from_objects() -> None:
+    domain_map = wrong_map("shop.test")
+    from_objects = Canonicalizer()
+    from_objects.update(domain_map)
+    from_document = Canonicalizer()
+    from_document.update(domain_map, domain_map.dumps().encode())
+    summaries = from_objects.dropping_decisions("shop.test")
+    assert summaries is not None and summaries[1]
+    assert summaries == from_document.dropping_decisions("shop.test")
+    assert summaries == (
+        domain_map.version,
+        {
+            key: DecisionSummary(d.kept, d.dropped, d.decided_at, d.urls_seen)
+            for key, d in domain_map.patterns.items()
+            if d.dropped
+        },
+    )
+    assert from_document.dropping_decisions("other.test") is None

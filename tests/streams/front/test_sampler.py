@@ -1,19 +1,26 @@
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 import orjson
 
 from bench.audit import wrong_map
 from miqps.audit import AuditRule
-from miqps.maps import DomainMap
+from miqps.canonical import Canonicalizer
+from miqps.maps import DecisionSummary, DomainMap
 from miqps.urls import parse
 from streams.front.sampler import AuditForwarder, LocalSampler
 from streams.messages import ProbeRequest
 from tests.streams.support import assert_valid
 
+Dropping = Callable[[str], tuple[int, Mapping[str, DecisionSummary]] | None]
 
-def maps_of(domain_map: DomainMap | None) -> Callable[[str], DomainMap | None]:
-    return lambda domain: domain_map
+
+def maps_of(domain_map: DomainMap | None) -> Dropping:
+    """The audit targets of ``domain_map`` as the front reads them: from its JSON document."""
+    canonicalizer = Canonicalizer()
+    if domain_map is not None:
+        canonicalizer.update(domain_map, domain_map.dumps().encode())
+    return canonicalizer.dropping_decisions
 
 
 def offer(sampler: LocalSampler, text: str, basis: str = "") -> int:
@@ -95,9 +102,9 @@ def test_audits_read_each_map_version_once_and_follow_a_new_one() -> None:
     domain_map = wrong_map("shop.test")
     reads: list[str] = []
 
-    def live(domain: str) -> DomainMap | None:
+    def live(domain: str) -> tuple[int, Mapping[str, DecisionSummary]] | None:
         reads.append(domain)
-        return current
+        return maps_of(current)(domain)
 
     current: DomainMap | None = domain_map
     forwarder = AuditForwarder(AuditRule(1.0), max_items=10_000)

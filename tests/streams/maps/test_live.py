@@ -1,9 +1,16 @@
 import random
 
 from miqps.canonical import Canonicalizer, DomainRules, Status, settle
-from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification
+from miqps.maps import (
+    DomainMap,
+    Layer,
+    ParamEvidence,
+    PatternDecision,
+    Verification,
+    timestamp_seconds,
+)
 from miqps.urls import parse, path_shape, pattern_key
-from streams.maps.live import LiveMaps, timestamp_seconds
+from streams.maps.live import LiveMaps
 
 NAMES = ("id", "page", "utm_source", "utm_medium", "gclid", "ref", "variant", "sid", "q")
 

@@ -20,8 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from bench.stream_throughput import learned_maps
+from miqps.maps import timestamp_seconds
 from streams.front.metrics import consumer_lag, lag_by_partition
-from streams.maps.live import LiveMaps, timestamp_seconds
+from streams.maps.live import LiveMaps
 from streams.messages import MapUpdateRecord
 from streams.ops.metrics import (
     OTHER_HOSTS,
