@@ -6,7 +6,9 @@
   of the operator's never-probe list are never fetched (:class:`NotProbed`).
 - Per host: at most ``per_host_concurrency`` requests in flight, and request starts
   spaced by the host's delay: ``1 / per_host_rate`` at first, never below its Crawl-delay,
-  then following its latency and errors (:class:`~miqps.politeness.HostPace`).
+  then following its latency and errors (:class:`~miqps.politeness.HostPace`). A host
+  that asks for a Crawl-delay (or Request-rate) gets one request at a time, each starting
+  that long after the previous one's answer.
 - 429 and 503 with ``Retry-After`` pause the whole host, for every task; a longer
   ``Retry-After`` than ``max_retry_after`` defers the host. Other 5xx, timeouts and
   transport errors back off exponentially; tenacity bounds the attempts.
@@ -699,8 +701,7 @@ class Fetcher:
         host = url.host
         slot, pace = self._politeness(host)
         waiting_since = time.monotonic()
-        async with slot:
-            await pace.turn()
+        async with slot, pace.request():
             started = time.monotonic()
             waits = self.stats.politeness_wait_seconds
             waits[host] = waits.get(host, 0.0) + started - waiting_since

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -110,11 +111,15 @@ class HostPace:
         self.target_concurrency = max(target_concurrency, 1e-3)
         self.adaptive = adaptive
         self.paused_until = 0.0
+        self.asked = 0.0
+        """The seconds the host itself asks for between requests (0: none)."""
         self._next_start = 0.0
         self._turns = asyncio.Lock()
+        self._one_at_a_time = asyncio.Lock()
 
     def ask_at_least(self, seconds: float) -> None:
         """The host asks for at least ``seconds`` between requests (its Crawl-delay)."""
+        self.asked = max(self.asked, seconds)
         self.floor = max(self.floor, seconds)
         self.max_delay = max(self.max_delay, self.floor)
         self.delay = max(self.delay, self.floor)
@@ -129,6 +134,25 @@ class HostPace:
                     break
                 await asyncio.sleep(start - now)
             self._next_start = now + self.delay
+
+    @asynccontextmanager
+    async def request(self) -> AsyncIterator[None]:
+        """Take this host's next turn (:meth:`turn`) for one request, made inside.
+
+        A host that asks for a delay gets one request at a time, each starting that delay
+        after the previous one's answer: it sees at least that much between receiving two
+        requests however long one takes to reach it (a start-to-start spacing alone lets a
+        request held up on its way arrive closer to the next one)."""
+        if not self.asked:
+            await self.turn()
+            yield
+            return
+        async with self._one_at_a_time:
+            await self.turn()
+            try:
+                yield
+            finally:
+                self._next_start = max(self._next_start, time.monotonic() + self.asked)
 
     def pause(self, seconds: float) -> float:
         """No request to the host for ``seconds`` from now; returns the seconds the pause

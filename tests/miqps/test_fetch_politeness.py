@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from miqps.fetch import FetchConfig, Fetcher, FetchFailed, FetchStats
+from miqps.politeness import HostPace
 from simweb.polite import PoliteWeb
 
 
@@ -366,3 +367,24 @@ def test_robots_txt_is_read_up_to_500_kib(serve: list[ThreadingHTTPServer]) -> N
     assert seen.count("/late/1") == 1  # its rule lies past the first 500 KiB
     assert _kinds(results) == {"disallowed by robots.txt"}
     assert stats.robots_fetches == {"rules": 1}
+
+
+def test_a_crawl_delay_holds_where_the_site_receives_a_request_held_up_on_its_way() -> None:
+    """A request that reaches the host late (a busy process, a slow network) must not
+    arrive closer than the Crawl-delay to the next one: spacing the starts alone lets it."""
+    pace = HostPace(0.01, 60.0, 1.0, adaptive=False)
+    pace.ask_at_least(0.2)
+    arrivals: list[float] = []
+
+    async def request(on_the_way: float) -> None:
+        async with pace.request():
+            await asyncio.sleep(on_the_way)
+            arrivals.append(time.monotonic())
+            await asyncio.sleep(0.01)  # the answer
+
+    async def run() -> None:
+        await asyncio.gather(request(0.15), request(0.0), request(0.15), request(0.0))
+
+    asyncio.run(run())
+    gaps = [later - earlier for earlier, later in itertools.pairwise(sorted(arrivals))]
+    assert len(arrivals) == 4 and min(gaps) >= 0.2
