@@ -698,12 +698,7 @@ class Canonicalizer:
             missed = [index for index in others if records[index] is not None]
             if not missed:
                 return records, keys, learned
-            taught: set[tuple[str | None, int, str]] = set()
-            for index in missed:
-                domain, table, key, names = records[index]
-                if (domain, table, key) not in taught:
-                    taught.add((domain, table, key))
-                    self._teach_native(domain, table, key, names)
+            self._teach_misses([records[index] for index in missed])
             again = [values[index] for index in missed]
             answers, answer_keys, others, more = batch(
                 again, max_bytes, due_before, audit_below, seed
@@ -737,18 +732,9 @@ class Canonicalizer:
         pattern), the rest takes :meth:`canonical_text`."""
         slow: list[int] = []
         for _ in range(_MAX_MISSES):
-            missed: list[int] = []
-            taught: set[tuple[str | None, int, str]] = set()
-            for index in others:
-                answer = out[index]
-                if answer is None:
-                    slow.append(index)
-                    continue
-                domain, table, key, names = answer
-                if (domain, table, key) not in taught:
-                    taught.add((domain, table, key))
-                    self._teach_native(domain, table, key, names)
-                missed.append(index)
+            slow.extend(index for index in others if out[index] is None)
+            missed = [index for index in others if out[index] is not None]
+            self._teach_misses([out[index] for index in missed])
             others = []
             if not missed:
                 break
@@ -764,6 +750,14 @@ class Canonicalizer:
                 if errors is not None:
                     errors.append((index, error))
                 out[index] = ""
+
+    def _teach_misses(self, misses: list[Any]) -> None:
+        """Teach the compiled path the plan of each key its ``misses`` name, once a key."""
+        taught: set[tuple[str | None, int, str]] = set()
+        for domain, table, key, names in misses:
+            if (domain, table, key) not in taught:
+                taught.add((domain, table, key))
+                self._teach_native(domain, table, key, names)
 
     def _teach_native(self, domain: str | None, table: int, key: str, names: Sequence[str]) -> None:
         """Hand the compiled path the plan for ``key`` in the table it named, unless that

@@ -542,7 +542,6 @@ impl Core {
     /// Start an empty plan table for `domain`, whose map is now the one `token` names:
     /// version `version`, with `learned` patterns (pattern, and the names it keeps when it
     /// drops one), the oldest of its decisions made at `oldest_decision`.
-    #[pyo3(signature = (domain, token, version=0, learned=Vec::new(), oldest_decision=f64::NEG_INFINITY))]
     fn install(
         &mut self,
         domain: String,
