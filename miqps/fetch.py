@@ -446,6 +446,9 @@ class FetchStats:
     """robots.txt fetches by result (:class:`~miqps.politeness.RobotsStatus`)."""
     robots_by_host: dict[str, str] = field(default_factory=dict)
     """Per host, the status of its robots.txt as last fetched."""
+    robots_unanswered: dict[str, str] = field(default_factory=dict)
+    """Per host whose robots.txt did not answer when last fetched, why (a failure's kind,
+    ``HTTP 502``): what a run that reached nothing tells its user."""
     delay_by_host: dict[str, float] = field(default_factory=dict)
     """Per host, the current seconds between request starts (its pace)."""
 
@@ -639,6 +642,7 @@ class Fetcher:
 
     async def _fetch_robots(self, url: httpx.URL) -> RobotsRules:
         robots_url = str(url.copy_with(path="/robots.txt", query=None, fragment=None))
+        unanswered = ""
         try:
             result = await self._fetch_with_redirects(
                 robots_url, robots_file=True, body_limit=ROBOTS_MAX_BYTES
@@ -650,12 +654,14 @@ class Fetcher:
                 reason=error.reason,
                 refusal_kind=error.kind,
             )
+            unanswered = error.kind
         except FetchFailed as error:
             # RFC 9309: after five redirects, robots.txt may be taken as unavailable.
             status = RobotsStatus.NONE if error.kind == "too many redirects" else None
             rules = RobotsRules(
                 status or RobotsStatus.UNREACHABLE, time.monotonic(), reason=error.reason
             )
+            unanswered = error.kind
         except Exception as error:  # a response no rule foresaw: as if it did not answer
             reason = f"unexpected {type(error).__name__}"
             rules = RobotsRules(RobotsStatus.UNREACHABLE, time.monotonic(), reason=reason)
@@ -670,6 +676,10 @@ class Fetcher:
                 rules = RobotsRules(RobotsStatus.UNREACHABLE, time.monotonic(), reason=reason)
         self.stats.robots_fetches[rules.status] += 1
         self.stats.robots_by_host[url.host] = rules.status
+        if rules.status is RobotsStatus.UNREACHABLE:
+            self.stats.robots_unanswered[url.host] = unanswered or rules.reason
+        else:
+            self.stats.robots_unanswered.pop(url.host, None)
         return rules
 
     async def _fetch_one(
