@@ -8,7 +8,7 @@
   spaced by the host's delay: ``1 / per_host_rate`` at first, never below its Crawl-delay,
   then following its latency and errors (:class:`~miqps.politeness.HostPace`). A host
   that asks for a Crawl-delay (or Request-rate) gets one request at a time, each starting
-  that long after the previous one's answer.
+  that long after the previous one's answer, robots.txt's own included.
 - 429 and 503 with ``Retry-After`` pause the whole host, for every task; a longer
   ``Retry-After`` than ``max_retry_after`` defers the host. Other 5xx, timeouts and
   transport errors back off exponentially; tenacity bounds the attempts.
@@ -674,6 +674,9 @@ class Fetcher:
             else:
                 reason = f"HTTP {result.status}"
                 rules = RobotsRules(RobotsStatus.UNREACHABLE, time.monotonic(), reason=reason)
+        asked = rules.delay(self.product_token)
+        if 0.0 < asked <= self.config.max_crawl_delay:
+            self._politeness(url.host)[1].ask_at_least(asked, answered_at=time.monotonic())
         self.stats.robots_fetches[rules.status] += 1
         self.stats.robots_by_host[url.host] = rules.status
         if rules.status is RobotsStatus.UNREACHABLE:

@@ -117,12 +117,16 @@ class HostPace:
         self._turns = asyncio.Lock()
         self._one_at_a_time = asyncio.Lock()
 
-    def ask_at_least(self, seconds: float) -> None:
-        """The host asks for at least ``seconds`` between requests (its Crawl-delay)."""
+    def ask_at_least(self, seconds: float, answered_at: float | None = None) -> None:
+        """The host asks for at least ``seconds`` between requests (its Crawl-delay), in
+        the robots.txt it answered at ``answered_at`` (monotonic): robots.txt is a request
+        to the host too, so the next one starts that long after its answer."""
         self.asked = max(self.asked, seconds)
         self.floor = max(self.floor, seconds)
         self.max_delay = max(self.max_delay, self.floor)
         self.delay = max(self.delay, self.floor)
+        if answered_at is not None:
+            self._next_start = max(self._next_start, answered_at + self.asked)
 
     async def turn(self) -> None:
         """Wait until this host may be sent the next request, and take that turn."""

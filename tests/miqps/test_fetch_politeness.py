@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from miqps import politeness
 from miqps.fetch import FetchConfig, Fetcher, FetchFailed, FetchStats
 from miqps.politeness import HostPace
 from simweb.polite import PoliteWeb
@@ -388,3 +389,83 @@ def test_a_crawl_delay_holds_where_the_site_receives_a_request_held_up_on_its_wa
     asyncio.run(run())
     gaps = [later - earlier for earlier, later in itertools.pairwise(sorted(arrivals))]
     assert len(arrivals) == 4 and min(gaps) >= 0.2
+
+
+class _DelayedHost:
+    """A loopback host whose robots.txt asks for a Crawl-delay (``delays[0]`` on its first
+    fetch, then each next one): every request's arrival is recorded, robots.txt's too."""
+
+    def __init__(self, delays: list[float]) -> None:
+        self.delays = delays
+        self.lock = threading.Lock()
+        self.arrivals: list[tuple[float, str]] = []
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        host = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                with host.lock:
+                    robots = sum(path == "/robots.txt" for _, path in host.arrivals)
+                    host.arrivals.append((time.monotonic(), self.path))
+                if self.path == "/robots.txt":
+                    delay = host.delays[min(robots, len(host.delays) - 1)]
+                    body = f"User-agent: *\nCrawl-delay: {delay:g}\n".encode()
+                else:
+                    body = b"<html><body><p>ok</p></body></html>"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+        return Handler
+
+    def gaps(self) -> list[tuple[float, str]]:
+        """Between each two arrivals: the seconds, and the later request's path."""
+        return [(b - a, path) for (a, _), (b, path) in itertools.pairwise(self.arrivals)]
+
+
+def test_the_crawl_delay_holds_after_robots_txt(serve: list[ThreadingHTTPServer]) -> None:
+    """robots.txt is a request to the host: the first page waits the delay after it too."""
+    host = _DelayedHost([0.5])
+    port = _start(serve, ThreadingHTTPServer(("127.0.0.1", 0), host.handler()))
+
+    async def run() -> None:
+        config = FetchConfig(allow_private=True, per_host_rate=1000, per_host_concurrency=4)
+        async with Fetcher(config) as fetcher:
+            await asyncio.gather(
+                *(fetcher.fetch(f"http://127.0.0.1:{port}/p/{n}") for n in range(3))
+            )
+
+    asyncio.run(run())
+    assert host.arrivals[0][1] == "/robots.txt"
+    assert len(host.arrivals) == 4
+    assert min(gap for gap, _ in host.gaps()) >= 0.5 * 0.95, host.gaps()
+
+
+def test_a_robots_txt_fetched_again_is_paced_and_its_new_delay_holds_from_its_answer(
+    serve: list[ThreadingHTTPServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once its cache life is over, robots.txt is fetched again like any request: no closer
+    than the delay to the page before it, and a longer delay it now asks for holds from
+    its answer on."""
+    host = _DelayedHost([0.3, 0.6])
+    port = _start(serve, ThreadingHTTPServer(("127.0.0.1", 0), host.handler()))
+    monkeypatch.setattr(politeness, "ROBOTS_CACHE_SECONDS", 0.7)
+
+    async def run() -> None:
+        config = FetchConfig(allow_private=True, per_host_rate=1000)
+        async with Fetcher(config) as fetcher:
+            for n in range(4):
+                await fetcher.fetch(f"http://127.0.0.1:{port}/p/{n}")
+
+    asyncio.run(run())
+    paths = [path for _, path in host.arrivals]
+    assert paths[0] == "/robots.txt" and paths.count("/robots.txt") >= 2
+    again = paths.index("/robots.txt", 1)
+    gaps = host.gaps()
+    assert min(gap for gap, _ in gaps[:again]) >= 0.3 * 0.95, gaps
+    assert min(gap for gap, _ in gaps[again:]) >= 0.6 * 0.95, gaps
