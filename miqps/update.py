@@ -17,13 +17,16 @@ map, sample URLs and the patterns asked for, it decides what it can and says why
   parameters was decided on evidence and the map lacks it.
 - Default values a page of the same shape has just shown to matter are withdrawn from the
   map's other patterns (*stale defaults*).
-- Nothing is decided for a pattern whose every probe failed (*unreachable*), nor for the
-  patterns of a domain whose every URL showed one and the same page (*walled*: a bot wall,
-  a login page). The map keeps what it had and the pattern is asked for again later. Each
-  such pattern is named for what happened (:class:`Undecided`): its pages were shells or
-  interstitials, robots.txt disallowed them, or every fetch failed. A pattern the map does
-  not decide is recorded in its ``undecided`` with that cause (a new version, when the
-  cause is new), keeping every parameter; a later decision replaces the record.
+- Nothing is decided for a pattern none of whose pages could be fetched and judged
+  (*unreachable*), nor for the patterns of a domain whose every URL showed one and the
+  same page (*walled*: a bot wall, a login page). The map keeps what it had and the
+  pattern is asked for again later. Each such pattern is named for what happened
+  (:class:`Undecided`): its pages were shells or interstitials, robots.txt disallowed them
+  (or those of its path shape, whose evidence it shares), or every fetch failed. A pattern
+  the map does not decide is recorded in its ``undecided`` with that cause (a new version,
+  when the cause is new), keeping every parameter; a later decision replaces the record.
+  A pattern whose pages were judged is decided, if only to keep every parameter (the
+  removals showed a terse error page, evidence of nothing): it is not asked again.
 - The decisions are merged into the current map and passed through the anomaly gate.
 - A *frozen* map (an operator's ``miqps maps freeze``) is not changed at all: the patterns
   asked for are reported as ``frozen``, without a fetch, until the map is unfrozen.
@@ -226,7 +229,9 @@ async def update_map(
     update.unreachable = sorted(
         pattern
         for pattern, entry in decided.items()
-        if entry.why is Why.REQUESTED and unreachable(entry.decision)
+        if entry.why is Why.REQUESTED
+        and unreachable(entry.decision)
+        and not _page_judged(learner, pattern, samples)
     )
     update.decided = {
         pattern: decided[pattern]
@@ -234,11 +239,11 @@ async def update_map(
         if pattern not in update.unreachable
     }
     update.without_samples = sorted(set(wanted) - set(decided) - set(update.walled))
-    failure_kinds = learner.prober.failure_kinds
     update.undecided = dict.fromkeys(update.walled, Undecided.ONE_PAGE)
     for pattern in update.unreachable:
-        kinds = (failure_kinds.get(url.url) for url in samples if url.pattern == pattern)
-        update.undecided[pattern] = undecided_cause(kind for kind in kinds if kind)
+        update.undecided[pattern] = undecided_cause(
+            _failure_kinds(learner.prober.failure_kinds, pattern, samples)
+        )
     update.fetches = stats.by_host[domain] - fetches_before
     newly_undecided = _newly_undecided(current, update.undecided)
     if update.decided or newly_undecided:
@@ -247,6 +252,40 @@ async def update_map(
         update.candidate = merge_update(current, learned)
         update.verdict = anomaly_gate(current, update.candidate, max_flip_share)
     return update
+
+
+def _page_judged(learner: Learner, pattern: str, samples: Sequence[NormalizedURL]) -> bool:
+    """Whether a page of ``pattern`` was fetched and judged: then the pattern was reached,
+    and what the learner made of it (every parameter kept, when no removal of one could be
+    judged, as when it shows a terse error page) is its decision. A pattern none of whose
+    own samples was tried takes the word of its path shape, whose evidence it shares."""
+    for related in (_own(pattern, samples), _same_shape(pattern, samples)):
+        tried = [url for url in related if learner.prober.has_snapshot(url.url)]
+        if tried:
+            return any(learner.prober.fetched(url.url) is not None for url in tried)
+    return False
+
+
+def _failure_kinds(
+    failure_kinds: Mapping[str, str], pattern: str, samples: Sequence[NormalizedURL]
+) -> list[str]:
+    """What went wrong with the samples of ``pattern``; for a pattern none of whose samples
+    was tried (its parameters were sampled on its path shape's other patterns, or on the
+    domain's), what went wrong there."""
+    for related in (_own(pattern, samples), _same_shape(pattern, samples), samples):
+        kinds = [kind for url in related if (kind := failure_kinds.get(url.url))]
+        if kinds:
+            return kinds
+    return []
+
+
+def _own(pattern: str, samples: Sequence[NormalizedURL]) -> list[NormalizedURL]:
+    return [url for url in samples if url.pattern == pattern]
+
+
+def _same_shape(pattern: str, samples: Sequence[NormalizedURL]) -> list[NormalizedURL]:
+    shape = split_pattern(pattern)[0]
+    return [url for url in samples if path_shape(url.path) == shape]
 
 
 def _newly_undecided(
