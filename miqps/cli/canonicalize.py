@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -138,9 +139,28 @@ def _decisions(canonicalizer: Canonicalizer, lines: Iterable[str]) -> Iterator[s
             decision = canonicalizer.decide(parse(text), original=text)
         except InvalidURL as error:
             _report_invalid(number, error)
-            yield json.dumps({"url": text, "error": error.reason}) + "\n"
+            record = {"url": _as_unicode(text), "error": error.reason}
+            yield json.dumps(record, ensure_ascii=False) + "\n"
             continue
         yield json.dumps(decision.to_json(), ensure_ascii=False) + "\n"
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def _percent_encoded(match: re.Match[str]) -> str:
+    char = match.group()
+    try:  # a byte that was not UTF-8, as stdin and the arguments are read
+        raw = char.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raw = char.encode("utf-8", "surrogatepass")
+    return "".join(f"%{byte:02X}" for byte in raw)
+
+
+def _as_unicode(text: str) -> str:
+    """``text`` with the bytes that were not UTF-8 (lone surrogates once read) percent-encoded,
+    as a URL carries bytes: JSON readers refuse lone surrogates."""
+    return _SURROGATES.sub(_percent_encoded, text)
 
 
 def _report_invalid(number: int, error: InvalidURL) -> None:

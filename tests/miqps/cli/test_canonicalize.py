@@ -4,9 +4,11 @@ run and on maps written for the test."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
-from tests.miqps.cli.support import run
+from tests.miqps.cli.support import MIQPS, run
 
 
 def test_canonicalize_prints_one_line_per_input_in_order(
@@ -118,3 +120,39 @@ def test_canonicalize_plain_and_json_agree_and_show_matrix_parameters(tmp_path: 
         [";jsessionid"],
     )
     assert decisions[2]["kept"] == [";v"] and decisions[2]["status"] == "provisional"
+
+
+def _canonicalize_bytes(*args: str, stdin: bytes) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [MIQPS, "canonicalize", *args], input=stdin, capture_output=True, timeout=60, check=False
+    )
+
+
+def test_json_is_valid_unicode_for_lines_that_are_not_utf8_and_agrees_with_plain() -> None:
+    """Bytes that are not UTF-8 are percent-encoded in the JSON's ``url``, as a URL would
+    carry them: strict readers take every line, and the line is invalid in both outputs."""
+    lines = [
+        b"http://a.example/p\xff\xfe?x=1",
+        b"http://a.example/p?id=1&utm_source=x",
+        b"http://a.example/q?\xe9t\xc3=1",
+        "http://a.example/caf\u00e9?x=2".encode(),
+    ]
+    stdin = b"\n".join(lines) + b"\n"
+    plain = _canonicalize_bytes(stdin=stdin)
+    as_json = _canonicalize_bytes("--json", stdin=stdin)
+    assert plain.returncode == as_json.returncode == 0
+    decisions = []
+    for line in as_json.stdout.decode("utf-8").splitlines():
+        decision = json.loads(line)
+        json.dumps(decision, ensure_ascii=False).encode("utf-8")  # no lone surrogate
+        decisions.append(decision)
+    assert [d["url"] for d in decisions] == [
+        "http://a.example/p%FF%FE?x=1",
+        "http://a.example/p?id=1&utm_source=x",
+        "http://a.example/q?%E9t%C3=1",
+        "http://a.example/caf\u00e9?x=2",
+    ]
+    assert [d.get("canonical_url", "") for d in decisions] == plain.stdout.decode().splitlines()
+    assert [bool(d.get("error")) for d in decisions] == [True, False, True, False]
+    argument = _canonicalize_bytes("--json", os.fsdecode(lines[0]), stdin=b"")
+    assert json.loads(argument.stdout)["url"] == "http://a.example/p%FF%FE?x=1"
