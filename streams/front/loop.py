@@ -54,6 +54,7 @@ from streams.kafka.clients import (
     ProduceBlocked,
     StoppedBeforeDelivery,
     checkpoint,
+    leave_and_close,
     produce,
 )
 from streams.kafka.partitioning import key_partition
@@ -210,8 +211,12 @@ class CanonicalizerFront:
         live_maps: LiveMaps,
         feed: MapFeed,
         on_fatal: Callable[[BaseException], None] | None = None,
+        transactional_id: str | None = None,
     ) -> None:
         self.settings = settings
+        self.transactional_id = transactional_id or f"{self.group_id}-{uuid.uuid4().hex}"
+        """Exactly once, the producer's: a front given its predecessor's fences it (its
+        open transaction is aborted at once instead of after its timeout)."""
         self.bug_backoff = BugBackoff(OnBug(settings.on_bug))
         self.live_maps = live_maps
         self.feed = feed
@@ -392,9 +397,7 @@ class CanonicalizerFront:
                     "delivery.report.only.error": True,
                     "on_delivery": self._deliveries,
                     **(
-                        transactional_producer_config(f"{self.group_id}-{uuid.uuid4().hex}")
-                        if exactly_once
-                        else {}
+                        transactional_producer_config(self.transactional_id) if exactly_once else {}
                     ),
                 },
             )
@@ -506,7 +509,7 @@ class CanonicalizerFront:
                 log.warning("canonicalizer: the producer failed at the stop: %s", error)
             self._transaction = None
             self._deliveries.errors.clear()
-            consumer.close()
+            leave_and_close(consumer)
             self._in_loop = False
             log.info("canonicalizer: %s", self.uncommitted.describe())
             log.info(

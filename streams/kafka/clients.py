@@ -7,6 +7,8 @@
   check that everything was delivered, and only then store the consumer's offsets.
 - :func:`read_to_end`: every record of a topic from the beginning up to where it ended
   when the read began (``miqps maps``, the map feed's catch-up).
+- :func:`leave_and_close`: close a group member without a rebalance callback inside
+  ``close()``, where librdkafka can block for ever while the callback holds the GIL.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ PRODUCE_BLOCKED_SECONDS = 30.0
 DELIVERY_WAIT_SECONDS = 10.0
 STOPPING_FLUSH_SECONDS = 2.0
 BLOCKED_POLL_SECONDS = 0.05
+LEAVE_GROUP_SECONDS = 10.0
+"""How long :func:`leave_and_close` serves the revocation before it closes anyway."""
 
 
 class ProduceBlocked(RuntimeError):
@@ -227,3 +231,37 @@ def _drop_reached(consumer: Consumer, topic: str, remaining: dict[int, int]) -> 
     for position in positions:
         if position.offset >= 0 and position.offset >= remaining.get(position.partition, 0):
             remaining.pop(position.partition, None)
+
+
+def leave_and_close(consumer: Consumer, timeout: float = LEAVE_GROUP_SECONDS) -> bool:
+    """Close a consumer that subscribed with rebalance callbacks, without running one of
+    them inside ``close()``.
+
+    confluent-kafka calls ``rd_kafka_assign`` from its rebalance callback while it holds
+    the GIL (confluent-kafka-python#1023), and inside ``rd_kafka_consumer_close`` that call
+    can block for ever (confluentinc/librdkafka#4884, #4527): the whole process freezes, no
+    Python thread runs, not even a watchdog. So: unsubscribe, and serve the revocation from
+    ``consume`` (where ``rd_kafka_assign`` returns) until nothing is assigned; only then
+    close, with no partition left to revoke. Messages read meanwhile are dropped unseen:
+    their offsets were never stored, so they are read again by the partitions' next owner.
+
+    Returns whether the revocation was served within ``timeout`` seconds (it is not when
+    the broker is unreachable; ``close`` then runs anyway, as before)."""
+    left = False
+    try:
+        consumer.unsubscribe()
+        deadline = time.monotonic() + timeout
+        while consumer.assignment():
+            if time.monotonic() > deadline:
+                break
+            consumer.consume(500, 0.1)
+        else:
+            left = True
+    except KafkaException as error:
+        log.warning("consumer: leaving the group failed (%s); closing anyway", error)
+    if not left:
+        log.warning(
+            "consumer: partitions still assigned %gs after unsubscribing; closing anyway", timeout
+        )
+    consumer.close()
+    return left
