@@ -6,15 +6,28 @@ has a core to itself. The child follows the maps topic with its own feed. It sto
 worker stops it (SIGTERM: it finishes its batch, so its offsets are committed), and exits
 at once if the worker dies, since its at-least-once offsets make that safe. The worker
 treats an unexpected exit of the child as fatal, so a supervisor restarts both.
+
+A child can also freeze whole: a Kafka client call that blocks in C while it holds the GIL
+stops every thread of it, its own watchdog included. So the child's main thread writes a
+heartbeat (a monotonic time in shared memory) twice a second, and the worker, from its own
+process, replaces a child whose heartbeat is older than ``MIQPS_FRONT_HEARTBEAT_TIMEOUT``:
+it asks the child to dump every thread's stack (``faulthandler``, which needs no GIL),
+kills it and starts a new one. Every front of one worker uses the same transactional id,
+so under exactly once the new front fences the old one and aborts its open transaction at
+once.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import multiprocessing
 import os
 import signal
+import socket
 import threading
+import time
+from ctypes import c_double
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from types import FrameType
@@ -33,6 +46,17 @@ STUCK_EXIT_CODE = 75
 """The front's exit code when its Kafka clients were stuck for good: the worker starts a
 new front instead of stopping."""
 LOG_FORMAT = "[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s"
+HEARTBEAT_SECONDS = 0.5
+STACK_DUMP_SECONDS = 1.0
+"""How long a frozen child is given to write its stacks before it is killed."""
+REPLACED_STUCK = "stuck"
+REPLACED_FROZEN = "frozen"
+
+
+def front_transactional_id(settings: Settings, worker_pid: int) -> str:
+    """The transactional id of every front the worker process ``worker_pid`` starts: the
+    same for a replacement, so that it fences its predecessor."""
+    return f"{settings.app_id}-canonicalizer-{socket.gethostname()}-{worker_pid}"
 
 
 def run_front(
@@ -41,11 +65,15 @@ def run_front(
     loglevel: int,
     stop_timeout: float,
     metrics: Connection | None = None,
+    heartbeat: c_double | None = None,
 ) -> None:
     """The child process: map feed + front until SIGTERM or the parent is gone; once
     asked to stop, it exits within ``stop_timeout`` seconds. With ``metrics``, it sends
-    its metrics there (:mod:`streams.front.metrics`)."""
+    its metrics there (:mod:`streams.front.metrics`); with ``heartbeat``, it writes
+    ``time.monotonic()`` there every :data:`HEARTBEAT_SECONDS`, and SIGUSR1 dumps the
+    stack of every thread to stderr."""
     logging.basicConfig(level=loglevel, format=LOG_FORMAT)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     rate_limit_handlers()
     stopping = threading.Event()
     failed: list[BaseException] = []
@@ -57,7 +85,9 @@ def run_front(
 
     live_maps = LiveMaps(settings.policy.reverify_after)
     feed = MapFeed(settings, live_maps, on_fatal)
-    front = CanonicalizerFront(settings, live_maps, feed, on_fatal)
+    front = CanonicalizerFront(
+        settings, live_maps, feed, on_fatal, front_transactional_id(settings, parent_pid)
+    )
     deadline = StopDeadline(stop_timeout, "canonicalizer", front.describe_uncommitted)
     exporter = front_exporter(front, metrics) if metrics is not None else None
 
@@ -71,7 +101,9 @@ def run_front(
     front.start()
     if exporter is not None:
         exporter.start()
-    while not stopping.wait(0.5):
+    while not stopping.wait(HEARTBEAT_SECONDS):
+        if heartbeat is not None:
+            heartbeat.value = time.monotonic()
         if os.getppid() != parent_pid:
             log.error("canonicalizer: the worker process is gone; exiting")
             os._exit(3)
@@ -100,6 +132,10 @@ class FrontProcess:
         self.metrics: Connection | None = None
         """Where the child's metrics arrive, with ``MIQPS_METRICS_PORT`` set."""
         self._child_metrics: Connection | None = None
+        self._heartbeat: c_double | None = None
+        self.replacements = {REPLACED_STUCK: 0, REPLACED_FROZEN: 0}
+        """Fronts replaced, by why: ``stuck`` (it exited with :data:`STUCK_EXIT_CODE`) or
+        ``frozen`` (its heartbeat stopped, :meth:`silent_for`)."""
 
     def start(self) -> None:
         """Start the child, or a new one after :data:`STUCK_EXIT_CODE` (it writes its
@@ -108,14 +144,43 @@ class FrontProcess:
         loglevel = logging.getLogger().getEffectiveLevel()
         if self.settings.metrics_port is not None and self._child_metrics is None:
             self.metrics, self._child_metrics = context.Pipe(duplex=False)
+        heartbeat = self._heartbeat = context.RawValue(c_double, time.monotonic())
         self._process = context.Process(
             target=run_front,
-            args=(self.settings, os.getpid(), loglevel, self.stop_timeout, self._child_metrics),
+            args=(
+                self.settings,
+                os.getpid(),
+                loglevel,
+                self.stop_timeout,
+                self._child_metrics,
+                heartbeat,
+            ),
             name="miqps-canonicalizer",
             daemon=False,
         )
         self._process.start()
         log.info("canonicalizer front started in process %s", self._process.pid)
+
+    def silent_for(self) -> float:
+        """Seconds since the running child last wrote its heartbeat (0 when no child runs
+        or it is being stopped)."""
+        process, heartbeat = self._process, self._heartbeat
+        if process is None or heartbeat is None or self._stopping or not process.is_alive():
+            return 0.0
+        return max(0.0, time.monotonic() - heartbeat.value)
+
+    def replace(self, reason: str) -> None:
+        """Start a new child in place of this one: a ``frozen`` one first dumps the stack of
+        every thread to stderr, then is killed."""
+        process = self._process
+        if process is not None and process.pid is not None and process.is_alive():
+            if reason == REPLACED_FROZEN:
+                os.kill(process.pid, signal.SIGUSR1)
+                process.join(STACK_DUMP_SECONDS)
+            process.kill()
+            process.join(5)
+        self.replacements[reason] += 1
+        self.start()
 
     def exited_unexpectedly(self) -> int | None:
         """The child's exit code if it ended without being asked to, else None."""

@@ -412,6 +412,22 @@ class FrontSnapshots(Collector):
         yield from self._latest
 
 
+class FrontReplacements(Collector):
+    """How many times the worker replaced its front process, by why."""
+
+    def __init__(self, replacements: Mapping[str, int]) -> None:
+        self.replacements = replacements
+
+    def collect(self) -> Iterator[Metric]:
+        yield labelled_counter(
+            "miqps_front_replacements",
+            "Canonicalizer front processes replaced by the worker: stuck (exited after a "
+            "Kafka client call did not return) or frozen (no heartbeat)",
+            "reason",
+            dict(self.replacements),
+        )
+
+
 class MergedCollector(Collector):
     """The families of ``sources``, those of the same name merged into one (the front and
     the agents both report ``miqps_consumer_lag``)."""
@@ -463,6 +479,10 @@ class WorkerMetrics:
 
     def follow_probing(self, probing: ProbeAgentState) -> None:
         self.agents.probing = probing
+
+    def follow_front(self, replacements: Mapping[str, int]) -> None:
+        """Count the front's replacements (``FrontProcess.replacements``)."""
+        self._sources.append(FrontReplacements(replacements))
 
     def start(self, loop: asyncio.AbstractEventLoop, front: Connection | None) -> None:
         port = self.settings.metrics_port

@@ -371,6 +371,15 @@ class Settings:
         minimum=5,
         maximum=3600,
     )
+    front_heartbeat_timeout: float = setting(
+        "MIQPS_FRONT_HEARTBEAT_TIMEOUT",
+        "seconds without a heartbeat from the canonicalizer front's process (frozen in a "
+        "Kafka client call that holds the GIL, say) before the worker dumps its stacks, "
+        "kills it and starts a new one",
+        60.0,
+        minimum=2,
+        maximum=3600,
+    )
     on_bug: Literal["stop", "retry"] = setting(
         "MIQPS_ON_BUG",
         "on an unexpected exception (a bug), a worker logs it and `stop`s, or backs off "

@@ -8,7 +8,12 @@ from collections.abc import Callable
 
 import mode
 
-from streams.front.process import STUCK_EXIT_CODE, FrontProcess
+from streams.front.process import (
+    REPLACED_FROZEN,
+    REPLACED_STUCK,
+    STUCK_EXIT_CODE,
+    FrontProcess,
+)
 from streams.maps.feed import MapFeed
 from streams.maps.live import LiveMaps
 from streams.ops.metrics import WorkerMetrics
@@ -47,6 +52,7 @@ class Runtime:
         self.front: FrontProcess | None = None
         if CANONICALIZE in roles:
             self.front = FrontProcess(settings, max(1.0, stop_timeout - FRONT_STOP_MARGIN))
+            self.metrics.follow_front(self.front.replacements)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_fatal: Callable[[BaseException], None] | None = None
 
@@ -94,6 +100,7 @@ class ThreadsService(mode.Service):
         )
 
     async def _watch_front(self, front: FrontProcess) -> None:
+        frozen_after = self.runtime.settings.front_heartbeat_timeout
         while not self.should_stop:
             await asyncio.sleep(1.0)
             code = front.exited_unexpectedly()
@@ -102,10 +109,17 @@ class ThreadsService(mode.Service):
                     "canonicalizer front was stuck in a Kafka client call and exited; "
                     "starting a new one, from the last commit"
                 )
-                front.start()
+                await asyncio.to_thread(front.replace, REPLACED_STUCK)
             elif code is not None:
                 self.runtime.fatal(RuntimeError(f"canonicalizer front exited with code {code}"))
                 return
+            elif (silent := front.silent_for()) > frozen_after:
+                log.error(
+                    "canonicalizer front froze: no heartbeat for %.0fs (its stacks follow on "
+                    "stderr); killing it and starting a new one, from the last commit",
+                    silent,
+                )
+                await asyncio.to_thread(front.replace, REPLACED_FROZEN)
 
     async def on_stop(self) -> None:
         self.runtime.metrics.stop()
