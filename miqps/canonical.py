@@ -114,6 +114,10 @@ class Decision(NamedTuple):
     """For a provisional URL whose pattern the map records as undecided, the cause (an
     :class:`~miqps.update.Undecided` name such as ``disallowed``); None, like ``layers``,
     without ``with_layers``."""
+    removed_as_default: tuple[str, ...] = ()
+    """The dropped parameters left out for holding a confirmed default value
+    (``currency=USD``), not for having no effect (empty, like ``layers``, without
+    ``with_layers``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -128,6 +132,7 @@ class Decision(NamedTuple):
             "map_version": self.map_version,
             "items": dict(self.items),
             "undecided": self.undecided,
+            "removed_as_default": list(self.removed_as_default),
         }
 
 
@@ -328,11 +333,13 @@ def keep_in_pattern(
 
 @dataclass(frozen=True, slots=True)
 class Round:
-    """One application of the rules: the pattern the URL was in, and what it kept there."""
+    """One application of the rules: the pattern the URL was in, what it kept there, and
+    what it left out only for holding a confirmed default value (``page=1``)."""
 
     pattern: str
     names: frozenset[str]
     keep: frozenset[str]
+    defaults: frozenset[str] = frozenset()
 
 
 def settle(
@@ -353,8 +360,11 @@ def settle(
         keep = keep_in_pattern(rules, layers, use_prior, pattern, names)
         defaults = rules.default_pairs.get(pattern) if rules is not None else None
         if defaults:
-            keep = frozenset(name for name in keep if url.value_of(name) not in defaults)
-        rounds.append(Round(pattern, names, keep))
+            at_default = frozenset(name for name in keep if url.value_of(name) in defaults)
+            keep -= at_default
+            rounds.append(Round(pattern, names, keep, at_default))
+        else:
+            rounds.append(Round(pattern, names, keep))
         if keep == names:
             return rounds
         names = keep
@@ -938,6 +948,7 @@ class Canonicalizer:
             compiled.version if compiled else 0,
             self._items_of(compiled, rounds) if with_layers else {},
             undecided,
+            tuple(sorted({n for r in rounds for n in r.defaults})) if with_layers else (),
         )
 
     def _native_decision(self, url: NormalizedURL, original: str) -> Decision | None:

@@ -120,6 +120,13 @@ def test_canonicalize_plain_and_json_agree_and_show_matrix_parameters(tmp_path: 
         [";jsessionid"],
     )
     assert decisions[2]["kept"] == [";v"] and decisions[2]["status"] == "provisional"
+    # hl=en is its confirmed default value; utm_source has no effect.
+    assert (decisions[1]["dropped"], decisions[1]["removed_as_default"]) == (
+        ["hl", "utm_source"],
+        ["hl"],
+    )
+    assert decisions[1]["layers"]["hl"] == "learned"
+    assert all(decisions[i]["removed_as_default"] == [] for i in (0, 2, 3))
 
 
 def _canonicalize_bytes(*args: str, stdin: bytes) -> subprocess.CompletedProcess[bytes]:
