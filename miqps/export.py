@@ -13,13 +13,22 @@ as neutral:
 - otherwise under a path, per first path segment (``/p`` covers ``/p`` and ``/p/...``),
   when every learned pattern under that segment agrees.
 
-Scopes the map never learned take the rules of the host (a host-wide name is neutral in
-every pattern that was learned). Patterns whose first segment is not a word (``/123/x``,
-shape ``/*``) are never exported under a path. A format that matches paths by prefix
-only (``Clean-param``) also leaves out a segment when a longer
-segment starting with it keeps the name (``/p`` would cover ``/pages``), and the root
-path, which as a prefix covers the whole host; duplicate-url-discarder's patterns can say
-"this path exactly" and need not.
+A pattern the map left undecided (its ``undecided`` records: a client-side shell route, a
+disallowed one) keeps every name it holds, values and all, as ``canonicalize`` does, in
+both scopes that cover it. Scopes the map never learned nor tried take the rules of the
+host (a host-wide name is neutral in every pattern that was learned): there an export
+drops what ``canonicalize``, which keeps every parameter of a pattern it does not know,
+keeps. Patterns whose first segment is not a word (``/123/x``, shape ``/*``) are never
+exported under a path. A format that matches paths by prefix only (``Clean-param``) also
+leaves out a segment when a longer segment starting with it, or one that is not a word,
+keeps the name (``/p`` would cover ``/pages`` and ``/p1``), and the root path, which as a
+prefix covers the whole host; duplicate-url-discarder's patterns can say "this path
+exactly" and need not.
+
+ClearURLs writes the query again whenever it removes a field, as ``URLSearchParams``
+does: a name without a value gains ``=`` (``?ref&utm_source=x`` becomes ``?ref=``) and
+values are form-encoded (a space becomes ``+``). URLs that ``canonicalize`` keeps apart
+only by such spellings (``?ref`` and ``?ref=``) are merged by it, and by no other format.
 
 Confirmed default values (``page=1``) are left out only by ``varnish``, the one format
 that can say "this value"; the others keep them.
@@ -82,6 +91,12 @@ class _Verdicts:
             values = set(evidence.default_values) if evidence and name in decision.kept else set()
             self.defaults[name] = self.defaults.get(name, values) & values
 
+    def keep_all(self, names: Iterable[str]) -> None:
+        """A pattern that keeps every name it holds, values and all: an undecided one."""
+        for name in names:
+            self.neutral[name] = False
+            self.defaults[name] = set()
+
     def neutral_names(self) -> set[str]:
         return {name for name, neutral in self.neutral.items() if neutral}
 
@@ -121,6 +136,10 @@ def neutral_scopes(domain_map: DomainMap, layers: StaticLayers | None = None) ->
         shape, _ = split_pattern(key)
         host.add(decision, keep_always)
         by_segment.setdefault(_segment_of(shape), _Verdicts()).add(decision, keep_always)
+    for key in domain_map.undecided:
+        shape, held = split_pattern(key)
+        host.keep_all(held)
+        by_segment.setdefault(_segment_of(shape), _Verdicts()).keep_all(held)
     host_names = host.neutral_names()
     scopes: list[NeutralScope] = []
     host_defaults = host.default_pairs(host_names)
@@ -149,16 +168,18 @@ def neutral_scopes(domain_map: DomainMap, layers: StaticLayers | None = None) ->
 
 def _prefix_safe(scopes: list[NeutralScope], domain_map: DomainMap) -> list[NeutralScope]:
     """The scopes a path *prefix* can say: the root path covers the whole host, and ``/p``
-    covers ``/pages`` too, so a segment loses the names a longer segment does not drop."""
-    kept_under: dict[str, set[str]] = {}
+    covers ``/pages`` and ``/p1`` too, so a segment loses the names kept under a longer
+    segment or under one that is not a word (shape ``/*``)."""
+    kept_under: dict[str | None, set[str]] = {}
     for key, decision in domain_map.patterns.items():
-        segment = _segment_of(split_pattern(key)[0])
-        if segment is not None:
-            kept_under.setdefault(segment, set()).update(
-                name
-                for name in decision.kept | decision.dropped
-                if not _learned_neutral(decision, name, frozenset())
-            )
+        kept_under.setdefault(_segment_of(split_pattern(key)[0]), set()).update(
+            name
+            for name in decision.kept | decision.dropped
+            if not _learned_neutral(decision, name, frozenset())
+        )
+    for key in domain_map.undecided:
+        shape, held = split_pattern(key)
+        kept_under.setdefault(_segment_of(shape), set()).update(held)
     safe: list[NeutralScope] = []
     for scope in scopes:
         if scope.segment == "/":
@@ -166,7 +187,7 @@ def _prefix_safe(scopes: list[NeutralScope], domain_map: DomainMap) -> list[Neut
         names = set(scope.names)
         if not scope.is_host_wide:
             for other, kept in kept_under.items():
-                if other != scope.segment and other.startswith(scope.segment):
+                if other is None or (other != scope.segment and other.startswith(scope.segment)):
                     names -= kept
         if names:
             safe.append(NeutralScope(scope.host, scope.segment, tuple(sorted(names))))

@@ -26,7 +26,7 @@ from protego import Protego
 
 from miqps.canonical import Canonicalizer, StaticLayers
 from miqps.cli import main
-from miqps.export import HOST_WIDE, export, neutral_scopes
+from miqps.export import FORMATS, HOST_WIDE, export, neutral_scopes
 from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification, write_maps
 from miqps.urls import parse, path_shape, pattern_key
 
@@ -844,3 +844,137 @@ def test_name_rules_never_merge_what_the_canonicalizer_keeps_apart(
         keys = {url: _clearurls_key(providers, url) for url in canonical}
     assert not _merged_apart(keys, canonical)
     assert len({repr(key) for key in keys.values()}) < len(keys)
+
+
+# Undecided patterns: a map records the patterns it asked about and could not decide (a
+# client-side shell route, a disallowed one); canonicalize keeps their parameters, as for any
+# pattern it never learned, and so must every export, in every scope that covers them.
+
+SHELL_HOST = "shell.test"
+SHELL_TEMPLATES = (
+    "/search?q&utm_source={v}",
+    "/search?q=&utm_source={v}",
+    "/p/1?id=1&ref={v}&tab={v}",
+    "/p/1?id=1&tab={v}",
+    "/p/1?id=1&ref",
+    "/p/1?id=1&ref&utm_source={v}",
+    "/help?ref={v}&tab={v}",
+    "/search?q=a&page={v}",
+    "/search?q=a&page={v}&utm_source={v}",
+    "/a/1?tab={v}",
+    "/app/1?ref={v}&tab={v}",
+    "/app/1?tab={v}",
+    "/app/1?ref&utm_source={v}",
+    "/app/1?ref=&utm_source={v}",
+    "/app/1?page={v}",
+    "/app/1?page=1&tab={v}",
+    "/a1/x?tab={v}",
+)
+SHELL_VALUES = ("1", "2", "x y")
+UNDECIDED_UNDER = {"app", "*"}
+"""First segments whose patterns the map leaves undecided (``*``: not a word, ``/a1``)."""
+
+
+def _shell_map(urls: list[str]) -> DomainMap:
+    """Where learned: ``ref``, ``tab`` and ``utm_source`` neutral, ``page=1`` a default."""
+    patterns: dict[str, PatternDecision] = {}
+    undecided: dict[str, str] = {}
+    for text in urls:
+        url = parse(text)
+        shape = path_shape(url.path)
+        key = pattern_key(shape, url.names)
+        if shape.split("/")[1] in UNDECIDED_UNDER:
+            undecided[key] = "shells"
+            continue
+        for names in (url.names, url.names - {"ref", "tab", "utm_source"}):
+            neutral = names & {"ref", "tab", "utm_source"}
+            kept = {n: ["page=1"] if n == "page" else [] for n in names - neutral}
+            patterns[pattern_key(shape, names)] = _decision(
+                kept, dict.fromkeys(neutral, Layer.LEARNED)
+            )
+    return DomainMap(SHELL_HOST, 1, STAMP, patterns, undecided=undecided)
+
+
+@pytest.fixture(scope="module")
+def undecided_routes() -> tuple[dict[str, DomainMap], dict[str, str]]:
+    urls = sorted(
+        {f"http://{SHELL_HOST}{t.format(v=v)}" for t in SHELL_TEMPLATES for v in SHELL_VALUES}
+    )
+    maps = {SHELL_HOST: _shell_map(urls)}
+    canonicalizer = Canonicalizer(StaticLayers.default())
+    canonicalizer.load(maps)
+    canonical = {url: canonicalizer.canonical_text(url) for url in urls}
+    app = f"http://{SHELL_HOST}/app/1?tab="
+    assert canonical[app + "1"] != canonical[app + "2"]  # kept apart on the shell route
+    return maps, canonical
+
+
+def _varnish_keys(tmp_path: Path, vcl: str, host: str, urls: list[str]) -> dict[str, object]:
+    """The cache key a real varnishd computes with the exported ``vcl`` for each URL."""
+    (tmp_path / "miqps.vcl").write_text(vcl, "utf-8")
+    main_vcl = (
+        "vcl 4.1;\n"
+        'backend none { .host = "127.0.0.1"; .port = "9"; }\n'
+        f'include "{tmp_path / "miqps.vcl"}";\n'
+        "sub vcl_recv { call miqps_strip; return (synth(200)); }\n"
+        "sub vcl_hash { call miqps_hash; return (lookup); }\n"
+        "sub vcl_synth { set resp.body = req.http.X-MIQPS-Key; return (deliver); }\n"
+    )
+    keys: dict[str, object] = {}
+    with _varnishd(tmp_path, main_vcl) as port:
+        for url in urls:
+            target = url.removeprefix(f"http://{host}").replace(" ", "%20")
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            connection.request("GET", target, headers={"Host": host})
+            keys[url] = connection.getresponse().read().decode()
+            connection.close()
+    return keys
+
+
+def _form_encoded(url: str) -> str:
+    """``url`` with its query written again as ``URLSearchParams`` writes it."""
+    base, _, query = url.partition("?")
+    return base + "?" + urlencode(parse_qsl(query, keep_blank_values=True)) if query else url
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_no_export_merges_what_canonicalize_keeps_apart_on_undecided_routes(
+    fmt: str,
+    tmp_path: Path,
+    undecided_routes: tuple[dict[str, DomainMap], dict[str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ClearURLs writes the query again whenever it removes a field, as ``URLSearchParams``
+    does (``ref`` becomes ``ref=``, a space ``+``): its only merges that canonicalize keeps
+    apart are URLs that spelling makes one, as the README says."""
+    maps, canonical = undecided_routes
+    text = export(maps, fmt)
+    keys: dict[str, object]
+    if fmt == "varnish":
+        keys = _varnish_keys(tmp_path, text, SHELL_HOST, list(canonical))
+    elif fmt == "dud-rules":
+        from duplicate_url_discarder.url_canonicalizer import UrlCanonicalizer
+
+        monkeypatch.setattr(
+            tldextract.tldextract, "TLD_EXTRACTOR", tldextract.TLDExtract(suffix_list_urls=())
+        )
+        (tmp_path / "rules.json").write_text(text, "utf-8")
+        discarder = UrlCanonicalizer([tmp_path / "rules.json"])
+        keys = {url: discarder.process_url(url) for url in canonical}
+    elif fmt == "cloudflare":
+        rules = json.loads(text)["rules"]
+        keys = {url: _cloudflare_key(rules, url) for url in canonical}
+    elif fmt == "clean-param":
+        lines = [line for line in text.splitlines() if line.startswith("Clean-param:")]
+        keys = {url: _clean_param_key(lines, url) for url in canonical}
+    else:
+        providers = json.loads(text)["providers"]
+        keys = {url: _clearurls_key(providers, url) for url in canonical}
+    merged = _merged_apart(keys, canonical)
+    if fmt == "clearurls":
+        assert merged, "the documented difference is shown"
+        merged = [
+            (a, b) for a, b in merged if _form_encoded(canonical[a]) != _form_encoded(canonical[b])
+        ]
+    assert not merged
+    assert len({repr(key) for key in keys.values()}) < len(keys), "and it still merges some"
