@@ -33,11 +33,13 @@ import asyncio
 import random
 import statistics
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from html import escape
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from threading import Thread
+from threading import Lock, Thread
+from typing import ClassVar
 from urllib.parse import parse_qsl, urlsplit
 
 import xxhash
@@ -64,9 +66,30 @@ def changes_with_size(host: str, item: str) -> bool:
     return xxhash.xxh3_64_intdigest(f"{seed}:{item}".encode()) % 100 < share
 
 
+def promo_at(target: str, turn: int) -> str:
+    """The promo :class:`SometimesStore` shows on turn ``turn`` (from 0) of the request
+    target ``target`` (through a proxy, the whole URL)."""
+    return PROMOS[xxhash.xxh3_64_intdigest(f"{target}\t{turn}".encode()) % len(PROMOS)]
+
+
 class SometimesStore(BaseHTTPRequestHandler):
     """``/product?id=N`` on any host; ``size`` matters only where :func:`changes_with_size`
-    says so, ``ref`` nowhere. Other paths are a 404."""
+    says so, ``ref`` nowhere. Other paths are a 404.
+
+    The promo of each fetch is picked by a hash of the URL and of how often it was fetched
+    before, so a run sees the same noise however its requests interleave: the ``n``-th
+    fetch of a URL shows the same promo in every run (the same ``promo_turns`` fetches in a
+    row, as a promo rotating every few seconds shows to quick refetches)."""
+
+    promo_turns = 1
+    _fetches: ClassVar[Counter[str]] = Counter()
+    _fetches_lock: ClassVar[Lock] = Lock()
+
+    def promo(self) -> str:
+        with self._fetches_lock:
+            before = self._fetches[self.path]
+            self._fetches[self.path] += 1
+        return promo_at(self.path, before // self.promo_turns)
 
     def do_GET(self) -> None:
         parts = urlsplit(self.path)
@@ -82,7 +105,7 @@ class SometimesStore(BaseHTTPRequestHandler):
             if size in SIZES:
                 price += SIZES.index(size) * 150
                 detail = f"<p class=size>Size: {escape(size)}</p>"
-        promo = random.choice(PROMOS)
+        promo = self.promo()
         self._send(
             200,
             f"<header><nav>Store</nav></header><main><h1>Product {escape(item)}</h1>"

@@ -10,10 +10,12 @@ it and however often, and a chosen item is audited once (:class:`ItemMemory`).
 An audit fetches the item with its dropped parameters and without them, through the
 learner's :class:`~miqps.prober.PageProber` and its noise handling. A change is split into
 the parameters that make it, and each is confirmed by a second comparison on fresh fetches
-(a new prober sharing the learned noise): noise never restores anything. A confirmed change
-restores the parameter as the learner keeps it: in every pattern of the path shape, and in
-every pattern of the domain that dropped it on the domain's evidence (layer
-``learned-domain``). Pages that are evidence of nothing (unreachable, refused, interstitial,
+(a new prober sharing the learned noise) that shows the same change: a block holding, with
+the parameter and without it, what it held the first time. A block rotating by itself can
+repeat on the refetches meant to show it moving, but rarely repeats both pages' variants.
+A confirmed change restores the parameter as the learner keeps it: in every pattern of the
+path shape, and in every pattern of the domain that dropped it on the domain's evidence
+(layer ``learned-domain``). Pages that are evidence of nothing (unreachable, refused, interstitial,
 inconclusive) do not count. A restore only adds kept parameters, so the anomaly gate, which
 stops updates that drop too much, lets it through.
 
@@ -31,6 +33,7 @@ from typing import Protocol
 
 import xxhash
 
+from miqps.content import Snapshot
 from miqps.maps import (
     DomainMap,
     Layer,
@@ -40,7 +43,7 @@ from miqps.maps import (
     merge_update,
     utc_now,
 )
-from miqps.prober import Comparison, Outcome, PageProber
+from miqps.prober import STATUS_KEY, Comparison, Outcome, PageProber
 from miqps.update import DEFAULT_MAX_FLIP_SHARE, Decided, MapUpdate, Why
 from miqps.urls import NormalizedURL, path_shape, split_pattern
 
@@ -257,9 +260,14 @@ async def _audit_item(
     confirmed: set[str] = set()
     unconfirmed = 0
     for group in groups:
+        original = url.with_only(kept | group)
         fresh = PageProber(prober.fetcher, prober.volatility)
-        again = await fresh.compare_detail(template, url.with_only(kept | group), canonical)
-        if _changed(fresh, template, again):
+        again = await fresh.compare_detail(template, original, canonical)
+        if _changed(fresh, template, again) and _same_change(
+            again,
+            (prober.fetched(original), prober.fetched(canonical)),
+            (fresh.fetched(original), fresh.fetched(canonical)),
+        ):
             confirmed |= group
         else:
             unconfirmed += 1
@@ -268,6 +276,28 @@ async def _audit_item(
 
 def _changed(prober: PageProber, template: str, comparison: Comparison) -> bool:
     return comparison.outcome is Outcome.CHANGED and prober.still_changed(template, comparison)
+
+
+def _same_change(
+    comparison: Comparison,
+    before: tuple[Snapshot | None, Snapshot | None],
+    after: tuple[Snapshot | None, Snapshot | None],
+) -> bool:
+    """Whether the confirming comparison shows the change seen first: a block that differs
+    now and holds, with the parameters and without them, what it held the first time. A
+    parameter changes an item the same way each time; a block rotating by itself (a promo
+    among three) may differ on both comparisons, and repeat on the refetches that should
+    have shown it moving, but rarely repeats both pages' variants as well."""
+    if STATUS_KEY in comparison.differences:
+        return True
+    pairs = list(zip(before, after, strict=True))
+    for key in comparison.differences:
+        if all(
+            old is not None and new is not None and old.blocks.get(key) == new.blocks.get(key)
+            for old, new in pairs
+        ):
+            return True
+    return False
 
 
 def _restored(

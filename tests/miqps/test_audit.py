@@ -13,7 +13,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.audit import SometimesStore, serve_store, store_host, store_urls, wrong_map
+from bench.audit import (
+    SometimesStore,
+    promo_at,
+    serve_store,
+    store_host,
+    store_urls,
+    wrong_map,
+)
 from miqps.audit import DEFAULT_AUDIT_SHARE, Audit, AuditRule, ItemMemory, audit_map
 from miqps.canonical import Canonicalizer
 from miqps.cli import main
@@ -108,6 +115,43 @@ def test_noise_alone_restores_nothing(proxy: str) -> None:
     assert audited > 100
     assert restored_after == []
     assert final.patterns[SHAPE_KEY].dropped == {"ref", "size"}
+
+
+def _lucky_item(host: str) -> NormalizedURL:
+    """A product URL of ``host`` on whose first fetches the store's promo repeats by chance
+    as a change of ``size`` would: another promo than the page without ``size``, the same
+    on the two refetches that should show it moving, and once more on the confirming
+    comparison, but not with the same promos on both pages as the first time."""
+    for number in range(1, 100_000):
+        url = parse(f"http://{host}/product?id={number}&size=M")
+        with_size = [promo_at(url.url, turn) for turn in range(5)]
+        without = [promo_at(url.with_only(frozenset({"id"})), turn) for turn in range(2)]
+        if (
+            with_size[0] == with_size[1] == with_size[2] != without[0]
+            and with_size[3] == with_size[4] != without[1]
+            and (with_size[3], without[1]) != (with_size[0], without[0])
+        ):
+            return url
+    raise AssertionError("no such item")
+
+
+def test_a_promo_repeating_by_chance_on_every_refetch_restores_nothing(proxy: str) -> None:
+    """The noise of the store's pages is chosen per URL and fetch, so this run is the same
+    every time: the first audited item's promo looks like content on both comparisons."""
+    host = store_host(7, 0)
+    current = wrong_map(host)
+    item = _lucky_item(host)
+    assert item.pattern == "/product?id&size"
+
+    async def go() -> Audit:
+        config = FetchConfig(proxy=proxy, per_host_rate=1000.0)
+        async with Fetcher(config) as fetcher:
+            return await audit_map(PageProber(fetcher), current, [item], AuditRule(1.0))
+
+    audit = asyncio.run(go())
+    assert audit.audited == 1
+    assert audit.restores == [] and audit.published is None
+    assert audit.unconfirmed == 1
 
 
 def test_a_restore_passes_the_anomaly_gate_and_reaches_the_domains_evidence(proxy: str) -> None:
