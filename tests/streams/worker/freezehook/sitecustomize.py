@@ -37,4 +37,4 @@ def _freezing_process(self: loop.CanonicalizerFront, messages: list[Any], *args:
     return _process(self, messages, *args)
 
 
-loop.CanonicalizerFront._process = _freezing_process  # type: ignore[method-assign]
+loop.CanonicalizerFront._process = _freezing_process  # type: ignore[method-assign,assignment]
