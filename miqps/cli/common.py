@@ -76,3 +76,43 @@ def load_maps(
             file=sys.stderr,
         )
     return maps, len(skipped)
+
+
+def ensure_folder(folder: Path, command: str, option: str) -> bool:
+    """Make ``folder`` exist for ``option``'s output: a missing one is created, and stderr
+    says so. A problem is one line on stderr, and False."""
+    if folder.is_dir():
+        return True
+    if folder.exists() or folder.is_symlink():
+        print(f"{command}: cannot write {option}: {folder} is not a folder", file=sys.stderr)
+        return False
+    try:
+        folder.mkdir(parents=True)
+    except OSError as error:
+        print(
+            f"{command}: cannot create the folder {folder} for {option}: {error.strerror}",
+            file=sys.stderr,
+        )
+        return False
+    print(f"{command}: created the folder {folder} for {option}", file=sys.stderr)
+    return True
+
+
+def prepare_output(path: Path, command: str, option: str) -> bool:
+    """Check that the file ``path`` can be written for ``option`` before any work is done:
+    not a folder, in a folder (created if missing, :func:`ensure_folder`) where a file can
+    be created. A problem is one line on stderr, and False."""
+    if path.is_dir():
+        print(f"{command}: cannot write {option}: {path} is a folder", file=sys.stderr)
+        return False
+    if not ensure_folder(path.parent, command, option):
+        return False
+    probe = path.with_name(path.name + ".tmp")
+    try:
+        with probe.open("w", encoding="utf-8"):
+            pass
+        probe.unlink()
+    except OSError as error:
+        print(f"{command}: cannot write {option}: {path}: {error.strerror}", file=sys.stderr)
+        return False
+    return True

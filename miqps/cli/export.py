@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from miqps.canonical import StaticLayers
-from miqps.cli.common import add_skip_invalid, load_maps
+from miqps.cli.common import add_skip_invalid, ensure_folder, load_maps
 from miqps.export import FORMATS, clean_param_by_host, export
 
 NAME = "export"
@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out-dir",
         type=Path,
         help="clean-param: write one file per host, DIR/HOST.robots.txt, to append to "
-        "that host's robots.txt",
+        "that host's robots.txt (a missing DIR is created)",
     )
     parser.add_argument(
         "--cache-key-only",
@@ -70,9 +70,10 @@ _FILE_NAME_HOST = re.compile(r"[a-z0-9\[][a-z0-9.:\[\]_-]*")
 
 
 def _write_per_host(files: dict[str, str], folder: Path) -> int:
+    if not ensure_folder(folder, "miqps export", "--out-dir"):
+        return 2
     written = 0
     try:
-        folder.mkdir(parents=True, exist_ok=True)
         for host, text in files.items():
             if not _FILE_NAME_HOST.fullmatch(host):
                 print(f"miqps export: skipped {host!r}: not a file name", file=sys.stderr)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from miqps.canonical import Canonicalizer, StaticLayers
-from miqps.cli.common import add_skip_invalid, load_maps
+from miqps.cli.common import add_skip_invalid, load_maps, prepare_output
 from miqps.report import Limits, ReportBuilder
 
 NAME = "report"
@@ -19,7 +19,12 @@ OWN_PARSER = False
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--urls", required=True, type=Path, help="file with one URL per line")
     parser.add_argument("--maps", required=True, type=Path, help="maps written by 'miqps learn'")
-    parser.add_argument("--out", required=True, type=Path, help="the HTML file to write")
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="the HTML file to write (a missing folder is created)",
+    )
     parser.add_argument(
         "--no-prior",
         action="store_true",
@@ -64,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"miqps report: {error}", file=sys.stderr)
         return 2
+    if not prepare_output(args.out, "miqps report", "--out"):
+        return 2
     loaded = load_maps(args.maps, args.skip_invalid, "miqps report", "maps")
     if loaded is None:
         return 2
@@ -82,10 +89,9 @@ def run(args: argparse.Namespace) -> int:
 
     page = render(view, (f"URLs: {args.urls}", f"maps: {args.maps}"))
     try:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(page, encoding="utf-8", errors="surrogateescape")
     except OSError as error:
-        print(f"miqps report: cannot write {args.out}: {error.strerror}", file=sys.stderr)
+        print(f"miqps report: cannot write --out: {args.out}: {error.strerror}", file=sys.stderr)
         return 2
     print(
         f"{view.lines} lines: {view.distinct_urls} distinct URLs, {view.canonical_urls} "
