@@ -64,7 +64,9 @@ def register(app: faust.App, runtime: Runtime) -> None:
         "assignors differ cannot share a consumer group.",
     )
     sink = FaustSink(app)
-    writer = transactional_writer(settings, "probe", patience=PUBLICATION_PATIENCE)
+    writer = transactional_writer(
+        settings, "probe", patience=PUBLICATION_PATIENCE, fences_predecessor=True
+    )
     dlq_topic = raw_topic(app, settings.topics.dlq)
 
     async def dead_letter(event: EventT[bytes], reason: str) -> None:

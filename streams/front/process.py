@@ -12,9 +12,9 @@ stops every thread of it, its own watchdog included. So the child's main thread 
 heartbeat (a monotonic time in shared memory) twice a second, and the worker, from its own
 process, replaces a child whose heartbeat is older than ``MIQPS_FRONT_HEARTBEAT_TIMEOUT``:
 it asks the child to dump every thread's stack (``faulthandler``, which needs no GIL),
-kills it and starts a new one. Every front of one worker uses the same transactional id,
-so under exactly once the new front fences the old one and aborts its open transaction at
-once.
+kills it and starts a new one. Every front of one worker, across its restarts too, uses
+the same transactional id, so under exactly once the new front fences the old one and
+aborts its open transaction at once.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import logging
 import multiprocessing
 import os
 import signal
-import socket
 import threading
 import time
 from ctypes import c_double
@@ -35,6 +34,7 @@ from types import FrameType
 from streams.front.loop import CanonicalizerFront
 from streams.front.metrics import front_exporter
 from streams.kafka.lograte import rate_limit_handlers
+from streams.kafka.transactions import worker_transactional_id
 from streams.maps.feed import MapFeed
 from streams.maps.live import LiveMaps
 from streams.settings import Settings
@@ -51,12 +51,6 @@ STACK_DUMP_SECONDS = 1.0
 """How long a frozen child is given to write its stacks before it is killed."""
 REPLACED_STUCK = "stuck"
 REPLACED_FROZEN = "frozen"
-
-
-def front_transactional_id(settings: Settings, worker_pid: int) -> str:
-    """The transactional id of every front the worker process ``worker_pid`` starts: the
-    same for a replacement, so that it fences its predecessor."""
-    return f"{settings.app_id}-canonicalizer-{socket.gethostname()}-{worker_pid}"
 
 
 def run_front(
@@ -86,7 +80,7 @@ def run_front(
     live_maps = LiveMaps(settings.policy.reverify_after)
     feed = MapFeed(settings, live_maps, on_fatal)
     front = CanonicalizerFront(
-        settings, live_maps, feed, on_fatal, front_transactional_id(settings, parent_pid)
+        settings, live_maps, feed, on_fatal, worker_transactional_id(settings, "canonicalizer")
     )
     deadline = StopDeadline(stop_timeout, "canonicalizer", front.describe_uncommitted)
     exporter = front_exporter(front, metrics) if metrics is not None else None

@@ -17,7 +17,9 @@ no input offsets: a published map version (its history record, the map, its audi
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import socket
 import threading
 import time
 import uuid
@@ -35,6 +37,7 @@ from confluent_kafka import (
 )
 
 from streams.kafka.clients import produce
+from streams.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +171,18 @@ Record = tuple[str, bytes, bytes]
 """(topic, key, value)."""
 
 
+def worker_transactional_id(settings: Settings, role: str) -> str:
+    """The transactional id of a worker's ``role`` (``canonicalizer``, ``probe``): the same
+    for every producer that role starts in the worker with this state directory on this
+    host, across restarts, so that a new producer fences its predecessor and aborts the
+    transaction that one left open at once (instead of ``read_committed`` readers waiting
+    for ``transaction.timeout.ms``); different for every other worker, since each has a
+    state directory of its own."""
+    where = f"{socket.gethostname()}:{settings.state_dir.resolve()}"
+    digest = hashlib.sha256(where.encode()).hexdigest()[:16]
+    return f"{settings.app_id}-{role}-{digest}"
+
+
 class TransactionalWriter:
     """Writes each call's records in one Kafka transaction: a ``read_committed`` consumer
     of their topics sees all of them or none.
@@ -184,9 +199,12 @@ class TransactionalWriter:
         name: str,
         timeout: float = TRANSACTION_CALL_SECONDS,
         patience: float | None = None,
+        transactional_id: str | None = None,
     ) -> None:
         """``config``: the producer's settings without the transactional ones; ``name``
-        starts each producer's transactional id (a random suffix follows); ``timeout``:
+        starts each producer's transactional id (a random suffix follows), unless
+        ``transactional_id`` gives every producer the same one (so each new producer
+        fences the one before, :func:`worker_transactional_id`); ``timeout``:
         how long one transactional call may block; ``patience``: how long a call of
         :meth:`write` tries again (``timeout`` if None: a failed attempt is not retried
         once it has taken that long)."""
@@ -194,6 +212,7 @@ class TransactionalWriter:
         self.name = name
         self.timeout = timeout
         self.patience = timeout if patience is None else patience
+        self.transactional_id = transactional_id
         self._producer: Producer | None = None
         self._one_at_a_time = threading.Lock()
 
@@ -237,9 +256,8 @@ class TransactionalWriter:
 
     def _ready_producer(self) -> Producer:
         if self._producer is None:
-            producer = Producer(
-                {**self.config, **transactional_producer_config(f"{self.name}-{uuid.uuid4().hex}")}
-            )
+            transactional_id = self.transactional_id or f"{self.name}-{uuid.uuid4().hex}"
+            producer = Producer({**self.config, **transactional_producer_config(transactional_id)})
             producer.init_transactions(self.timeout)
             self._producer = producer
         return self._producer

@@ -27,7 +27,12 @@ from miqps.maps import DomainMap, GateVerdict, InvalidMap, parse_map
 from streams.kafka.admin import producer_config
 from streams.kafka.clients import DeliveryReports, produce, read_compacted
 from streams.kafka.topics import raw_topic
-from streams.kafka.transactions import TRANSACTION_CALL_SECONDS, Record, TransactionalWriter
+from streams.kafka.transactions import (
+    TRANSACTION_CALL_SECONDS,
+    Record,
+    TransactionalWriter,
+    worker_transactional_id,
+)
 from streams.messages import BadInput, MapUpdateRecord, MapVersion, ProducedBy
 from streams.settings import Settings, Topics
 
@@ -61,14 +66,23 @@ def transactional_writer(
     name: str,
     timeout: float = TRANSACTION_CALL_SECONDS,
     patience: float | None = None,
+    *,
+    fences_predecessor: bool = False,
 ) -> TransactionalWriter | None:
     """The writer of publications under ``exactly_once`` (each of its calls to Kafka
     blocking at most ``timeout`` seconds, a failed publication written again for
-    ``patience`` seconds); None at least once."""
+    ``patience`` seconds); None at least once. A worker's writer ``fences_predecessor``:
+    it keeps one transactional id across the worker's restarts
+    (:func:`~streams.kafka.transactions.worker_transactional_id`); an operator's command
+    takes a fresh one, so that two commands never fence each other."""
     if not settings.exactly_once:
         return None
     return TransactionalWriter(
-        producer_config(settings), f"{settings.app_id}-{name}", timeout, patience
+        producer_config(settings),
+        f"{settings.app_id}-{name}",
+        timeout,
+        patience,
+        worker_transactional_id(settings, name) if fences_predecessor else None,
     )
 
 

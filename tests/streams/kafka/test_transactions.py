@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException, Producer
@@ -15,7 +16,13 @@ from confluent_kafka.cimpl import NewTopic
 
 from streams.kafka.admin import producer_config
 from streams.kafka.clients import read_compacted
-from streams.kafka.transactions import Record, TransactionalWriter
+from streams.kafka.partitioning import key_partition
+from streams.kafka.transactions import (
+    Record,
+    TransactionalWriter,
+    transactional_producer_config,
+    worker_transactional_id,
+)
 from streams.settings import Settings
 from testkit.tools import set_max_message_bytes
 
@@ -145,3 +152,38 @@ def test_a_writer_without_a_broker_fails_within_its_timeout() -> None:
     with pytest.raises(KafkaException):
         writer.write([("t.maps", b"k", b"v")])
     assert time.monotonic() - started < 10.0
+
+
+@pytest.mark.kafka
+def test_a_worker_restarted_on_its_state_fences_the_transaction_its_predecessor_left_open(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A worker killed inside a transaction leaves it open; the worker started again on the
+    same state directory takes the same transactional id, so its first transaction aborts
+    the one left open at once: a ``read_committed`` reader sees the new records right
+    away, not after ``transaction.timeout.ms`` (10 s), and never the old ones."""
+    worker = settings.with_overrides(state_dir=tmp_path / "state")
+    other = settings.with_overrides(state_dir=tmp_path / "other")
+    identity = worker_transactional_id(worker, "probe")
+    assert identity == worker_transactional_id(worker, "probe")
+    assert identity != worker_transactional_id(other, "probe")
+    assert identity != worker_transactional_id(worker, "canonicalizer")
+    topic = f"{settings.app_id}.maps"
+    killed = Producer({**producer_config(settings), **transactional_producer_config(identity)})
+    killed.init_transactions(10.0)
+    killed.begin_transaction()
+    partition = key_partition(b"shop.example", 2)  # the writer's record goes there too
+    killed.produce(topic, b"left open", b"shop.example", partition)
+    killed.flush(10.0)
+    writer = TransactionalWriter(
+        producer_config(settings), settings.app_id, transactional_id=identity
+    )
+    started = time.monotonic()
+    try:
+        writer.write([(topic, b"shop.example", b"map 3")])
+    finally:
+        writer.close()
+    seen = visible(settings, topic)
+    took = time.monotonic() - started
+    assert seen == [(b"shop.example", b"map 3")]
+    assert took < 5.0, f"the new records were visible only after {took:.1f}s"
