@@ -7,6 +7,7 @@ per line and the stream processor publishes the same document to ``miqps.maps``.
 from __future__ import annotations
 
 import json
+import os
 import re
 from calendar import timegm
 from collections.abc import Callable, Iterable, Mapping
@@ -556,8 +557,12 @@ def _refuse(error: InvalidMap, on_invalid: Callable[[InvalidMap], None] | None) 
 
 
 def write_maps(path: Path, maps: Iterable[DomainMap]) -> None:
+    """Write ``maps`` to ``path`` whole: to a temporary file, synced, then renamed over it,
+    so a reader (or a process stopped mid-write) sees the old file or the new one."""
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("w", encoding="utf-8") as handle:
         for domain_map in sorted(maps, key=lambda m: m.domain):
             handle.write(domain_map.dumps() + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
     tmp.replace(path)

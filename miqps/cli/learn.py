@@ -7,26 +7,36 @@ import argparse
 import asyncio
 import os
 import shutil
+import signal
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from miqps.audit import DEFAULT_AUDIT_SHARE, Audit, AuditRule, audit_map
-from miqps.cli.common import add_skip_invalid, load_maps, read_urls
+from miqps.checkpoint import (
+    Checkpoint,
+    UnreadableProgress,
+    progress_path,
+    read_progress,
+    run_digest,
+)
+from miqps.cli.common import add_skip_invalid, load_maps, prepare_output, read_urls
 from miqps.fetch import FetchConfig, Fetcher, FetchStats
-from miqps.learner import LearnConfig, Learner
-from miqps.maps import DomainMap, merge_update, write_maps
+from miqps.learner import LearnConfig, Learner, group_by_domain
+from miqps.maps import DomainMap, merge_update
 from miqps.politeness import RobotsStatus, read_never_probe
 from miqps.prober import PageProber
-from miqps.update import DEFAULT_MAX_FLIP_SHARE, MapUpdate, Undecided, update_all
+from miqps.update import DEFAULT_MAX_FLIP_SHARE, MapUpdate, Undecided, update_map
 from miqps.urls import NormalizedURL
 
 NAME = "learn"
 HELP = "probe sites and write one MIQPS map per domain"
 OWN_PARSER = False
+DEFAULT_CHECKPOINT_SECONDS = 30.0
 
 
 def _truthy(value: str | None) -> bool:
@@ -39,7 +49,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         required=True,
         type=Path,
-        help="maps, one JSON per line; an existing file is the previous version (anomaly gate)",
+        help="maps, one JSON per line; an existing file is the previous version (anomaly "
+        "gate); a missing folder is created. Saved as the run goes (OUT.progress.json beside "
+        "it): rerunning an interrupted command resumes it",
+    )
+    parser.add_argument(
+        "--checkpoint-every",
+        type=float,
+        default=DEFAULT_CHECKPOINT_SECONDS,
+        metavar="SECONDS",
+        help="save the maps of the domains done at least this often (and on SIGINT, SIGTERM)",
     )
     parser.add_argument(
         "--proxy",
@@ -157,6 +176,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"miqps learn: {error}", file=sys.stderr)
         return 2
+    if not args.checkpoint_every > 0:
+        print("miqps learn: --checkpoint-every must be more than 0 seconds", file=sys.stderr)
+        return 2
     fetch_config = FetchConfig(
         timeout=args.timeout,
         max_bytes=args.max_bytes,
@@ -184,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         print(f"miqps learn: cannot read {args.urls}: {error.strerror}", file=sys.stderr)
         return 2
+    if not prepare_output(args.out, "miqps learn", "--out"):
+        return 2
     previous: dict[str, DomainMap] = {}
     if args.out.exists():
         loaded = load_maps(args.out, args.skip_invalid, "miqps learn", "previous maps")
@@ -204,23 +228,39 @@ def run(args: argparse.Namespace) -> int:
                 f"miqps learn: the previous maps, skipped lines included, are kept as {kept_as}",
                 file=sys.stderr,
             )
+    checkpoint = _checkpoint(args, urls, previous)
+    if checkpoint is None:
+        return 2
     started = time.monotonic()
-    updates, audits, fetch_stats = asyncio.run(
-        _learn(
-            urls,
-            previous,
-            config,
-            fetch_config,
-            args.max_flip_share,
-            audit_rule,
-            show_progress=not args.no_progress,
+    try:
+        outcome = asyncio.run(
+            _learn(
+                urls,
+                checkpoint,
+                config,
+                fetch_config,
+                args.max_flip_share,
+                audit_rule,
+                args.checkpoint_every,
+                show_progress=not args.no_progress,
+            )
         )
-    )
-    final = dict(previous)
+    except OSError as error:  # the maps file could not be written
+        print(f"miqps learn: cannot write --out: {args.out}: {error.strerror}", file=sys.stderr)
+        return 2
+    if outcome.stopped_by is not None:
+        decided = sum(len(update.decided) for update in outcome.updates.values())
+        to_go = len({url.host for url in urls} - checkpoint.done)
+        print(
+            f"miqps learn: interrupted ({outcome.stopped_by.name}): saved the maps of "
+            f"{_count(len(checkpoint.done), 'domain')} done ({decided} patterns decided in "
+            f"this run) to {args.out}, {to_go} to go; run the same command again to resume",
+            file=sys.stderr,
+        )
+        return 128 + outcome.stopped_by
+    updates, audits = outcome.updates, outcome.audits
     for domain, update in updates.items():
-        if update.published is not None:
-            final[domain] = update.published
-        elif update.verdict is not None and not update.verdict.accepted:
+        if update.verdict is not None and not update.verdict.accepted:
             print(
                 f"miqps learn: {domain}: update rejected, old map kept: {update.verdict.reason}",
                 file=sys.stderr,
@@ -231,111 +271,270 @@ def run(args: argparse.Namespace) -> int:
                 f"{len(update.frozen)} patterns not learned",
                 file=sys.stderr,
             )
-        final.setdefault(domain, merge_update(None, DomainMap(domain)))
-    for domain, audit in audits.items():
-        if audit.published is not None:
-            final[domain] = audit.published
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_maps(args.out, final.values())
     _print_summary(
         sys.stdout,
         urls,
         blank,
         invalid,
         list(updates.values()),
-        fetch_stats,
+        outcome.fetch_stats,
         time.monotonic() - started,
         args.out,
         list(audits.values()),
+        resumed=len(checkpoint.resumed),
     )
-    if _every_probe_failed(updates.values(), fetch_stats):
-        print(_TOTAL_FAILURE_HINT, file=sys.stderr)
+    if _nothing_reached(updates.values(), outcome.fetch_stats):
+        print(_nothing_reached_hint(outcome.fetch_stats, fetch_config), file=sys.stderr)
         return EXIT_EVERY_PROBE_FAILED
     return 0
 
 
-EXIT_EVERY_PROBE_FAILED = 3
-_TOTAL_FAILURE_HINT = (
-    "miqps learn: nothing could be decided: every probe failed and no page was fetched.\n"
-    "  Hosts that do not resolve here: send the probes through a proxy that reaches them "
-    "(--proxy URL or MIQPS_PROXY; the proxy resolves the names), or check DNS.\n"
-    "  Loopback or private addresses: refused unless --allow-private (or "
-    "MIQPS_ALLOW_PRIVATE=1).\n"
-    "  The maps keep every parameter of these patterns; the next run asks again."
-)
+def _decision_options(args: argparse.Namespace) -> dict[str, object]:
+    """The options that change what a run decides: a run resumes only with the same."""
+    return {
+        name: getattr(args, name)
+        for name in (
+            "samples",
+            "threshold",
+            "min_conclusive",
+            "verify_samples",
+            "seed",
+            "max_flip_share",
+            "audit_share",
+        )
+    }
 
 
-def _every_probe_failed(updates: Iterable[MapUpdate], fetch_stats: FetchStats) -> bool:
-    """Whether no pattern of the input is decided, now or by the previous maps, because no
-    probe got a page: every fetch failed or was refused."""
-    updates = list(updates)
-    left_undecided = any(
-        cause is Undecided.FAILED for update in updates for cause in update.undecided.values()
+def _checkpoint(
+    args: argparse.Namespace, urls: list[NormalizedURL], previous: dict[str, DomainMap]
+) -> Checkpoint | None:
+    """The run's checkpoint, resuming an interrupted run of the same command."""
+    digest = run_digest((url.url for url in urls), _decision_options(args))
+    checkpoint = Checkpoint(args.out, digest, dict(previous))
+    try:
+        progress = read_progress(args.out)
+    except OSError as error:
+        print(
+            f"miqps learn: cannot read {progress_path(args.out)}: {error.strerror}",
+            file=sys.stderr,
+        )
+        return None
+    except UnreadableProgress as error:
+        print(f"miqps learn: not resumed: {error}", file=sys.stderr)
+        return checkpoint
+    if progress is None:
+        return checkpoint
+    if progress.run != digest or not args.out.exists():
+        print(
+            f"miqps learn: not resumed: {progress_path(args.out)} is the progress of a run "
+            "with other URLs or options; the maps are read as the previous version",
+            file=sys.stderr,
+        )
+        return checkpoint
+    checkpoint.resumed = frozenset(progress.done & previous.keys())
+    checkpoint.done = set(checkpoint.resumed)
+    checkpoint.saved_done = len(checkpoint.done)
+    print(
+        f"miqps learn: resuming: {len(checkpoint.resumed)} domains done by the interrupted "
+        "run are taken as saved, without a fetch",
+        file=sys.stderr,
     )
+    return checkpoint
+
+
+EXIT_EVERY_PROBE_FAILED = 3
+_REACHED = frozenset(
+    (
+        Undecided.ONE_PAGE,
+        Undecided.SHELLS,
+        Undecided.INTERSTITIALS,
+        Undecided.DISALLOWED,
+        Undecided.DEFERRED,
+    )
+)
+"""Causes that show a host answered (its pages, its robots.txt)."""
+_UNREACHED = frozenset((Undecided.FAILED, Undecided.ROBOTS_UNREACHABLE))
+
+
+def _nothing_reached(updates: Iterable[MapUpdate], fetch_stats: FetchStats) -> bool:
+    """Whether no pattern of the input is decided, now or by the previous maps, because
+    nothing could be reached: no page fetched, every fetch failed or was refused, and no
+    robots.txt answered but with an error."""
+    updates = list(updates)
+    causes = {cause for update in updates for cause in update.undecided.values()}
     decided = any(update.decided or update.skipped for update in updates)
-    return left_undecided and not decided and fetch_stats.fetched == 0
+    return (
+        bool(causes & _UNREACHED)
+        and not causes & _REACHED
+        and not decided
+        and fetch_stats.fetched == 0
+    )
+
+
+def _nothing_reached_hint(stats: FetchStats, config: FetchConfig) -> str:
+    lines = ["miqps learn: nothing could be decided: every probe failed and no page was fetched."]
+    if stats.robots_unanswered:
+        lines.append(f"  {_robots_unanswered(stats)}.")
+    if config.proxy is not None:
+        lines.append(
+            f"  Every probe went through the proxy {config.proxy}: check that it runs and "
+            "reaches these hosts (a proxy answers 502 or 504 for a host it cannot resolve "
+            "or reach)."
+        )
+    else:
+        lines.append(
+            "  Hosts that do not resolve here: send the probes through a proxy that reaches "
+            "them (--proxy URL or MIQPS_PROXY; the proxy resolves the names), or check DNS."
+        )
+    if not config.allow_private:
+        lines.append(
+            "  Loopback or private addresses: refused unless --allow-private (or "
+            "MIQPS_ALLOW_PRIVATE=1)."
+        )
+    lines.append("  The maps keep every parameter of these patterns; the next run asks again.")
+    return "\n".join(lines)
+
+
+def _robots_unanswered(stats: FetchStats) -> str:
+    """``robots.txt of 2 hosts did not answer: HTTP 502``, with a count per reason when
+    there are several."""
+    reasons = Counter(stats.robots_unanswered.values())
+    hosts = sum(reasons.values())
+    if len(reasons) == 1:
+        said = next(iter(reasons))
+    else:
+        said = ", ".join(f"{reason} ({n})" for reason, n in _by_count(reasons))
+    return f"robots.txt of {_count(hosts, 'host')} did not answer: {said}"
+
+
+def _by_count(counts: Counter[str]) -> list[tuple[str, int]]:
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+@dataclass(slots=True)
+class _Outcome:
+    updates: dict[str, MapUpdate]
+    audits: dict[str, Audit]
+    fetch_stats: FetchStats
+    stopped_by: signal.Signals | None = None
 
 
 async def _learn(
     urls: list[NormalizedURL],
-    previous: dict[str, DomainMap],
+    checkpoint: Checkpoint,
     config: LearnConfig,
     fetch_config: FetchConfig,
     max_flip_share: float,
     audit_rule: AuditRule,
+    checkpoint_every: float,
     *,
     show_progress: bool,
-) -> tuple[dict[str, MapUpdate], dict[str, Audit], FetchStats]:
-    progress = _progress(len({url.host for url in urls}), show_progress)
+) -> _Outcome:
+    """Learn every domain of ``urls`` not done yet, each one's update and audit together,
+    and keep ``checkpoint`` on disk: every ``checkpoint_every`` seconds when a domain was
+    done, and on SIGINT or SIGTERM, which stop the run (a second one at once)."""
+    previous = dict(checkpoint.maps)
+    by_domain = {
+        domain: domain_urls
+        for domain, domain_urls in sorted(group_by_domain(urls).items())
+        if domain not in checkpoint.resumed
+    }
+    updates: dict[str, MapUpdate] = {}
+    audits: dict[str, Audit] = {}
+    progress = _progress(len(by_domain), show_progress)
+    loop = asyncio.get_running_loop()
+    received: list[signal.Signals] = []
     async with Fetcher(fetch_config) as fetcher:
+        learner = Learner(PageProber(fetcher), config)
 
-        def done(update: MapUpdate) -> None:
+        async def one(domain: str, domain_urls: list[NormalizedURL]) -> None:
+            old = previous.get(domain)
+            update = await update_map(
+                learner, domain, old, domain_urls, max_flip_share=max_flip_share
+            )
+            final = update.published or old
+            # the new URLs of the previous map's patterns audit what it drops
+            audited = [u for u in domain_urls if old is not None and u.pattern in old.patterns]
+            if old is not None and audited and audit_rule.share > 0:
+                audit = await audit_map(
+                    learner.prober,
+                    update.published or old,
+                    audited,
+                    audit_rule,
+                    max_flip_share=max_flip_share,
+                )
+                audits[domain] = audit
+                final = audit.published or final
+            updates[domain] = update
+            checkpoint.finish(domain, final or merge_update(None, DomainMap(domain)))
             if progress is not None:
                 progress.set_postfix_str(f"{fetcher.stats.requests} fetches")
                 progress.update(1)
 
-        prober = PageProber(fetcher)
-        updates = await update_all(
-            Learner(prober, config),
-            previous,
-            urls,
-            max_flip_share=max_flip_share,
-            on_update=done,
+        work = asyncio.gather(*(one(d, u) for d, u in by_domain.items()))
+
+        def stop(signum: int, frame: object) -> None:
+            # A Python signal handler, not the loop's: it runs even while the loop is
+            # blocked (a save on a stalled disk), so a second signal always stops at once.
+            # The files on disk are whole whenever it does: each is written aside, renamed.
+            name = signal.Signals(signum).name
+            if received:
+                _say(
+                    f"miqps learn: {name} again: stopped at once; {checkpoint.out} holds the "
+                    "last checkpoint, whole"
+                )
+                os._exit(128 + signum)
+            received.append(signal.Signals(signum))
+            _say(f"miqps learn: {name}: stopping, saving what is done (again: stop at once)")
+            loop.call_soon_threadsafe(work.cancel)
+
+        handlers = {signum: signal.signal(signum, stop) for signum in _STOP_SIGNALS}
+        try:
+            saver = asyncio.ensure_future(_save_every(checkpoint, checkpoint_every))
+            interrupted = False
+            try:
+                await work
+            except asyncio.CancelledError:
+                if not received:
+                    raise
+                interrupted = True
+            finally:
+                saver.cancel()
+                if progress is not None:
+                    progress.close()
+            if interrupted:
+                checkpoint.save()
+            else:
+                checkpoint.complete()
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+        return _Outcome(
+            dict(sorted(updates.items())),
+            dict(sorted(audits.items())),
+            fetcher.stats,
+            received[0] if interrupted else None,
         )
-        if progress is not None:
-            progress.close()
-        audits = await _audit_previous(prober, previous, updates, urls, audit_rule, max_flip_share)
-        return updates, audits, fetcher.stats
 
 
-async def _audit_previous(
-    prober: PageProber,
-    previous: dict[str, DomainMap],
-    updates: dict[str, MapUpdate],
-    urls: list[NormalizedURL],
-    rule: AuditRule,
-    max_flip_share: float,
-) -> dict[str, Audit]:
-    """Audit what the previous maps drop with the new URLs of their patterns, each domain
-    against its newest map."""
-    by_domain: dict[str, list[NormalizedURL]] = {}
-    for url in urls:
-        old = previous.get(url.host)
-        if old is not None and url.pattern in old.patterns:
-            by_domain.setdefault(url.host, []).append(url)
-    audits: dict[str, Audit] = {}
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    async def one(domain: str, domain_urls: list[NormalizedURL]) -> None:
-        update = updates.get(domain)
-        newest = update.published if update is not None else None
-        current = newest or previous[domain]
-        audits[domain] = await audit_map(
-            prober, current, domain_urls, rule, max_flip_share=max_flip_share
-        )
 
-    if rule.share > 0:
-        await asyncio.gather(*(one(d, u) for d, u in sorted(by_domain.items())))
-    return dict(sorted(audits.items()))
+def _say(line: str) -> None:
+    """A line on stderr from a signal handler: one unbuffered write, never a re-entered
+    buffer."""
+    os.write(2, (line + "\n").encode("utf-8", "replace"))
+
+
+async def _save_every(checkpoint: Checkpoint, seconds: float) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        if checkpoint.unsaved:
+            checkpoint.save()
 
 
 def _progress(total: int, wanted: bool) -> Any:
@@ -356,6 +555,8 @@ def _print_summary(
     seconds: float,
     path: Path,
     audits: Sequence[Audit] = (),
+    *,
+    resumed: int = 0,
 ) -> None:
     distinct = len({url.url for url in urls})
     decisions = [entry.decision for update in updates for entry in update.decided.values()]
@@ -383,12 +584,17 @@ def _print_summary(
         *_politeness_summary(fetch_stats),
         f"inconclusive samples: {sum(r.inconclusive for r in reports)}",
         *(
-            f"{u.domain}: {count} patterns left undecided, asked again on the next run: "
-            f"{cause.message}"
+            f"{u.domain}: {_count(count, 'pattern')} left undecided, asked again on the next "
+            f"run: {cause.message}"
             for u in updates
             for cause, count in sorted(Counter(u.undecided.values()).items())
         ),
         *_audit_summary(audits),
+        *(
+            [f"resumed: {_count(resumed, 'domain')} done by the interrupted run, not fetched again"]
+            if resumed
+            else []
+        ),
         f"time: {seconds:.1f}s",
         f"maps written to {path}",
     ]
@@ -409,6 +615,7 @@ def _politeness_summary(stats: FetchStats) -> list[str]:
         f"robots.txt: {sum(robots.values())} fetched, {robots[RobotsStatus.RULES]} with "
         f"rules, {robots[RobotsStatus.NONE]} without (everything allowed), "
         f"{robots[RobotsStatus.UNREACHABLE]} not answering (nothing fetched)",
+        *([_robots_unanswered(stats)] if stats.robots_unanswered else []),
         *(
             f"not fetched, {kind}: {count}"
             for kind, count in sorted(stats.not_probed.items(), key=lambda item: -item[1])

@@ -4,6 +4,7 @@ patterns left undecided are named in the summary."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 from collections.abc import Iterator
 from contextlib import redirect_stdout
@@ -77,15 +78,39 @@ def test_learn_never_fetches_disallowed_paths_and_names_the_patterns_disallowed(
     assert broken.pages == 0
     assert code == 0, summary
     assert (
-        "private.polite.test: 1 patterns left undecided, asked again on the next run: "
+        "private.polite.test: 1 pattern left undecided, asked again on the next run: "
         "robots.txt disallows every sample" in summary
     ), summary
-    assert "broken.polite.test: 1 patterns left undecided, asked again on the next run: " in (
+    assert "broken.polite.test: 1 pattern left undecided, asked again on the next run: " in (
         summary
     )
     assert "robots.txt does not answer" in summary
     assert "every fetch failed" not in summary
     assert "2 left undecided (1 disallowed, 1 robots-unreachable)" in summary
+
+
+def test_every_disallowed_pattern_is_recorded_disallowed_even_those_never_sampled(
+    tmp_path: Path,
+) -> None:
+    """Eight patterns of one disallowed path shape: the learner stops asking after a few
+    refusals, so some patterns never had a sample of their own tried. They are disallowed
+    all the same, not "every fetch failed", and nothing is a failure (exit 0)."""
+    names = ("id", "page", "ref", "sort", "utm_source")
+    combos = [c for r in (2, 3) for c in itertools.combinations(names, r)][-8:]
+    urls = [
+        "http://private.polite.test/account/orders?" + "&".join(f"{k}={k}{n}" for k in combo)
+        for combo in combos
+        for n in range(6)
+    ]
+    with PoliteWeb() as web:
+        code, summary = _learn(tmp_path, web.proxy_url, urls)
+        assert web.log("private.polite.test").under("/account/") == 0
+    [document] = [json.loads(line) for line in (tmp_path / "maps.jsonl").read_text().splitlines()]
+    assert len(document["undecided"]) == 8
+    assert set(document["undecided"].values()) == {"disallowed"}, document["undecided"]
+    assert "8 left undecided (8 disallowed)" in summary, summary
+    assert "every fetch failed" not in summary
+    assert code == 0, summary
 
 
 def _canonicalize(maps: Path, urls: list[str], *extra: str) -> str:
@@ -130,7 +155,7 @@ def test_a_disallowed_pattern_is_recorded_in_the_map_and_named_by_canonicalize_j
 def test_learn_names_shell_pages_for_what_they_are(tmp_path: Path, shell_proxy: str) -> None:
     urls = [f"http://app.test/item/{n}?id={n}&utm_source=s{n}" for n in range(8)]
     _, summary = _learn(tmp_path, shell_proxy, urls)
-    expected = "app.test: 1 patterns left undecided, asked again on the next run: the pages are"
+    expected = "app.test: 1 pattern left undecided, asked again on the next run: the pages are"
     assert expected + " client-side shells" in summary, summary
     assert "every probe failed" not in summary and "every fetch failed" not in summary
 
