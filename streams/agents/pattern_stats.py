@@ -12,6 +12,15 @@ a request that was never answered is sent again: a timer sends a ``due`` message
 shape when its deadline comes, through the same topic, so that it is handled in the right
 partition. The timer lives in memory; after every recovery (a restart, a rebalance) the
 worker scans the records of the partitions it now holds and sets it again.
+
+Faust's consumer can drop messages of this topic around a rebalance (faust-streaming
+0.15: ``Consumer._drain_messages`` marks a message read that it never handed to the
+stream, then drops the copy fetched again after the rebalance's seek, and its commit can
+pass the offset of a message never acknowledged; docs/STREAMS.md, known limits). So
+neither a tick nor a sample is trusted to arrive: a shape whose tick was sent ticks again
+after ``retry_after`` unless the tick was handled (handling sets the timer to what the
+record says), and the front forwards a sample again while its pattern is still unlearned
+(:class:`~streams.front.sampler.LocalSampler`).
 """
 
 from __future__ import annotations
@@ -93,15 +102,9 @@ def register(app: faust.App, runtime: Runtime) -> None:
     tracker = DeadlineTracker()
     live_maps = runtime.live_maps
     bugs = runtime.bug_policy()
-
-    def needs_learning(domain: str, pattern: str, basis: str) -> bool:
-        compiled = live_maps.get(domain)
-        rule = compiled.rules.get(pattern) if compiled is not None else None
-        if rule is None:
-            return True
-        return bool(basis) and rule.decided_at == basis
-
-    processor = PatternStatsProcessor(settings.policy, live_maps.layers.allowlist, needs_learning)
+    processor = PatternStatsProcessor(
+        settings.policy, live_maps.layers.allowlist, live_maps.needs_learning
+    )
 
     @table.on_recover
     async def restore_timer() -> None:
@@ -164,8 +167,7 @@ def register(app: faust.App, runtime: Runtime) -> None:
             )
         if step.record is not None:
             table[key] = step.record
-        if step.deadline is not None:
-            tracker.add(step.deadline, domain, shape)
+        tracker.set(step.deadline, domain, shape)
 
     sweep_every = max(
         0.5, min(10.0, min(settings.policy.rare_after, settings.policy.retry_after) / 4)
@@ -174,9 +176,12 @@ def register(app: faust.App, runtime: Runtime) -> None:
     async def send_due_ticks() -> None:
         while True:
             await asyncio.sleep(sweep_every)
-            for domain, shape in tracker.pop_due(time.time()):
+            now = time.time()
+            for domain, shape in tracker.pop_due(now):
                 tick = SamplePack((DueSample(domain, shape),))
                 await samples_topic.send(key=domain.encode(), value=tick.to_bytes())
+                # Again, unless the tick is handled before (a tick can be lost).
+                tracker.add(now + settings.policy.retry_after, domain, shape)
 
     @app.agent(samples_topic, name="pattern-stats", concurrency=1)
     async def pattern_stats(agent_stream: faust.StreamT[bytes]) -> None:

@@ -223,7 +223,9 @@ class CanonicalizerFront:
         self.on_fatal = on_fatal
         self.counters = FrontCounters()
         self.sampler = LocalSampler(
-            settings.local_sampler_entries, settings.policy.min_distinct_values
+            settings.local_sampler_entries,
+            settings.policy.min_distinct_values,
+            resend_after=settings.policy.rare_after + settings.policy.retry_after,
         )
         self.auditing = AuditForwarder(
             AuditRule(settings.audit_share, str(settings.learn.seed)),
@@ -708,12 +710,20 @@ class CanonicalizerFront:
         log.warning("canonicalizer: consumer error: %s", error)
 
     def _forward_counts(self) -> None:
+        """The counts of URLs not forwarded, and the samples forwarded again."""
         assert self._packs is not None
         for pending in self.sampler.drain_counts():
             self._packs.add(
                 pending.domain,
                 sample_to_bytes(
                     CountSample(pending.domain, pending.pattern, pending.count, pending.basis)
+                ),
+            )
+        for resend in self.sampler.due_resends(self.live_maps.needs_learning):
+            self._packs.add(
+                resend.domain,
+                sample_to_bytes(
+                    UrlSample(resend.domain, resend.pattern, resend.url, 0, resend.basis)
                 ),
             )
 

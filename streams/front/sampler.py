@@ -8,6 +8,12 @@ wants of a choice-like one, the most it wants of any); other URLs are only count
 and the counts go out in bulk with :meth:`LocalSampler.drain_counts`. Memory is bounded by
 ``max_entries`` patterns, oldest first out: an evicted pattern merely gets forwarded again.
 
+A forwarded sample is not trusted to arrive (Faust's consumer can drop messages around a
+rebalance, see :mod:`streams.agents.pattern_stats`): while its pattern still needs
+learning, :meth:`LocalSampler.due_resends` gives its first URL again ``resend_after``
+seconds after it was forwarded, then after twice as long, and so on, with a count of 0 so
+that a copy that did arrive adds no URL to the pattern's count.
+
 URLs of learned patterns that drop parameters are looked at by :class:`AuditForwarder`: an
 item the core's :class:`~miqps.audit.AuditRule` chooses, and this worker has not forwarded
 yet, goes to the probing worker as an ``audit`` request. What it needs of each decision is
@@ -17,6 +23,9 @@ microseconds to decode) and kept for at most ``max_domains`` domains.
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,17 +36,31 @@ from miqps.maps import DecisionSummary
 from miqps.urls import NormalizedURL, path_shape
 from streams.messages import AUDIT, ProbeRequest, RequestedPattern
 
+MAX_RESEND_DOUBLINGS = 7
+
 
 class _Entry:
-    __slots__ = ("basis", "domain", "items", "pattern", "pending", "values")
+    __slots__ = ("basis", "domain", "items", "pattern", "pending", "resends", "url", "values")
 
-    def __init__(self, domain: str, pattern: str, basis: str) -> None:
+    def __init__(self, domain: str, pattern: str, basis: str, url: str) -> None:
         self.domain = domain
         self.pattern = pattern
         self.basis = basis
+        self.url = url
         self.values: dict[str, set[int]] = {}
         self.items: dict[str, set[int]] = {}
         self.pending = 0
+        self.resends = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Resend:
+    """A sample forwarded again: its pattern still needs learning."""
+
+    domain: str
+    pattern: str
+    url: str
+    basis: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +77,16 @@ class LocalSampler:
         max_entries: int,
         values_per_name: int,
         items_per_name: int = LearnConfig().choice_items,
+        resend_after: float = float("inf"),
     ) -> None:
         self.max_entries = max_entries
         self.values_per_name = values_per_name
         self.items_per_name = items_per_name
+        self.resend_after = resend_after
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._dirty: dict[str, _Entry] = {}
+        self._resends: list[tuple[float, int, str, _Entry]] = []
+        self._pushed = itertools.count()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -71,8 +98,10 @@ class LocalSampler:
         if entry is None:
             if len(self._entries) >= self.max_entries:
                 self._evict_oldest()
-            entry = self._entries[key] = _Entry(domain, pattern, basis)
+            entry = self._entries[key] = _Entry(domain, pattern, basis, url.url)
             self._remember(entry, url)
+            if self.resend_after != float("inf"):
+                self._push_resend(time.monotonic() + self.resend_after, key, entry)
             return 1
         if self._remember(entry, url):
             count = entry.pending + 1
@@ -110,6 +139,30 @@ class LocalSampler:
                     known.add(digest)
                     novel = True
         return novel
+
+    def due_resends(
+        self, needs_learning: Callable[[str, str, str], bool], now: float | None = None
+    ) -> list[Resend]:
+        """The samples to forward again now: those whose pattern still needs learning
+        (``needs_learning(domain, pattern, basis)``) when their time came; each is due
+        again after twice the previous wait. Patterns evicted or learned are forgotten."""
+        now = time.monotonic() if now is None else now
+        due: list[Resend] = []
+        heap = self._resends
+        while heap and heap[0][0] <= now:
+            _, _, key, entry = heapq.heappop(heap)
+            if self._entries.get(key) is not entry:
+                continue
+            if not needs_learning(entry.domain, entry.pattern, entry.basis):
+                continue
+            due.append(Resend(entry.domain, entry.pattern, entry.url, entry.basis))
+            entry.resends += 1
+            wait = self.resend_after * 2 ** min(entry.resends, MAX_RESEND_DOUBLINGS)
+            self._push_resend(now + wait, key, entry)
+        return due
+
+    def _push_resend(self, at: float, key: str, entry: _Entry) -> None:
+        heapq.heappush(self._resends, (at, next(self._pushed), key, entry))
 
     def drain_counts(self) -> list[PendingCount]:
         counts = [

@@ -127,6 +127,16 @@ class LiveMaps:
         """Every live map, as of now (safe to call from any thread)."""
         return list(self._maps.values())
 
+    def needs_learning(self, domain: str, pattern: str, basis: str) -> bool:
+        """Whether the live map still lacks what a sample of ``pattern`` asks for: a
+        decision (``basis`` empty), or the re-verification of the decision made at
+        ``basis``."""
+        live = self._maps.get(domain)
+        rule = live.rules.get(pattern) if live is not None else None
+        if rule is None:
+            return True
+        return bool(basis) and rule.decided_at == basis
+
     def due_for_reverification(self, decision: Decision, now: float) -> str | None:
         """The ``decided_at`` of a learned decision whose re-verification time has come
         (``now`` in seconds since the epoch), else None."""

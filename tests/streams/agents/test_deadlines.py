@@ -28,3 +28,17 @@ def test_the_number_of_shapes_is_bounded() -> None:
         tracker.add(float(number), f"d{number}.example", "/p")
     tracker.add(0.5, "d0.example", "/p")
     assert tracker.pop_due(10.0) == [("d0.example", "/p"), ("d1.example", "/p")]
+
+
+def test_set_replaces_what_was_scheduled_and_none_clears_it() -> None:
+    """A handled tick sets the shape's timer to what its record says: a follow-up tick of
+    a tick that might have been lost goes, a later deadline replaces an earlier one."""
+    tracker = DeadlineTracker()
+    tracker.add(5.0, "shop.test", "/p")
+    tracker.set(None, "shop.test", "/p")
+    assert tracker.pop_due(100.0) == []
+    tracker.add(5.0, "shop.test", "/p")
+    tracker.set(20.0, "shop.test", "/p")
+    assert tracker.pop_due(10.0) == []
+    assert tracker.pop_due(20.0) == [("shop.test", "/p")]
+    assert len(tracker) == 0

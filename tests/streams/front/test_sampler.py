@@ -1,3 +1,4 @@
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
@@ -67,6 +68,42 @@ def test_memory_is_bounded_and_evicted_counts_still_go_out() -> None:
     [pending] = sampler.drain_counts()
     assert (pending.domain, pending.count) == ("a.example", 1)
     assert offer(sampler, "http://a.example/p?id=1") == 1, "forgotten, so forwarded again"
+
+
+def test_a_forwarded_sample_is_forwarded_again_while_its_pattern_needs_learning() -> None:
+    """A sample may be lost on its way (Faust's consumer drops messages around a
+    rebalance): its first URL goes again after ``resend_after``, then after twice as
+    long, until the pattern is learned; an evicted pattern is forgotten."""
+    sampler = LocalSampler(max_entries=2, values_per_name=3, resend_after=10.0)
+    first = parse("http://shop.test/p?id=1")
+    assert sampler.offer("shop.test", "/p?id", first, "") == 1
+    sampler.offer("shop.test", "/p?id", parse("http://shop.test/p?id=2"), "")
+    started = time.monotonic()
+    learned: set[str] = set()
+
+    def needs(domain: str, pattern: str, basis: str) -> bool:
+        return pattern not in learned
+
+    assert sampler.due_resends(needs, started + 5) == []
+    again = sampler.due_resends(needs, started + 11)
+    assert [(r.domain, r.pattern, r.url, r.basis) for r in again] == [
+        ("shop.test", "/p?id", first.url, "")
+    ]
+    assert sampler.due_resends(needs, started + 20) == []  # the next wait is 20 s
+    assert len(sampler.due_resends(needs, started + 32)) == 1
+    learned.add("/p?id")
+    assert sampler.due_resends(needs, started + 1000) == []
+    sampler.offer("shop.test", "/q?id", parse("http://shop.test/q?id=1"), "")
+    sampler.offer("shop.test", "/r?id", parse("http://shop.test/r?id=1"), "")
+    sampler.offer("shop.test", "/s?id", parse("http://shop.test/s?id=1"), "")  # evicts /q
+    due = sampler.due_resends(needs, time.monotonic() + 11)
+    assert sorted(r.pattern for r in due) == ["/r?id", "/s?id"]
+
+
+def test_without_resend_after_nothing_is_forwarded_again() -> None:
+    sampler = LocalSampler(max_entries=2, values_per_name=3)
+    sampler.offer("shop.test", "/p?id", parse("http://shop.test/p?id=1"), "")
+    assert sampler.due_resends(lambda *_: True, time.monotonic() + 1e9) == []
 
 
 def test_audits_forward_each_chosen_item_of_a_learned_pattern_once() -> None:
