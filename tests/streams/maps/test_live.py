@@ -90,7 +90,7 @@ def test_the_stream_decides_exactly_like_the_core_paths() -> None:
         learned = any(rounds[0].pattern in m.patterns for m in maps if m.domain == url.host)
         assert got.status == (Status.LEARNED if learned else Status.PROVISIONAL)
         assert got.map_version == versions.get(url.host, 0)
-        assert got == core.decide(url)._replace(layers={}, items={})
+        assert got == core.decide(url)._replace(layers={}, items={}, removed_as_default=())
         statuses.add(got.status)
         assert live.decide(parse(got.canonical_url)).canonical_url == got.canonical_url
         matrix_dropped += any(name.startswith(";") for name in got.dropped)
