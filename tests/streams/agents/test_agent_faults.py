@@ -1,5 +1,5 @@
-"""The agents under faults, on the real broker: a bug of ours, lost probe requests and a
-rebalance storm.
+"""The agents under faults, on the real broker: a bug of ours, lost probe requests and
+rebalance storms.
 
 Each test has topics, app id and state of its own (a unique prefix).
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import os
 import string
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -263,6 +264,69 @@ def test_every_pattern_is_answered_through_20_rebalances_and_lost_requests(
     )
     assert rebalances == 20
     assert losses >= 1, "every probe worker drops the first requests it takes"
+
+
+STORM_CYCLES = 12
+SHAPE_EVERY_SECONDS = 0.1
+STORM_GRACE_SECONDS = 60.0
+
+
+@pytest.mark.timeout(600)
+def test_every_shape_seen_through_a_rebalance_storm_is_requested(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A new shape every 0.1 s while probe workers join and leave the group again and
+    again: the samples of every one reach the pattern-stats agent and each is requested
+    (its time limit comes after one sighting), however its pack met a rebalance."""
+    requests = TopicReader(settings, settings.topics.probe_requests)
+    canonicalizer = WorkerProcess(
+        settings.with_overrides(state_dir=tmp_path / "c"),
+        "canonicalize",
+        tmp_path / "canonicalizer.log",
+    ).start()
+    stopping = threading.Event()
+    sent: list[int] = []
+
+    def trickle() -> None:
+        number = 1000
+        while not stopping.wait(SHAPE_EVERY_SECONDS):
+            produce(settings, settings.topics.raw, urls_of_shapes(number, 1))
+            sent.append(number)
+            number += 1
+
+    trickler = threading.Thread(target=trickle, name="new-shapes", daemon=True)
+    try:
+        wait_until(ready(canonicalizer), 90, "the canonicalizer")
+        trickler.start()
+        for cycle in range(STORM_CYCLES):
+            extra = WorkerProcess(
+                settings.with_overrides(state_dir=tmp_path / f"x{cycle}"),
+                "probe",
+                tmp_path / f"extra{cycle}.log",
+            ).start()
+            wait_until(ready(extra), 90, "the extra prober")
+            assert extra.stop() == 0, extra.log_text()[-3000:]
+        stopping.set()
+        trickler.join(30)
+        wanted = {f"/{word(n)}?id&ref" for n in sent}
+        deadline = time.monotonic() + settings.policy.rare_after + STORM_GRACE_SECONDS
+
+        def unrequested() -> set[str]:
+            asked = {pattern for request in requested(requests) for pattern in request["patterns"]}
+            return wanted - asked
+
+        while (missing := unrequested()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert canonicalizer.alive(), canonicalizer.log_digest()
+    finally:
+        stopping.set()
+        canonicalizer.stop()
+        requests.close()
+    print(
+        f"\n{STORM_CYCLES * 2} rebalances; {len(wanted)} shapes sent; "
+        f"{len(missing)} never requested"
+    )
+    assert not missing, f"{len(missing)} of {len(wanted)} never requested: {sorted(missing)[:10]}"
 
 
 def test_bad_samples_and_requests_are_dead_lettered_and_the_good_ones_learned(
