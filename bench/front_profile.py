@@ -25,39 +25,15 @@ from typing import Any
 
 import can_ada
 
-from bench.stream_throughput import learned_maps, synthetic_urls
 from miqps.urls import parse
 from streams.front.loop import CanonicalizerFront, SamplePacks
 from streams.maps.live import LiveMaps
 from streams.messages import CanonicalOutput, decode_input
 from streams.settings import Settings
+from testkit.messages import InputMessage
+from testkit.urlgen import learned_maps, synthetic_urls
 
 BATCH = 10_000
-
-
-class InputMessage:
-    """What ``_process`` reads of a consumed message."""
-
-    __slots__ = ("_offset", "_value")
-
-    def __init__(self, value: bytes, offset: int) -> None:
-        self._value = value
-        self._offset = offset
-
-    def error(self) -> None:
-        return None
-
-    def value(self) -> bytes:
-        return self._value
-
-    def topic(self) -> str:
-        return "urls.raw"
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self._offset
 
 
 class DroppingProducer:

@@ -27,24 +27,19 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification, utc_now
-from miqps.urls import parse
+from miqps.maps import DomainMap
 from streams.kafka.admin import consumer_config, ensure_topics, producer_config
 from streams.settings import LearningPolicy, Settings
 from testkit.tools import WorkerProcess, delete_topics, produce
 from testkit.tools import isolated_settings as isolated_settings_of
-
-WORDS = ("alpha", "bravo", "delta", "echo", "kilo", "lima", "nova", "oscar", "tango", "zulu")
-TRACKING = ("utm_source", "utm_medium", "utm_campaign", "gclid", "fbclid", "ref", "sid")
-CONTENT = ("id", "page", "color", "size", "q", "sort")
-
+from testkit.urlgen import STREAM_WORDS as WORDS
+from testkit.urlgen import learned_maps, synthetic_urls
 
 CREATED: list[Settings] = []
 
@@ -53,65 +48,6 @@ def isolated_settings(base: Settings, label: str, state: Path, **changes: object
     settings = isolated_settings_of(base, label, state, **changes)
     CREATED.append(settings)
     return settings
-
-
-def synthetic_urls(count: int, domains: int, seed: int = 7) -> Iterator[str]:
-    """Product/search/article URLs over ``domains`` hosts, with tracking parameters."""
-    rng = random.Random(seed)
-    for _ in range(count):
-        domain = rng.randrange(domains)
-        host = f"www.{WORDS[domain % 10]}{domain}.example"
-        kind = rng.random()
-        if kind < 0.5:
-            path = f"/p/{rng.randrange(1, 10**6)}"
-            params = [f"id={rng.randrange(10**6)}"]
-        elif kind < 0.8:
-            path = "/search"
-            params = [f"q={rng.choice(WORDS)}", f"page={rng.randrange(1, 20)}"]
-        else:
-            path = f"/news/{rng.choice(WORDS)}-{rng.randrange(10**5)}"
-            params = []
-        if rng.random() < 0.6:
-            params.append(f"utm_source={rng.choice(WORDS)}")
-            params.append(f"utm_medium={rng.choice(('email', 'cpc', 'social'))}")
-        if rng.random() < 0.3:
-            params.append(f"sid={rng.getrandbits(64):016x}")
-        if rng.random() < 0.2:
-            params.append(f"color={rng.choice(('red', 'blue', 'green'))}")
-        rng.shuffle(params)
-        query = "?" + "&".join(params) if params else ""
-        yield f"https://{host}{path}{query}"
-
-
-def learned_maps(urls: list[str]) -> list[DomainMap]:
-    """A map that decides every pattern of ``urls``: tracking dropped, content kept."""
-    patterns: dict[str, dict[str, frozenset[str]]] = {}
-    for text in urls:
-        url = parse(text)
-        if url.pairs:
-            patterns.setdefault(url.host, {})[url.pattern] = url.names
-    now = utc_now()
-    maps = []
-    for domain, by_pattern in patterns.items():
-        decisions = {}
-        for key, names in by_pattern.items():
-            kept = frozenset(name for name in names if name not in TRACKING)
-            params = {
-                name: ParamEvidence(
-                    "keep" if name in kept else "drop",
-                    Layer.LEARNED,
-                    6,
-                    6 if name in kept else 0,
-                    0 if name in kept else 6,
-                    0,
-                )
-                for name in names
-            }
-            decisions[key] = PatternDecision(
-                kept, names - kept, params, Verification(2, 0, 0, []), now, 1
-            )
-        maps.append(DomainMap(domain, 1, now, decisions))
-    return maps
 
 
 def high_watermarks(consumer: Consumer, topic: str) -> int:

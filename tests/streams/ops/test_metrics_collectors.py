@@ -19,7 +19,6 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from bench.stream_throughput import learned_maps
 from miqps.maps import timestamp_seconds
 from streams.front.metrics import consumer_lag, lag_by_partition
 from streams.maps.live import LiveMaps
@@ -35,6 +34,7 @@ from streams.ops.metrics import (
     state_bytes,
 )
 from streams.settings import Settings
+from testkit.urlgen import learned_maps
 from tests.streams.ops.test_metrics import free_port, scrape, value
 
 
