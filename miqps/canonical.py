@@ -17,16 +17,15 @@ the stream's live maps call too) follows :func:`settle`, the one definition.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from importlib import import_module, resources
+from importlib import resources
 from itertools import count, islice, pairwise
 from operator import itemgetter
 from os import PathLike
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import can_ada
 import orjson
@@ -39,6 +38,7 @@ from miqps.maps import (
     dropping_summaries,
     timestamp_seconds,
 )
+from miqps.native import CanonicalizerPath, canonicalizer_path, compiled_classes
 from miqps.urls import (
     MAX_URL_BYTES,
     InvalidURL,
@@ -53,15 +53,16 @@ from miqps.urls import (
     split_pattern,
 )
 
-
-def _native_module() -> Any:
-    try:
-        return import_module("miqps_native")
-    except ImportError:  # not built: the pure-Python path gives the same output
-        return None
+if TYPE_CHECKING:
+    from miqps_native import Core, Miss
 
 
-miqps_native: Any = _native_module()
+@dataclass(frozen=True, slots=True)
+class _Native:
+    """The compiled path of one canonicalizer: its core, and the class of a miss."""
+
+    core: Core
+    miss: type[Miss]
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +182,14 @@ class _PlanSpec(NamedTuple):
 _TABLES = count(1)
 # Misses one text may meet on the compiled path (a plan, then the plans it leads to).
 _MAX_MISSES = 16
+
+
+def _misses(
+    native: _Native, answers: Sequence[bytes | str | Miss | None], others: list[int]
+) -> list[tuple[int, Miss]]:
+    """The misses among the compiled path's ``answers`` at ``others``, with their index."""
+    miss = native.miss
+    return [(index, answer) for index in others if isinstance(answer := answers[index], miss)]
 
 
 class _PatternSplit(NamedTuple):
@@ -401,12 +410,12 @@ class Canonicalizer:
         self._unmapped_plans: dict[str, _Plan] = {}
         self._unmapped_table = next(_TABLES)
         self._heads: dict[str, str] = {}
-        if native is None:
-            native = os.environ.get("MIQPS_NATIVE", "1") != "0"
-        self._native: Any = None
-        if native and miqps_native is not None:
-            self._native = miqps_native.Core()
-            self._native.reset(self._unmapped_table)
+        self._path = canonicalizer_path(native)
+        self._native: _Native | None = None
+        classes = compiled_classes()
+        if self._path.name == "compiled" and classes is not None:
+            self._native = _Native(classes.core(), classes.miss)
+            self._native.core.reset(self._unmapped_table)
 
     @property
     def native(self) -> bool:
@@ -414,6 +423,11 @@ class Canonicalizer:
         :meth:`canonical_texts`, :meth:`canonical_block`, :meth:`canonicalize` and
         :meth:`decide` without layers."""
         return self._native is not None
+
+    @property
+    def path(self) -> CanonicalizerPath:
+        """Which per-URL path runs (:attr:`native`), and why."""
+        return self._path
 
     @property
     def layers(self) -> StaticLayers:
@@ -432,15 +446,15 @@ class Canonicalizer:
         self._unmapped_plans = {}
         self._unmapped_table = next(_TABLES)
         if self._native is not None:
-            self._native.reset(self._unmapped_table)
+            self._native.core.reset(self._unmapped_table)
         for domain, compiled in self._domains.items():
             domain_map = compiled.map
             self._domains[domain] = self._compile(domain_map, compiled.document)
             if self._native is not None:
-                self._install_native(domain, self._domains[domain], domain_map)
+                self._install_native(self._native, domain, self._domains[domain], domain_map)
 
     def _install_native(
-        self, domain: str, compiled: _CompiledDomain, domain_map: DomainMap
+        self, native: _Native, domain: str, compiled: _CompiledDomain, domain_map: DomainMap
     ) -> None:
         """Start the compiled path's plan table for ``domain``, with what its stream step
         (:meth:`stream_records`) needs of the map: its version, its learned patterns (with
@@ -454,13 +468,13 @@ class Canonicalizer:
         decided = {decision.decided_at for decision in patterns.values()}
         oldest = min(map(timestamp_seconds, decided), default=float("inf"))
         table = compiled.table
-        self._native.install(domain, table, compiled.version, learned, oldest)
+        native.core.install(domain, table, compiled.version, learned, oldest)
         # The plans of the keys URLs of the learned patterns have, made now rather than
         # on each one's first URL.
         for key in patterns:
             names = split_pattern(key)[1]
             if names:
-                self._add_native_plan(domain, table, key, compiled, names)
+                self._add_native_plan(native, domain, table, key, compiled, names)
 
     def _compile(self, domain_map: DomainMap, document: bytes | None = None) -> _CompiledDomain:
         return _CompiledDomain(domain_map, self._layers, self._use_prior, document)
@@ -479,7 +493,7 @@ class Canonicalizer:
         else:
             self._domains[domain] = compiled
             if self._native is not None:
-                self._install_native(domain, compiled, domain_map)
+                self._install_native(self._native, domain, compiled, domain_map)
 
     def load(self, maps: Mapping[str, DomainMap]) -> None:
         for domain_map in maps.values():
@@ -571,7 +585,8 @@ class Canonicalizer:
         the same plans; a differential test holds it to this path's output.
         """
         if self._native is not None:
-            return self._native_texts(texts if isinstance(texts, list) else list(texts), errors)
+            texts = texts if isinstance(texts, list) else list(texts)
+            return self._native_texts(self._native, texts, errors)
         out: list[str] = []
         append = out.append
         ada_parse = can_ada.parse
@@ -666,8 +681,9 @@ class Canonicalizer:
         """:meth:`canonical_texts` of the lines of ``block`` (``"\\n"`` between them),
         as UTF-8 lines, each ended by ``"\\n"``: what the CLI writes for a block it read.
         The compiled path makes no string per line but for the lines it cannot answer."""
-        answered = self._native.canonical_lines(block) if self._native is not None else None
-        if answered is None:
+        native = self._native
+        answered = native.core.canonical_lines(block) if native is not None else None
+        if native is None or answered is None:
             lines = block.split("\n")
             outputs = self.canonical_texts(lines, errors, control_free=control_free)
             return ("\n".join(outputs) + "\n").encode()
@@ -675,11 +691,11 @@ class Canonicalizer:
         if not others:
             return bytes(parts[0])
         local: list[tuple[int, InvalidURL]] = []
-        self._resolve_native(texts, answers, list(range(len(texts))), local)
+        resolved = self._resolve_native(native, texts, answers, list(range(len(texts))), local)
         if errors is not None:
             errors.extend((others[at], error) for at, error in local)
         pieces = [parts[0]]
-        for answer, part in zip(answers, parts[1:], strict=True):
+        for answer, part in zip(resolved, parts[1:], strict=True):
             pieces += (answer.encode(), b"\n", part)
         return b"".join(pieces)
 
@@ -700,15 +716,18 @@ class Canonicalizer:
         a learned pattern none of whose decisions was made at or before ``due_before``
         (none is due for re-verification), and whose item's audit digest (``seed``) is
         not below ``audit_below``; or a URL without parameters."""
-        if self._native is None:
+        native = self._native
+        if native is None:
             return None
-        batch = self._native.front_batch
+        batch = native.core.front_batch
         records, keys, others, learned = batch(values, max_bytes, due_before, audit_below, seed)
         for _ in range(_MAX_MISSES):
-            missed = [index for index in others if records[index] is not None]
-            if not missed:
-                return records, keys, learned
-            self._teach_misses([records[index] for index in missed])
+            misses = _misses(native, records, others)
+            if not misses:
+                # Every answer is a record or None: the misses were all asked again.
+                return cast("list[bytes | None]", records), keys, learned
+            missed = [index for index, _ in misses]
+            self._teach_misses(native, [miss for _, miss in misses])
             again = [values[index] for index in missed]
             answers, answer_keys, others, more = batch(
                 again, max_bytes, due_before, audit_below, seed
@@ -720,58 +739,62 @@ class Canonicalizer:
             others = [missed[at] for at in others]
         for index in others:
             records[index] = None  # misses left: the front takes these
-        return records, keys, learned
+        return cast("list[bytes | None]", records), keys, learned
 
     def _native_texts(
-        self, texts: list[str], errors: list[tuple[int, InvalidURL]] | None
+        self, native: _Native, texts: list[str], errors: list[tuple[int, InvalidURL]] | None
     ) -> list[str]:
-        out: list[str]
-        out, others = self._native.canonical_texts(texts)
-        self._resolve_native(texts, out, others, errors)
-        return out
+        out, others = native.core.canonical_texts(texts)
+        return self._resolve_native(native, texts, out, others, errors)
 
     def _resolve_native(
         self,
+        native: _Native,
         texts: list[str],
-        out: list[Any],
+        out: Sequence[str | Miss | None],
         others: list[int],
         errors: list[tuple[int, InvalidURL]] | None,
-    ) -> None:
-        """Turn the compiled path's other answers in ``out`` (at ``others``) into canonical
-        URLs: misses are taught and asked again (each round may lead to the plan of another
-        pattern), the rest takes :meth:`canonical_text`."""
+    ) -> list[str]:
+        """``out`` with the compiled path's other answers (at ``others``) turned into
+        canonical URLs, in place: misses are taught and asked again (each round may lead to
+        the plan of another pattern), the rest takes :meth:`canonical_text`."""
+        answered = cast("list[str | Miss | None]", out)
         slow: list[int] = []
         for _ in range(_MAX_MISSES):
-            slow.extend(index for index in others if out[index] is None)
-            missed = [index for index in others if out[index] is not None]
-            self._teach_misses([out[index] for index in missed])
+            misses = _misses(native, answered, others)
+            slow.extend(index for index in others if answered[index] is None)
+            self._teach_misses(native, [miss for _, miss in misses])
             others = []
-            if not missed:
+            if not misses:
                 break
-            answers, others = self._native.canonical_texts([texts[index] for index in missed])
+            missed = [index for index, _ in misses]
+            answers, others = native.core.canonical_texts([texts[index] for index in missed])
             for index, answer in zip(missed, answers, strict=True):
-                out[index] = answer
+                answered[index] = answer
             others = [missed[at] for at in others]
         slow.extend(others)
         for index in sorted(slow):
             try:
-                out[index] = self.canonical_text(texts[index])
+                answered[index] = self.canonical_text(texts[index])
             except InvalidURL as error:
                 if errors is not None:
                     errors.append((index, error))
-                out[index] = ""
+                answered[index] = ""
+        # Every answer is now a canonical URL, or "" for an invalid text.
+        return cast("list[str]", answered)
 
-    def _teach_misses(self, misses: list[Any]) -> None:
+    def _teach_misses(self, native: _Native, misses: list[Miss]) -> None:
         """Teach the compiled path the plan of each key its ``misses`` name, once a key."""
         taught: set[tuple[str | None, int, str]] = set()
-        for domain, table, key, names in misses:
-            if (domain, table, key) not in taught:
-                taught.add((domain, table, key))
-                self._teach_native(domain, table, key, names)
+        for miss in misses:
+            if (miss.domain, miss.table, miss.key) not in taught:
+                taught.add((miss.domain, miss.table, miss.key))
+                self._teach_native(native, miss)
 
-    def _teach_native(self, domain: str | None, table: int, key: str, names: Sequence[str]) -> None:
-        """Hand the compiled path the plan for ``key`` in the table it named, unless that
-        table was replaced since (it then asks again, for the new one)."""
+    def _teach_native(self, native: _Native, miss: Miss) -> None:
+        """Hand the compiled path the plan for the key of ``miss`` in the table it named,
+        unless that table was replaced since (it then asks again, for the new one)."""
+        domain, table, key = miss.domain, miss.table, miss.key
         if domain is None:
             compiled = None
             if table != self._unmapped_table:
@@ -780,10 +803,11 @@ class Canonicalizer:
             compiled = self._domains.get(domain)
             if compiled is None or compiled.table != table:
                 return
-        self._add_native_plan(domain, table, key, compiled, names)
+        self._add_native_plan(native, domain, table, key, compiled, miss.names)
 
     def _add_native_plan(
         self,
+        native: _Native,
         domain: str | None,
         table: int,
         key: str,
@@ -791,7 +815,7 @@ class Canonicalizer:
         names: Sequence[str],
     ) -> None:
         spec = self._plan_spec(key, compiled, names)
-        self._native.add_plan(
+        native.core.add_plan(
             domain, table, key, (spec.kept, spec.size, tuple(spec.defaults), spec.then)
         )
 
@@ -911,7 +935,7 @@ class Canonicalizer:
         a kept one in the URL's own pattern. Safe while another thread updates the maps:
         the decision is made with the map that was live when it started."""
         if not with_layers and original is not None and self._native is not None:
-            decided = self._native_decision(url, original)
+            decided = self._native_decision(self._native, url, original)
             if decided is not None:
                 return decided
         compiled = self._domains.get(url.host)
@@ -951,7 +975,9 @@ class Canonicalizer:
             tuple(sorted({n for r in rounds for n in r.defaults})) if with_layers else (),
         )
 
-    def _native_decision(self, url: NormalizedURL, original: str) -> Decision | None:
+    def _native_decision(
+        self, native: _Native, url: NormalizedURL, original: str
+    ) -> Decision | None:
         """:meth:`decide` without layers through the compiled path (``url`` being
         ``parse(original)``); None when that path cannot answer, or answered with a map
         replaced since.
@@ -959,14 +985,14 @@ class Canonicalizer:
         The compiled path gives the canonical URL, the URL's own pattern and the kept and
         dropped names, sorted: what ``decide`` gives, since a learned pattern's split names
         the same sets in the same order when its keep is the final one."""
-        answer = self._native.decide_text(original)
+        answer = native.core.decide_text(original)
         misses = 0
-        while answer is not None and len(answer) == 4:  # a miss: teach it, ask again
+        while isinstance(answer, native.miss):  # teach it, ask again
             if misses == _MAX_MISSES:
                 return None
             misses += 1
-            self._teach_native(*answer)
-            answer = self._native.decide_text(original)
+            self._teach_native(native, answer)
+            answer = native.core.decide_text(original)
         if answer is None:
             return None
         canonical, pattern, kept, dropped, table = answer
@@ -1056,7 +1082,7 @@ class Canonicalizer:
         self._domains.pop(domain, None)
         self._unreachable.pop(domain, None)
         if self._native is not None:
-            self._native.forget(domain)
+            self._native.core.forget(domain)
 
     def canonicalize(self, url: str) -> str:
         """The canonical form of ``url``; raises :class:`~miqps.urls.InvalidURL` (with a
@@ -1064,7 +1090,7 @@ class Canonicalizer:
         if self._native is None:
             return self.canonical_text(url)
         errors: list[tuple[int, InvalidURL]] = []
-        canonical = self._native_texts([url], errors)[0]
+        canonical = self._native_texts(self._native, [url], errors)[0]
         if errors:
             raise errors[0][1]
         return canonical

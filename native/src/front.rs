@@ -69,7 +69,7 @@ pub(crate) fn batch<'py>(
             let answer = core.answer(text, &mut canonical, Some(&mut detail));
             if !matches!(answer, Answer::Written(_)) {
                 outcomes.push(match answer {
-                    Answer::Miss { .. } => Outcome::Miss(answer),
+                    Answer::Miss(_) => Outcome::Miss(answer),
                     _ => Outcome::Python,
                 });
                 continue;

@@ -9,8 +9,11 @@
 //!
 //! - the canonical URL (for `decide_text`, with the decision's details);
 //! - `None`: out of the common case, the caller takes its own path for this text;
-//! - a miss, `(domain or None, token, key, names)`: no plan is known for the key yet; the
-//!   caller computes it, hands it over with `add_plan`, and asks again.
+//! - a miss, a `Miss` (the domain or None, the plan table's number, the key, the names): no
+//!   plan is known for the key yet; the caller computes it, hands it over with `add_plan`,
+//!   and asks again.
+//!
+//! `miqps_native.pyi` (next to `Cargo.toml`, shipped in the wheel) types this interface.
 //!
 //! The pure-Python path is the reference: a differential test holds both to the same bytes.
 
@@ -45,8 +48,10 @@ enum Plan {
     },
 }
 
+/// A plan table: a domain's plans (or the unmapped domains'), under the number
+/// (`table`) the Python core handed out when it started the table.
 struct Plans {
-    token: u64,
+    table: u64,
     plans: HashMap<String, Plan>,
     /// What the stream front needs of the domain's map (`front_batch`).
     map: MapFacts,
@@ -72,9 +77,9 @@ impl Default for MapFacts {
 }
 
 impl Plans {
-    fn new(token: u64) -> Self {
+    fn new(table: u64) -> Self {
         Plans {
-            token,
+            table,
             plans: HashMap::default(),
             map: MapFacts::default(),
         }
@@ -89,16 +94,22 @@ impl Plans {
 }
 
 enum Answer {
-    /// The canonical URL was appended to the output, through the plan table of this token
+    /// The canonical URL was appended to the output, through the plan table of this number
     /// (0: no plan was needed, the URL has no parameter).
     Written(u64),
     Slow,
-    Miss {
-        domain: Option<String>,
-        token: u64,
-        key: String,
-        names: Vec<String>,
-    },
+    Miss(Miss),
+}
+
+/// No plan is known yet for `key` (the path shape and `names`, or the names alone for a
+/// domain without a map) in the plan table numbered `table` (of `domain`, None for the
+/// unmapped table): the caller computes it, hands it over with `add_plan`, and asks again.
+#[pyclass(module = "miqps_native", frozen, get_all)]
+struct Miss {
+    domain: Option<String>,
+    table: u64,
+    key: String,
+    names: Vec<String>,
 }
 
 /// What `Canonicalizer.decide` says of a URL besides its canonical form: its pattern
@@ -346,12 +357,12 @@ impl Core {
         let kept = kept_by_plans(table, prefix, pairs);
         let answer = match kept {
             Kept::Slow => Answer::Slow,
-            Kept::Miss(key, names) => Answer::Miss {
+            Kept::Miss(key, names) => Answer::Miss(Miss {
                 domain: plans.map(|_| host.to_string()),
-                token: table.token,
+                table: table.table,
                 key,
                 names,
-            },
+            }),
             Kept::Pairs(kept) => {
                 out.push_str(origin);
                 let mut first = true;
@@ -378,7 +389,7 @@ impl Core {
                     detail.kept = kept.iter().map(|pair| name_of(pair).to_string()).collect();
                     detail.dropped.retain(|name| !detail.kept.contains(name));
                 }
-                Answer::Written(table.token)
+                Answer::Written(table.table)
             }
         };
         answer
@@ -507,7 +518,7 @@ fn pick<'a>(indexes: &[usize], pairs: &[&'a str]) -> Option<Strs<'a>> {
 
 fn plan_from_spec(spec: &Bound<'_, PyTuple>) -> PyResult<Plan> {
     let kept: Option<Vec<usize>> = spec.get_item(0)?.extract()?;
-    let count: usize = spec.get_item(1)?.extract()?;
+    let size: usize = spec.get_item(1)?.extract()?;
     let defaults: Vec<String> = spec.get_item(2)?.extract()?;
     let then: Option<String> = spec.get_item(3)?.extract()?;
     let Some(kept) = kept else {
@@ -522,7 +533,7 @@ fn plan_from_spec(spec: &Bound<'_, PyTuple>) -> PyResult<Plan> {
     }
     Ok(if kept.is_empty() {
         Plan::KeepNone
-    } else if kept.len() == count {
+    } else if kept.len() == size {
         Plan::KeepAll
     } else {
         Plan::Pick(kept)
@@ -539,18 +550,18 @@ impl Core {
         }
     }
 
-    /// Start an empty plan table for `domain`, whose map is now the one `token` names:
-    /// version `version`, with `learned` patterns (pattern, and the names it keeps when it
-    /// drops one), the oldest of its decisions made at `oldest_decision`.
+    /// Start an empty plan table numbered `table` for `domain`, whose map has version
+    /// `version`, `learned` patterns (pattern, and the names it keeps when it drops one),
+    /// the oldest of its decisions made at `oldest_decision`.
     fn install(
         &mut self,
         domain: String,
-        token: u64,
+        table: u64,
         version: u64,
         learned: Vec<(String, Option<Vec<String>>)>,
         oldest_decision: f64,
     ) {
-        let mut plans = Plans::new(token);
+        let mut plans = Plans::new(table);
         plans.map = MapFacts {
             version,
             learned: learned.into_iter().collect(),
@@ -563,30 +574,31 @@ impl Core {
         self.domains.remove(domain);
     }
 
-    /// Empty every table (the rules changed for every domain); unmapped ones get `token`.
-    fn reset(&mut self, token: u64) {
+    /// Empty every table (the rules changed for every domain); the unmapped one is
+    /// numbered `table`.
+    fn reset(&mut self, table: u64) {
         self.domains.clear();
-        self.unmapped = Plans::new(token);
+        self.unmapped = Plans::new(table);
     }
 
-    /// Remember the plan `spec` = `(kept indexes or None, count, defaults, then key)` under
-    /// `key`, unless the table was replaced since `token` was handed out.
-    #[pyo3(signature = (domain, token, key, spec))]
+    /// Remember the plan `spec` = `(kept indexes or None, size, defaults, then key)` under
+    /// `key`, unless the table numbered `table` was replaced since.
+    #[pyo3(signature = (domain, table, key, spec))]
     fn add_plan(
         &mut self,
         domain: Option<&str>,
-        token: u64,
+        table: u64,
         key: String,
         spec: &Bound<'_, PyTuple>,
     ) -> PyResult<()> {
         let plan = plan_from_spec(spec)?;
-        let table = match domain {
+        let plans = match domain {
             None => Some(&mut self.unmapped),
             Some(domain) => self.domains.get_mut(domain),
         };
-        if let Some(table) = table {
-            if table.token == token {
-                table.insert(key, plan);
+        if let Some(plans) = plans {
+            if plans.table == table {
+                plans.insert(key, plan);
             }
         }
         Ok(())
@@ -693,8 +705,8 @@ impl Core {
     }
 
     /// For one text: `(canonical URL, pattern, kept names, dropped names, plan table
-    /// token)`, the names as sorted tuples, or the answer that is not that (None, or a
-    /// miss).
+    /// number)`, the names as sorted tuples, or the answer that is not that (None, or a
+    /// `Miss`).
     fn decide_text<'py>(slf: &Bound<'py, Self>, text: &str) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let mut written = String::new();
@@ -716,16 +728,11 @@ impl Core {
 }
 
 impl Answer {
-    /// An answer that is not a canonical URL, for Python: None, or the miss.
+    /// An answer that is not a canonical URL, for Python: None, or the `Miss`.
     fn other_into_pyobject(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         Ok(match self {
             Answer::Written(_) | Answer::Slow => py.None().into_bound(py),
-            Answer::Miss {
-                domain,
-                token,
-                key,
-                names,
-            } => (domain, token, key, names).into_pyobject(py)?.into_any(),
+            Answer::Miss(miss) => Bound::new(py, miss)?.into_any(),
         })
     }
 }
@@ -733,5 +740,6 @@ impl Answer {
 #[pymodule]
 fn miqps_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Core>()?;
+    module.add_class::<Miss>()?;
     Ok(())
 }

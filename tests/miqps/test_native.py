@@ -11,19 +11,22 @@ import base64
 import json
 import os
 import random
+import subprocess
+import sys
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import pytest
 
-from bench.canonical_fuzz import fuzzed_url, learned_looking_maps
-from bench.canonicalize_speed import build_maps, generate
-from miqps import canonical
 from miqps.canonical import Canonicalizer
 from miqps.maps import DomainMap
+from miqps.native import compiled_classes
 from miqps.urls import InvalidURL, parse
+from testkit.urlgen import build_maps, fuzzed_url, generate, learned_looking_maps
 from tests.data import PEER_URL_CASES, WPT_URLTESTDATA
 
-if canonical.miqps_native is None:
+COMPILED = compiled_classes()
+if COMPILED is None:
     if os.environ.get("MIQPS_REQUIRE_NATIVE") == "1":
         raise ImportError("miqps_native is not built, and MIQPS_REQUIRE_NATIVE=1 needs it")
     pytest.skip(
@@ -32,6 +35,50 @@ if canonical.miqps_native is None:
 
 DIFFERENTIAL_URLS = 1_000_000
 BATCH = 4096
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_stub_describes_the_compiled_module() -> None:
+    """``native/miqps_native.pyi`` (what mypy checks the calls against) names every class,
+    method, parameter and attribute the built module has, and nothing it lacks."""
+    config = ["--mypy-config-file", str(ROOT / "pyproject.toml")]
+    allowlist = ["--allowlist", str(ROOT / "native" / "stubtest-allowlist.txt")]
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy.stubtest", "miqps_native", *config, *allowlist],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-1000:]
+
+
+def test_a_miss_names_the_plan_table_python_numbered() -> None:
+    """A key without a plan comes back as a ``Miss`` naming the domain, the table number
+    Python handed out, the key and its names; once the plan is given, the URL is answered."""
+    assert COMPILED is not None
+    core = COMPILED.core()
+    core.reset(3)
+    core.install("shop.example", 7, 1, [], float("inf"))
+    miss = core.decide_text("https://shop.example/p/1?b=2&a=1")
+    assert isinstance(miss, COMPILED.miss)
+    assert (miss.domain, miss.table, miss.key, miss.names) == (
+        "shop.example",
+        7,
+        "/p/*?a&b",
+        ["a", "b"],
+    )
+    unmapped = core.decide_text("https://elsewhere.example/?z=1")
+    assert isinstance(unmapped, COMPILED.miss)
+    assert (unmapped.domain, unmapped.table, unmapped.key) == (None, 3, "z")
+    core.add_plan("shop.example", 7, "/p/*?a&b", ((0,), 2, (), None))
+    assert core.decide_text("https://shop.example/p/1?b=2&a=1") == (
+        "https://shop.example/p/1?a=1",
+        "/p/*?a&b",
+        ("a",),
+        ("b",),
+        7,
+    )
 
 
 def _pair(maps: Iterable[DomainMap], use_prior: bool = True) -> tuple[Canonicalizer, Canonicalizer]:

@@ -17,16 +17,15 @@ from typing import Any
 import orjson
 import pytest
 
-from bench.canonical_fuzz import fuzzed_url, learned_looking_maps
-from bench.canonicalize_speed import build_maps, generate
-from bench.front_profile import InputMessage
-from miqps import canonical
 from miqps.maps import DomainMap
+from miqps.native import compiled_classes
 from streams.front.loop import CanonicalizerFront, SamplePacks
 from streams.maps.live import LiveMaps
 from streams.settings import Settings
+from testkit.messages import InputMessage
+from testkit.urlgen import build_maps, fuzzed_url, generate, learned_looking_maps
 
-if canonical.miqps_native is None:
+if compiled_classes() is None:
     if os.environ.get("MIQPS_REQUIRE_NATIVE") == "1":
         raise ImportError("miqps_native is not built, and MIQPS_REQUIRE_NATIVE=1 needs it")
     pytest.skip(

@@ -1,0 +1,65 @@
+"""The compiled per-URL path of miqps (``native/src/lib.rs``): its interface, for mypy.
+
+maturin ships this file in the wheel with ``py.typed``; ``pyproject.toml`` puts ``native/``
+on mypy's path, so ``mypy --strict`` checks every call into the module with or without it
+built. A plan table is numbered ``table`` on both sides (``Canonicalizer`` hands the
+numbers out); a plan is given as its spec ``(kept indexes or None, size, defaults, then)``.
+"""
+
+from collections.abc import Sequence
+from typing import final
+
+__all__ = ["Core", "Miss"]
+
+_PlanSpec = tuple[tuple[int, ...] | None, int, tuple[str, ...], str | None]
+_Decided = tuple[str, str, tuple[str, ...], tuple[str, ...], int]
+"""``decide_text``'s answer: canonical URL, pattern, kept names, dropped names, and the
+number of the plan table that answered (0: the URL has no parameter)."""
+
+@final
+class Miss:
+    """No plan is known yet for ``key`` in the plan table numbered ``table`` (of
+    ``domain``, None for the unmapped table): compute it, ``add_plan`` it, ask again."""
+
+    @property
+    def domain(self) -> str | None: ...
+    @property
+    def table(self) -> int: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def names(self) -> list[str]: ...
+
+@final
+class Core:
+    def __init__(self) -> None: ...
+    def install(
+        self,
+        domain: str,
+        table: int,
+        version: int,
+        learned: Sequence[tuple[str, Sequence[str] | None]],
+        oldest_decision: float,
+    ) -> None: ...
+    def forget(self, domain: str) -> None: ...
+    def reset(self, table: int) -> None: ...
+    def add_plan(self, domain: str | None, table: int, key: str, spec: _PlanSpec) -> None: ...
+    def canonical_texts(self, texts: list[str]) -> tuple[list[str | Miss | None], list[int]]:
+        """The answers for ``texts``, in order: a canonical URL, None (out of the common
+        case) or a ``Miss``; and the indexes of those that are not a canonical URL."""
+    def canonical_lines(
+        self, block: str
+    ) -> tuple[list[bytes], list[int], list[str], list[Miss | None]] | None:
+        """For the lines of ``block``: the output cut where a line is not answered, and
+        those lines' indexes, texts and answers; None when ``block`` is not valid UTF-8."""
+    def front_batch(
+        self,
+        values: list[bytes | None],
+        max_bytes: int,
+        due_before: float,
+        audit_below: int,
+        seed: str,
+    ) -> tuple[list[bytes | Miss | None], list[bytes | None], list[int], int]:
+        """Each value's ``urls.canonical`` record, None or a ``Miss``; the records' keys;
+        the indexes of the answers that are not records; how many are of learned patterns."""
+    def decide_text(self, text: str) -> _Decided | Miss | None: ...
