@@ -266,6 +266,34 @@ def test_every_pattern_is_answered_through_20_rebalances_and_lost_requests(
     assert losses >= 1, "every probe worker drops the first requests it takes"
 
 
+def test_a_lost_sample_pack_and_a_lost_tick_still_end_in_a_learned_pattern(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The pattern-stats agent loses the first pack that brings a URL sample and the first
+    due tick (acknowledged, never handled), as Faust's consumer can around a rebalance:
+    the front forwards the still-unlearned pattern's sample again, the timer ticks again,
+    and both patterns are learned."""
+    updates = TopicReader(settings, settings.topics.map_updates)
+    worker = WorkerProcess(
+        settings,
+        "canonicalize,probe",
+        tmp_path / "worker.log",
+        with_bug("0", MIQPS_TEST_LOST_SAMPLES="1"),
+    ).start()
+    try:
+        wait_until(ready(worker), 90, "the worker")
+        produce(settings, settings.topics.raw, urls_of_shapes(0, 1))  # its pack is lost
+        wait_until(lambda: "a pack of url samples dropped" in worker.log_text(), 30, "a loss")
+        produce(settings, settings.topics.raw, urls_of_shapes(1, 1))  # its first tick is lost
+        wanted = {f"/{word(n)}?id&ref" for n in range(2)}
+        wait_until(lambda: wanted <= answered(updates), 120, "both patterns learned")
+        log = worker.log_text()
+    finally:
+        worker.stop()
+        updates.close()
+    assert "a pack of due samples dropped" in log
+
+
 STORM_CYCLES = 12
 SHAPE_EVERY_SECONDS = 0.1
 STORM_GRACE_SECONDS = 60.0
