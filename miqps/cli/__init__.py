@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from importlib import import_module
 from importlib.metadata import entry_points, version
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 ENTRY_POINT_GROUP = "miqps.commands"
 
@@ -84,12 +84,32 @@ def all_commands() -> dict[str, Command]:
     return commands
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed version, and which per-URL path ``canonicalize`` and
+    the worker run, with why (:mod:`miqps.native`)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        from miqps.native import canonicalizer_path
+
+        sys.stdout.write(f"miqps {version('miqps')}\ncanonicalizer path: {canonicalizer_path()}\n")
+        parser.exit()
+
+
 def build_parser(commands: Iterable[Command]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="miqps",
         description="Learn which URL query parameters change a page, and canonicalize URLs.",
     )
-    parser.add_argument("--version", action="version", version=f"miqps {version('miqps')}")
+    parser.add_argument("--version", action=_Version, help="show the version and the per-URL path")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for command in commands:
         command.add_arguments(subparsers.add_parser(command.NAME, help=command.HELP))

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from miqps.native import canonicalizer_path
 from streams.cli.common import add_common_options, add_setting_option, extra_missing, settings_from
 from streams.kafka.lograte import rate_limit_handlers
 from streams.settings import Settings
@@ -76,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
     rate_limit_handlers()
+    log.info("canonicalizer path: %s", canonicalizer_path())
     settings = settings_from(options)
     roles = frozenset(settings.agents)
     from streams.worker.runtime import ROLES

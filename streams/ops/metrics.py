@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,6 +36,7 @@ from prometheus_client.registry import Collector
 
 from miqps.audit import Audit
 from miqps.fetch import FetchStats
+from miqps.native import CanonicalizerPath, canonicalizer_path
 from miqps.politeness import RobotsStatus
 from streams.front.metrics import consumer_lag, labelled_counter
 from streams.maps.live import LiveMaps
@@ -428,6 +430,29 @@ class FrontReplacements(Collector):
         )
 
 
+class BuildInfo(Collector):
+    """``miqps_build_info``: the installed version and the canonicalizer's per-URL path,
+    with why (:func:`miqps.native.canonicalizer_path`). The front's child process has this
+    process's environment and packages, so the same rule gives it the same path."""
+
+    def __init__(self, path: CanonicalizerPath | None = None) -> None:
+        self.path = path or canonicalizer_path()
+        try:
+            self.version = version("miqps")
+        except PackageNotFoundError:  # run from a source tree that is not installed
+            self.version = "unknown"
+
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily(
+            "miqps_build_info",
+            "1, labelled with the miqps version and the canonicalizer's per-URL path: "
+            "compiled (miqps_native) or python, and why",
+            labels=["version", "canonicalizer_path", "reason"],
+        )
+        info.add_metric([self.version, self.path.name, self.path.reason], 1)
+        yield info
+
+
 class MergedCollector(Collector):
     """The families of ``sources``, those of the same name merged into one (the front and
     the agents both report ``miqps_consumer_lag``)."""
@@ -459,6 +484,7 @@ class WorkerMetrics:
             {topics.samples: "pattern-stats", topics.probe_requests: "probe"}
         )
         self._sources: list[Collector] = [
+            BuildInfo(),
             LiveMapsCollector(live_maps),
             StateCollector(settings.state_dir),
             self.agents,

@@ -20,7 +20,7 @@ from tests.miqps.cli.support import run
 def test_version_is_the_installed_package_version() -> None:
     result = run("--version")
     assert result.returncode == 0
-    assert result.stdout == f"miqps {version('miqps')}\n"
+    assert result.stdout.startswith(f"miqps {version('miqps')}\ncanonicalizer path: ")
 
 
 def test_worker_and_maps_options_pass_through_to_the_stream_processor() -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
+import logging
+
 import pytest
 
 from streams.cli.common import settings_from
-from streams.cli.worker import worker_parser
+from streams.cli.worker import run, worker_parser
 
 
 def test_worker_options_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -46,3 +49,14 @@ def test_bad_settings_end_the_command_with_the_variable_named(
     with pytest.raises(SystemExit):
         worker_parser().parse_args(["--stop-timeout", "9999"])
     assert "--stop-timeout: '9999': must be at most 3600" in capsys.readouterr().err
+
+
+def test_the_worker_logs_which_per_url_path_runs_and_why(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("MIQPS_NATIVE", "0")
+    monkeypatch.setenv("MIQPS_PARTITIONS", "abc")  # ends the command before any broker
+    caplog.set_level(logging.INFO, logger="streams.cli")
+    with pytest.raises(SystemExit):
+        run(argparse.Namespace(args=[]))
+    assert "canonicalizer path: python (MIQPS_NATIVE=0)" in caplog.messages
