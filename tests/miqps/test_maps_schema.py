@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
@@ -21,10 +19,9 @@ from miqps.maps import (
     satisfies_schema,
 )
 from miqps.update import Undecided
+from testkit.schemas import MAP, SCHEMAS, all_schemas, map_schema
 
-SCHEMA = json.loads(
-    (Path(__file__).resolve().parents[2] / "schemas" / "miqps-map.schema.json").read_text()
-)
+SCHEMA = map_schema()
 satisfies = satisfies_schema
 
 EVIDENCE = ParamEvidence("keep", Layer.LEARNED, 3, 3, 0, 0, ["id=1"])
@@ -155,3 +152,11 @@ def test_undecided_patterns_with_their_cause_are_valid_and_every_cause_is_named(
     assert satisfies(document) and not list(_validator().iter_errors(document))
     assert not satisfies({**A_MAP, "undecided": {"/account/*?id": "gave up"}})
     assert not satisfies({**A_MAP, "undecided": {"no-path?id": "disallowed"}})
+
+
+def test_each_schema_has_one_source() -> None:
+    """The map's schema is the one the package ships and reads (no copy in ``schemas/`` to
+    drift from it), and no two schema files claim one ``$id``."""
+    assert not (SCHEMAS / f"{MAP}.schema.json").exists()
+    ids = [document["$id"] for document in all_schemas()]
+    assert len(ids) == len(set(ids)) and SCHEMA["$id"] in ids

@@ -2,30 +2,24 @@
 
 from __future__ import annotations
 
-import json
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
-SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+from testkit.schemas import all_schemas, schema
 
 
 @cache
 def _registry() -> Registry:
-    resources = []
-    for path in SCHEMAS.glob("*.schema.json"):
-        document = json.loads(path.read_text("utf-8"))
-        resources.append((document["$id"], Resource.from_contents(document)))
+    resources = [(document["$id"], Resource.from_contents(document)) for document in all_schemas()]
     return Registry().with_resources(resources)
 
 
 @cache
 def validator(name: str) -> Draft202012Validator:
-    document = json.loads((SCHEMAS / f"{name}.schema.json").read_text("utf-8"))
-    return Draft202012Validator(document, registry=_registry())
+    return Draft202012Validator(schema(name), registry=_registry())
 
 
 def assert_valid(name: str, instance: Any) -> None:

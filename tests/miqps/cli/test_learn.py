@@ -8,11 +8,10 @@ from pathlib import Path
 
 import jsonschema
 
+from testkit.schemas import map_schema
 from tests.miqps.cli.support import MIQPS, run
 
-SCHEMA = json.loads(
-    (Path(__file__).resolve().parents[3] / "schemas" / "miqps-map.schema.json").read_text()
-)
+SCHEMA = map_schema()
 
 
 def test_learn_skips_and_counts_blank_and_invalid_lines(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import json
 from dataclasses import fields
 from typing import Any, get_args
 
@@ -32,7 +31,8 @@ from streams.messages import (
     Source,
     UrlSample,
 )
-from tests.streams.support import SCHEMAS, assert_valid
+from testkit.schemas import schema
+from tests.streams.support import assert_valid
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
 param_names = st.lists(st.from_regex(r"[a-z_]{1,8}", fullmatch=True), unique=True, max_size=4)
@@ -166,8 +166,7 @@ def test_every_record_round_trips_through_its_schema(schema: str) -> None:
 
 
 def schema_of(name: str) -> dict[str, Any]:
-    document: dict[str, Any] = json.loads((SCHEMAS / f"{name}.schema.json").read_text("utf-8"))
-    return document
+    return schema(name)
 
 
 @pytest.mark.parametrize(
