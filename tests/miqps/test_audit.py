@@ -13,14 +13,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.audit import (
-    SometimesStore,
-    promo_at,
-    serve_store,
-    store_host,
-    store_urls,
-    wrong_map,
-)
 from miqps.audit import DEFAULT_AUDIT_SHARE, Audit, AuditRule, ItemMemory, audit_map
 from miqps.canonical import Canonicalizer
 from miqps.cli import main
@@ -38,6 +30,14 @@ from miqps.maps import (
 from miqps.prober import PageProber
 from miqps.update import Why
 from miqps.urls import NormalizedURL, parse
+from simweb.store import (
+    SometimesStore,
+    promo_at,
+    serve_store,
+    store_host,
+    store_urls,
+    wrong_map,
+)
 from tests.miqps.loopback import CountingListener, serve
 
 SHAPE_KEY = "/product?id&ref&size"

@@ -9,8 +9,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.audit import serve_store, store_host, store_urls, wrong_map
 from miqps.maps import parse_map
+from simweb.store import serve_store, store_host, store_urls, wrong_map
 from streams.kafka.admin import ensure_topics
 from streams.kafka.clients import read_compacted
 from streams.settings import Settings

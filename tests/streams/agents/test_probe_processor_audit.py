@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import orjson
 
-from bench.audit import serve_store, store_host, wrong_map
 from miqps.fetch import FetchConfig, Fetcher
 from miqps.learner import LearnConfig
+from simweb.store import serve_store, store_host, wrong_map
 from streams.agents.probe_processor import Probing
 from streams.maps.live import LiveMaps
 from streams.messages import ProbeRequest, RequestedPattern

@@ -4,11 +4,11 @@ from dataclasses import replace
 
 import orjson
 
-from bench.audit import wrong_map
 from miqps.audit import AuditRule
 from miqps.canonical import Canonicalizer
 from miqps.maps import DecisionSummary, DomainMap
 from miqps.urls import parse
+from simweb.store import wrong_map
 from streams.front.sampler import AuditForwarder, LocalSampler
 from streams.messages import ProbeRequest
 from tests.streams.support import assert_valid
