@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from bench.report import sprawl_corpus
 from miqps.canonical import Canonicalizer
 from miqps.cli import main
 from miqps.maps import DomainMap, write_maps
 from miqps.report import Limits, ReportBuilder, ReportView
 from miqps.report_html import render
+from testkit.sprawl import sprawl_corpus
 from tests.browser import screenshot_dir
 from tests.miqps.test_report import HOSTILE, SHOP_URLS, build, hostile_map, shop_map
 
