@@ -16,11 +16,11 @@ from scrapy.settings import Settings
 from scrapy.utils.request import RequestFingerprinter
 from scrapy.utils.test import get_crawler
 
-from bench.scrapy_crawl import Comparison, Crawl, compare
 from miqps import Canonicalizer
 from miqps.maps import DomainMap, write_maps
 from miqps.scrapy import Addon, CanonicalRequestsMiddleware, MapsRequestFingerprinter
 from simweb.crawl import CrawlWeb, build_crawl_sites
+from testkit.scrapy_crawl import Comparison, Crawl, compare
 from tests.miqps.test_api import HOST, product_map
 
 

@@ -1,5 +1,5 @@
 """One Scrapy crawl of the simulated web, run in its own process (a Twisted reactor runs
-once per process): ``python -m bench.scrapy_spider CONFIG.json OUT.json``.
+once per process): ``python -m testkit.scrapy_spider CONFIG.json OUT.json``.
 
 CONFIG holds ``proxy``, ``start_urls``, ``hosts`` (the allowed ones), ``depth`` (how many
 links deep to follow), ``maps`` (a maps file, or null for a crawl without the add-on) and
