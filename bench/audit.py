@@ -1,10 +1,11 @@
 """How soon an audit restores a dropped parameter that changes a few items, and what audits cost.
 
 A store on loopback (:class:`simweb.store.SometimesStore`) shows its products at
-``/product?id=N``; every link carries ``size`` and often ``ref``. ``size`` changes the page of ``--changing-share``
-of the products (the apparel: the size picked and its price are shown), ``ref`` none. Every
-page has a render stamp and a promo rotating among three variants. The map given to the
-audits wrongly drops ``size`` (as if its samples had been five other products). ``--urls``
+``/product?id=N``; every link carries ``size`` and often ``ref``. ``size`` changes the page
+of ``--changing-share`` of the products (the apparel: the size picked and its price are
+shown), ``ref`` none. Every page has a render stamp and a promo rotating among three
+variants. The map given to the audits wrongly drops ``size`` (as if its samples had been
+five other products). ``--urls``
 URLs of random products (of ``--items``) then pass, in order, through
 :func:`miqps.audit.audit_map` in batches of ``--batch``, each batch against the newest map,
 as the stream and ``miqps learn`` feed it. Printed per trial (each with other apparel and

@@ -29,7 +29,7 @@ from playwright.sync_api import Page, sync_playwright
 from miqps.maps import DomainMap, Layer, ParamEvidence, PatternDecision, Verification
 from streams.ops.dashboard.server import DashboardServer
 from streams.ops.dashboard.state import LIMITS, DashboardState
-from tests.browser import CHROMIUM
+from testkit.browser import CHROMIUM
 
 STAMP = "2026-01-01T00:00:00Z"
 NAMES = (

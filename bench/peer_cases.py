@@ -28,7 +28,7 @@ from urllib.parse import unquote_to_bytes
 
 from miqps.canonical import Canonicalizer
 from miqps.urls import InvalidURL, parse
-from tests.data import PEER_URL_CASES
+from testkit.corpora import PEER_URL_CASES
 
 TRACKING = ("utm_", "gclid", "fbclid", "msclkid", "dclid")
 

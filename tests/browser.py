@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM = os.environ.get("MIQPS_CHROMIUM", "/usr/bin/chromium")
+from testkit.browser import CHROMIUM
+
 SCREENSHOT_ENV = "MIQPS_SCREENSHOTS"
 """Set to a directory (``docs``) to have the browser tests save the screenshots the README
 shows there."""

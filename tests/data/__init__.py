@@ -1,10 +1,8 @@
 """Test data from other projects, kept in the repository; README.md beside this file gives
-each file's source and license."""
+each file's source and license. The paths are named once, in :mod:`testkit.corpora`."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from testkit.corpora import DATA, PEER_URL_CASES, WPT_URLTESTDATA
 
-DATA = Path(__file__).resolve().parent
-WPT_URLTESTDATA = DATA / "wpt-urltestdata.json"
-PEER_URL_CASES = DATA / "peer-url-cases.jsonl"
+__all__ = ["DATA", "PEER_URL_CASES", "WPT_URLTESTDATA"]
