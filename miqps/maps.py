@@ -73,11 +73,6 @@ class Layer(StrEnum):
     UNLEARNED = "unlearned"
 
 
-KEPT_WITHOUT_EVIDENCE = frozenset({Layer.INSUFFICIENT, Layer.PRIOR, Layer.UNLEARNED})
-"""Layers that keep a parameter for want of a decision: dropping it later decides it, and
-the anomaly gate does not count that as a flip."""
-
-
 def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -242,16 +237,6 @@ class DomainMap:
     def kept_pairs(self) -> set[tuple[str, str]]:
         return {(key, name) for key, dec in self.patterns.items() for name in dec.kept}
 
-    def kept_on_evidence(self) -> set[tuple[str, str]]:
-        """The kept (pattern, parameter) pairs that evidence or a rule kept: not those
-        kept only for lack of evidence (or by the cold-start prior, or unlearned)."""
-        return {
-            (key, name)
-            for key, dec in self.patterns.items()
-            for name in dec.kept
-            if name not in dec.params or dec.params[name].layer not in KEPT_WITHOUT_EVIDENCE
-        }
-
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
             "schema": SCHEMA_ID,
@@ -303,13 +288,10 @@ def anomaly_gate(old: DomainMap | None, new: DomainMap, max_flip_share: float) -
 
     A site that starts answering every URL with one error or bot-wall page makes every
     parameter look neutral; this gate stops such an update from merging the whole site.
-    Only parameters kept on evidence count (:meth:`DomainMap.kept_on_evidence`): one kept
-    for lack of evidence and dropped once the evidence came was never decided, like a
-    parameter of a first map.
     """
     if old is None:
         return GateVerdict(True, "first map for the domain", (), 0)
-    kept_before = old.kept_on_evidence()
+    kept_before = old.kept_pairs()
     flipped = tuple(
         sorted(
             (key, name)
