@@ -23,10 +23,9 @@ from miqps.maps import (
     read_maps,
     write_maps,
 )
+from testkit.schemas import map_schema
 
-SCHEMA = json.loads(
-    (Path(__file__).resolve().parents[2] / "schemas" / "miqps-map.schema.json").read_text()
-)
+SCHEMA = map_schema()
 
 
 def decision(kept: set[str], dropped: set[str]) -> PatternDecision:
