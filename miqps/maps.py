@@ -1,6 +1,6 @@
 """The MIQPS map: per domain and versioned, pattern -> parameters kept and dropped, with evidence.
 
-The document format is ``schemas/miqps-map.schema.json``; ``miqps learn`` writes it one map
+The document format is ``miqps/data/miqps-map.schema.json``; ``miqps learn`` writes it one map
 per line and the stream processor publishes the same document to ``miqps.maps``.
 """
 
@@ -352,7 +352,7 @@ class InvalidMap(ValueError):
 
 RULES = {
     "json": "one JSON document of at most 1024 levels, finite numbers, in UTF-8",
-    "schema": "the JSON Schema schemas/miqps-map.schema.json, integers exactly integers",
+    "schema": "the JSON Schema miqps/data/miqps-map.schema.json, integers exactly integers",
     "pattern names": "every parameter of a pattern's key is either kept or dropped, not both",
     "domain key": "the map's domain is the key it is filed under",
     "one line per domain": "a maps file has at most one line per domain",

@@ -24,7 +24,7 @@ _bugs = os.environ.get("MIQPS_TEST_BUGS", "")
 _lost = int(os.environ.get("MIQPS_TEST_LOST_REQUESTS") or 0)
 _lost_samples = int(os.environ.get("MIQPS_TEST_LOST_SAMPLES") or 0)
 _calls = {"apply": 0, "handle": 0, "url": 0, "due": 0}
-_read_sample_items = pattern_stats.read_sample_items
+_read_sample_items = pattern_stats.read_sample_items  # type: ignore[attr-defined]
 _apply = pattern_stats_processor.PatternStatsProcessor.apply
 _handle = probe_processor.Probing.handle
 
@@ -48,8 +48,8 @@ async def _losing_handle(
     return await _handle(self, requests, *args, **kwargs)
 
 
-def _losing_read_sample_items(value: bytes) -> Any:
-    items = _read_sample_items(value)
+def _losing_read_sample_items(value: bytes | None) -> list[Any]:
+    items: list[Any] = _read_sample_items(value)
     for kind in ("url", "due"):
         if any(isinstance(item, dict) and item.get("kind") == kind for item in items):
             _calls[kind] += 1
@@ -59,6 +59,6 @@ def _losing_read_sample_items(value: bytes) -> Any:
     return items
 
 
-pattern_stats.read_sample_items = _losing_read_sample_items
+pattern_stats.read_sample_items = _losing_read_sample_items  # type: ignore[attr-defined]
 pattern_stats_processor.PatternStatsProcessor.apply = _buggy_apply  # type: ignore[method-assign]
 probe_processor.Probing.handle = _losing_handle  # type: ignore[method-assign]
