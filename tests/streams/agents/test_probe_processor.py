@@ -277,7 +277,7 @@ async def test_a_walled_site_is_left_undecided_by_the_cli_and_the_stream_alike(
     assert document["patterns"] == {}, "no decision, as the stream publishes none"
     assert document["undecided"] == outcome.published.undecided == {PATTERN: "one-page"}
     assert (
-        "drift.test: 1 patterns left undecided, asked again on the next run: "
+        "drift.test: 1 pattern left undecided, asked again on the next run: "
         "every URL fetched showed the same page" in summary
     )
     site.wall = False
