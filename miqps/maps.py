@@ -73,6 +73,10 @@ class Layer(StrEnum):
     UNLEARNED = "unlearned"
 
 
+KEPT_WITHOUT_EVIDENCE = frozenset({Layer.INSUFFICIENT, Layer.PRIOR, Layer.UNLEARNED})
+"""Layers that keep a parameter for want of a decision."""
+
+
 def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -237,6 +241,16 @@ class DomainMap:
     def kept_pairs(self) -> set[tuple[str, str]]:
         return {(key, name) for key, dec in self.patterns.items() for name in dec.kept}
 
+    def kept_on_evidence(self) -> set[tuple[str, str]]:
+        """The kept (pattern, parameter) pairs that evidence or a rule kept: not those
+        kept only for lack of evidence (or by the cold-start prior, or unlearned)."""
+        return {
+            (key, name)
+            for key, dec in self.patterns.items()
+            for name in dec.kept
+            if name not in dec.params or dec.params[name].layer not in KEPT_WITHOUT_EVIDENCE
+        }
+
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
             "schema": SCHEMA_ID,
@@ -288,17 +302,31 @@ def anomaly_gate(old: DomainMap | None, new: DomainMap, max_flip_share: float) -
 
     A site that starts answering every URL with one error or bot-wall page makes every
     parameter look neutral; this gate stops such an update from merging the whole site.
+
+    A parameter kept only for lack of evidence, then dropped once the evidence came, is a
+    first decision, not a flip, as long as the parameters kept *on evidence* hold: fewer
+    than half ``max_flip_share`` of them flip. When more do, the site itself may have
+    changed, and every kept parameter counts, as it always did (a site that starts
+    ignoring its queries flips about half of those kept on evidence, and the ones kept
+    for lack of it too).
     """
     if old is None:
         return GateVerdict(True, "first map for the domain", (), 0)
-    kept_before = old.kept_pairs()
-    flipped = tuple(
-        sorted(
-            (key, name)
-            for key, name in kept_before
-            if key in new.patterns and name in new.patterns[key].dropped
+
+    def dropped_now(pairs: set[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+        return tuple(
+            sorted(
+                (key, name)
+                for key, name in pairs
+                if key in new.patterns and name in new.patterns[key].dropped
+            )
         )
-    )
+
+    kept_before = old.kept_on_evidence()
+    flipped = dropped_now(kept_before)
+    if not kept_before or len(flipped) > len(kept_before) * max_flip_share / 2:
+        kept_before = old.kept_pairs()
+        flipped = dropped_now(kept_before)
     if not kept_before:
         return GateVerdict(True, "no kept parameters before", flipped, 0)
     share = len(flipped) / len(kept_before)

@@ -103,6 +103,24 @@ def test_anomaly_gate_accepts_a_small_drift() -> None:
     assert verdict.flipped == (("/p/*?id&v", "v"),)
 
 
+def test_anomaly_gate_takes_a_parameter_kept_for_lack_of_evidence_as_a_first_decision() -> None:
+    """Parameters kept only because their samples were too few, then dropped once the
+    evidence came, were never decided: no flip while those kept on evidence hold. When
+    those flip too, every kept parameter counts, as for a site that broke."""
+    undecided = decision({"id", "ref", "sid"}, set())
+    for name in ("ref", "sid"):
+        undecided.params[name] = ParamEvidence("keep", Layer.INSUFFICIENT, 1, 0, 1, 0)
+    old = a_map(2, {"/p?id&ref&sid": undecided})
+    learned = a_map(0, {"/p?id&ref&sid": decision({"id"}, {"ref", "sid"})})
+    verdict = anomaly_gate(old, merge_update(old, learned), 0.5)
+    assert verdict.accepted, verdict.reason
+    assert verdict.flipped == () and verdict.kept_before == 1
+    broken = a_map(0, {"/p?id&ref&sid": decision(set(), {"id", "ref", "sid"})})
+    verdict = anomaly_gate(old, merge_update(old, broken), 0.5)
+    assert not verdict.accepted
+    assert len(verdict.flipped) == 3 and verdict.kept_before == 3
+
+
 # Loading maps from outside: every line is validated, and a bad one is named, not guessed.
 
 PRODUCT_PAGES = "/p?id&itemid&utm_source"
