@@ -56,6 +56,10 @@ def test_the_worker_logs_which_per_url_path_runs_and_why(
 ) -> None:
     monkeypatch.setenv("MIQPS_NATIVE", "0")
     monkeypatch.setenv("MIQPS_PARTITIONS", "abc")  # ends the command before any broker
+    # The command sets up the process's logging; the tests after this one must not inherit
+    # its rate limit (a second "waiting for Kafka" within 10 s would go unseen).
+    monkeypatch.setattr("streams.cli.worker.rate_limit_handlers", lambda *args, **kwargs: None)
+    monkeypatch.setattr(logging, "basicConfig", lambda *args, **kwargs: None)
     caplog.set_level(logging.INFO, logger="streams.cli")
     with pytest.raises(SystemExit):
         run(argparse.Namespace(args=[]))
