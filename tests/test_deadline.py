@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.timeout(60)
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -22,7 +22,7 @@ from confluent_kafka.cimpl import NewTopic  # noqa: E402
 
 from testkit.localbroker import LocalBroker, maven_cache  # noqa: E402
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "kafka-local"

@@ -116,3 +116,17 @@ def test_the_core_tests_collect_without_the_kafka_extra(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert re.search(r"^\d{3,} tests collected", done.stdout, re.M), done.stdout[-500:]
+
+
+def test_every_test_of_a_slow_tier_states_its_worst_case(tmp_path: Path) -> None:
+    """A test that needs a broker or a browser, or takes long, states how long it may take
+    (a ``pytest.mark.timeout`` of its own or of its module), rather than leaning on the
+    suite's default: the hard deadline of tests/conftest.py follows it."""
+    tiers = collected(tmp_path)
+    unstated = [
+        item["id"]
+        for item in tiers["selected"] + tiers["deselected"]
+        if {"kafka", "cluster", "browser", "slow"} & set(item["markers"])
+        and "timeout" not in item["markers"]
+    ]
+    assert not unstated, f"{len(unstated)} tests state no worst case: {unstated[:10]}"

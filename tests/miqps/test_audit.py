@@ -40,6 +40,8 @@ from simweb.store import (
 )
 from tests.miqps.loopback import CountingListener, serve
 
+pytestmark = pytest.mark.timeout(60)
+
 SHAPE_KEY = "/product?id&ref&size"
 
 

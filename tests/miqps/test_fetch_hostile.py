@@ -24,6 +24,8 @@ from miqps.fetch import AddressGuard, AddressRefused, FetchConfig, Fetcher, Fetc
 from simweb.hostile import MIB, HostileWeb
 from tests.miqps.loopback import CountingListener
 
+pytestmark = pytest.mark.timeout(60)
+
 CAP = MIB
 
 

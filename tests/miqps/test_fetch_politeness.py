@@ -20,6 +20,8 @@ from miqps.fetch import FetchConfig, Fetcher, FetchFailed, FetchStats
 from miqps.politeness import HostPace
 from simweb.polite import PoliteWeb
 
+pytestmark = pytest.mark.timeout(60)
+
 
 class _Recorder:
     def __init__(self) -> None:

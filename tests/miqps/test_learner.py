@@ -24,6 +24,8 @@ from simweb.sites import Role, Site, build_sites
 from tests.miqps.conftest import LearnedRun, learn_on
 from tests.miqps.loopback import AliasShop, send_html, serve
 
+pytestmark = pytest.mark.timeout(300)
+
 CONTENT_ROLES = {
     Role.IDENTITY,
     Role.VARIANT,

@@ -25,6 +25,8 @@ from miqps.urls import InvalidURL, parse
 from testkit.urlgen import build_maps, fuzzed_url, generate, learned_looking_maps
 from tests.data import PEER_URL_CASES, WPT_URLTESTDATA
 
+pytestmark = pytest.mark.timeout(180)
+
 COMPILED = compiled_classes()
 if COMPILED is None:
     if os.environ.get("MIQPS_REQUIRE_NATIVE") == "1":

@@ -22,6 +22,8 @@ from testkit.sprawl import sprawl_corpus
 from tests.browser import screenshot_dir
 from tests.miqps.test_report import HOSTILE, SHOP_URLS, build, hostile_map, shop_map
 
+pytestmark = pytest.mark.timeout(120)
+
 if TYPE_CHECKING:  # imported here only: without Playwright the fixture says what is missing
     from playwright.sync_api import Page
 

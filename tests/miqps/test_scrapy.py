@@ -23,6 +23,8 @@ from simweb.crawl import CrawlWeb, build_crawl_sites
 from testkit.scrapy_crawl import Comparison, Crawl, compare
 from tests.miqps.test_api import HOST, product_map
 
+pytestmark = pytest.mark.timeout(120)
+
 
 def maps_fingerprinter(
     maps: list[DomainMap], tmp_path: Path, **settings: Any

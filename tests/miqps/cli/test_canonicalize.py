@@ -8,7 +8,11 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.miqps.cli.support import MIQPS, run
+
+pytestmark = pytest.mark.timeout(60)
 
 
 def test_canonicalize_prints_one_line_per_input_in_order(

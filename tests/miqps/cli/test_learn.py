@@ -7,9 +7,12 @@ import subprocess
 from pathlib import Path
 
 import jsonschema
+import pytest
 
 from testkit.schemas import map_schema
 from tests.miqps.cli.support import MIQPS, run
+
+pytestmark = pytest.mark.timeout(60)
 
 SCHEMA = map_schema()
 

@@ -15,6 +15,8 @@ import pytest
 from tests.miqps.cli.support import run
 from tests.miqps.loopback import send_html, serve
 
+pytestmark = pytest.mark.timeout(60)
+
 
 def _closed_port() -> int:
     """A loopback port nothing listens on: connections to it are refused."""

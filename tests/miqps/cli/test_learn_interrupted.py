@@ -21,7 +21,7 @@ from simweb.server import SimWeb
 from simweb.sites import Site, build_sites
 from tests.miqps.cli.support import MIQPS, run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 # Domains of different sizes, so that one is done well before the others.
 URLS_PER_SITE = (10, 30, 60)

@@ -15,6 +15,8 @@ from streams.maps.live import LiveMaps
 from streams.messages import ProbeRequest, RequestedPattern, undecided_reason
 from streams.ops.metrics import MapUpdateCounts
 
+pytestmark = pytest.mark.timeout(90)
+
 
 def probe_request(domain: str, shape: str, pattern: str, urls: list[str]) -> ProbeRequest:
     return ProbeRequest(

@@ -31,6 +31,8 @@ from tests.streams.maps.test_history import (
 )
 from tests.streams.support import assert_valid
 
+pytestmark = pytest.mark.timeout(120)
+
 
 @pytest.fixture
 def settings(bootstrap: str, tmp_path: Path) -> Iterator[Settings]:

@@ -19,6 +19,8 @@ from streams.front.loop import UncommittedInputs
 from streams.kafka.lograte import RateLimitFilter
 from streams.worker.lifecycle import is_broker_outage, wait_for_broker
 
+pytestmark = pytest.mark.timeout(60)
+
 
 class FakeClock:
     def __init__(self) -> None:

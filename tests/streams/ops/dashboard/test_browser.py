@@ -43,6 +43,8 @@ from tests.streams.test_pipeline import (
     web,
 )
 
+pytestmark = pytest.mark.timeout(240)
+
 if TYPE_CHECKING:  # imported here only: without Playwright the fixture says what is missing
     from playwright.sync_api import Locator, Page
     from playwright.sync_api._generated import LocatorAssertions

@@ -25,7 +25,7 @@ from tests.streams.ops.dashboard.test_state import audit_record
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(60)]
 
 
 def undecided_record(pattern: str, cause: Undecided) -> bytes:

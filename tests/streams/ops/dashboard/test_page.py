@@ -12,6 +12,8 @@ import pytest
 from streams.ops.dashboard.server import DashboardServer
 from streams.ops.dashboard.state import DashboardState
 
+pytestmark = pytest.mark.timeout(120)
+
 if TYPE_CHECKING:  # imported here only: without Playwright the fixture says what is missing
     from playwright.sync_api import Page
 
