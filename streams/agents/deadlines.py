@@ -32,18 +32,9 @@ class DeadlineTracker:
         self._scheduled[key] = deadline
         heapq.heappush(self._heap, (deadline, domain, shape))
 
-    def set(self, deadline: float | None, domain: str, shape: str) -> None:
-        """Tick ``(domain, shape)`` at ``deadline`` and at no other time (None: never),
-        whatever was scheduled: what its stored record says now."""
-        key = (domain, shape)
-        if deadline is None:
-            self._scheduled.pop(key, None)
-            return
-        if key not in self._scheduled and len(self._scheduled) >= self.max_entries:
-            return
-        if self._scheduled.get(key) != deadline:
-            self._scheduled[key] = deadline
-            heapq.heappush(self._heap, (deadline, domain, shape))
+    def discard(self, domain: str, shape: str) -> None:
+        """Tick ``(domain, shape)`` no more: its record has nothing waiting for a time."""
+        self._scheduled.pop((domain, shape), None)
 
     def pop_due(self, now: float) -> list[Shape]:
         due: list[Shape] = []

@@ -18,8 +18,9 @@ Faust's consumer can drop messages of this topic around a rebalance (faust-strea
 stream, then drops the copy fetched again after the rebalance's seek, and its commit can
 pass the offset of a message never acknowledged; docs/STREAMS.md, known limits). So
 neither a tick nor a sample is trusted to arrive: a shape whose tick was sent ticks again
-after ``retry_after`` unless the tick was handled (handling sets the timer to what the
-record says), and the front forwards a sample again while its pattern is still unlearned
+after ``retry_after`` unless handling shows its record has nothing waiting for a time (an
+extra tick asks nothing), and the front forwards a sample again while its pattern is still
+unlearned
 (:class:`~streams.front.sampler.LocalSampler`).
 """
 
@@ -167,7 +168,10 @@ def register(app: faust.App, runtime: Runtime) -> None:
             )
         if step.record is not None:
             table[key] = step.record
-        tracker.set(step.deadline, domain, shape)
+        if step.deadline is None:
+            tracker.discard(domain, shape)  # a sent tick's follow-up too: it was handled
+        else:
+            tracker.add(step.deadline, domain, shape)
 
     sweep_every = max(
         0.5, min(10.0, min(settings.policy.rare_after, settings.policy.retry_after) / 4)

@@ -30,15 +30,15 @@ def test_the_number_of_shapes_is_bounded() -> None:
     assert tracker.pop_due(10.0) == [("d0.example", "/p"), ("d1.example", "/p")]
 
 
-def test_set_replaces_what_was_scheduled_and_none_clears_it() -> None:
-    """A handled tick sets the shape's timer to what its record says: a follow-up tick of
-    a tick that might have been lost goes, a later deadline replaces an earlier one."""
+def test_discard_forgets_a_shape_and_add_still_keeps_the_earliest() -> None:
+    """A handled tick whose record has nothing waiting discards the shape's follow-up tick;
+    a record's later deadline never postpones an earlier one (a shape updated every
+    second would otherwise never tick)."""
     tracker = DeadlineTracker()
     tracker.add(5.0, "shop.test", "/p")
-    tracker.set(None, "shop.test", "/p")
+    tracker.discard("shop.test", "/p")
     assert tracker.pop_due(100.0) == []
     tracker.add(5.0, "shop.test", "/p")
-    tracker.set(20.0, "shop.test", "/p")
-    assert tracker.pop_due(10.0) == []
-    assert tracker.pop_due(20.0) == [("shop.test", "/p")]
+    tracker.add(20.0, "shop.test", "/p")
+    assert tracker.pop_due(5.0) == [("shop.test", "/p")]
     assert len(tracker) == 0
