@@ -162,7 +162,12 @@ class LocalSampler:
         return due
 
     def _push_resend(self, at: float, key: str, entry: _Entry) -> None:
-        heapq.heappush(self._resends, (at, next(self._pushed), key, entry))
+        heap = self._resends
+        heapq.heappush(heap, (at, next(self._pushed), key, entry))
+        if len(heap) > 2 * self.max_entries:
+            # Evicted patterns' times linger until due: keep only the remembered ones'.
+            heap[:] = [item for item in heap if self._entries.get(item[2]) is item[3]]
+            heapq.heapify(heap)
 
     def drain_counts(self) -> list[PendingCount]:
         counts = [

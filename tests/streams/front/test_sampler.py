@@ -100,6 +100,15 @@ def test_a_forwarded_sample_is_forwarded_again_while_its_pattern_needs_learning(
     assert sorted(r.pattern for r in due) == ["/r?id", "/s?id"]
 
 
+def test_the_resend_times_stay_bounded_by_the_patterns_remembered() -> None:
+    sampler = LocalSampler(max_entries=10, values_per_name=3, resend_after=60.0)
+    for number in range(1000):
+        sampler.offer("shop.test", f"/p{number}?id", parse(f"http://shop.test/p{number}?id=1"), "")
+    assert len(sampler._resends) <= 2 * 10 + 1
+    due = sampler.due_resends(lambda *_: True, time.monotonic() + 61)
+    assert len(due) == 10
+
+
 def test_without_resend_after_nothing_is_forwarded_again() -> None:
     sampler = LocalSampler(max_entries=2, values_per_name=3)
     sampler.offer("shop.test", "/p?id", parse("http://shop.test/p?id=1"), "")
