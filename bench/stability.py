@@ -16,7 +16,6 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from bench.quality import Quality, format_table, learn_maps, score
 from miqps.canonical import Canonicalizer
 from miqps.fetch import FetchConfig
 from miqps.learner import LearnConfig
@@ -25,6 +24,7 @@ from simweb.corpus import generate_corpus
 from simweb.resolve import page_shown
 from simweb.server import SimWeb
 from simweb.sites import FAMILIES, build_sites
+from testkit.quality import Quality, format_table, learn_maps, score
 
 
 def main(argv: Sequence[str] | None = None) -> int:

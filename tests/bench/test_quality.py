@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from bench.quality import parameter_oracle, score, trap_rows
 from simweb.corpus import generate_corpus
 from simweb.resolve import page_shown
 from simweb.sites import TRAPS, Display, build_sites, route_traps
+from testkit.quality import parameter_oracle, score, trap_rows
 from tests.simweb.support import item_url
 
 
