@@ -123,6 +123,8 @@ class FetchFailed(Exception):
         super().__init__(reason)
         self.reason = reason
         self.kind = kind or reason
+        self.requests = 0
+        """Requests this fetch sent to the host (:attr:`FetchResult.requests`)."""
 
 
 class NotProbed(FetchFailed):
@@ -149,6 +151,8 @@ class FetchResult:
     content_type: str
     body: bytes
     redirects: int
+    requests: int = 1
+    """Requests this fetch sent to the host: one per hop and per retry."""
 
 
 def refusal_reason(address: IPAddress) -> str | None:
@@ -533,21 +537,26 @@ class Fetcher:
 
         Nothing else escapes: whatever the server sends is at worst an inconclusive fetch.
         """
+        sent = _Sent()
         try:
-            result = await self._fetch_with_redirects(url)
+            result = await self._fetch_with_redirects(url, sent=sent)
         except NotProbed as error:
             self.stats.not_probed[error.kind] += 1
+            error.requests = sent.requests
             raise
         except AddressRefused as error:
             self.stats.refused += 1
             self.stats.failures_by_kind[error.kind] += 1
+            error.requests = sent.requests
             raise
         except FetchFailed as error:
             self._count_failure(error)
+            error.requests = sent.requests
             raise
         except Exception as error:  # a response no rule above foresaw must not end a run
             failure = FetchFailed(f"unexpected {type(error).__name__}", "unexpected error")
             self._count_failure(failure)
+            failure.requests = sent.requests
             raise failure from error
         self.stats.fetched += 1
         return result
@@ -557,15 +566,21 @@ class Fetcher:
         self.stats.failures_by_kind[error.kind] += 1
 
     async def _fetch_with_redirects(
-        self, url: str, *, robots_file: bool = False, body_limit: int | None = None
+        self,
+        url: str,
+        *,
+        robots_file: bool = False,
+        body_limit: int | None = None,
+        sent: _Sent | None = None,
     ) -> FetchResult:
         current = url
+        sent = sent if sent is not None else _Sent()
         for hop in range(self.config.max_redirects + 1):
             await self.guard.check(current)
             target = _client_url(current)
             if not robots_file:
                 await self._admit(target)
-            status, headers, body = await self._fetch_one(target, body_limit)
+            status, headers, body = await self._fetch_one(target, body_limit, sent)
             if status in REDIRECT_STATUSES and "location" in headers:
                 current = _redirect_target(target, headers["location"])
                 continue
@@ -576,6 +591,7 @@ class Fetcher:
                 content_type=headers.get("content-type", ""),
                 body=body,
                 redirects=hop,
+                requests=sent.requests,
             )
         raise FetchFailed(f"more than {self.config.max_redirects} redirects", "too many redirects")
 
@@ -686,7 +702,7 @@ class Fetcher:
         return rules
 
     async def _fetch_one(
-        self, url: httpx.URL, body_limit: int | None
+        self, url: httpx.URL, body_limit: int | None, sent: _Sent
     ) -> tuple[int, Mapping[str, str], bytes]:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.config.max_attempts),
@@ -698,7 +714,7 @@ class Fetcher:
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
                     self.stats.retries += 1
-                return await self._attempt(url, body_limit)
+                return await self._attempt(url, body_limit, sent)
         raise FetchFailed("no attempt made")
 
     def _wait(self, state: RetryCallState) -> float:
@@ -708,7 +724,7 @@ class Fetcher:
         return float(self.config.backoff_base * 2 ** (state.attempt_number - 1))
 
     async def _attempt(
-        self, url: httpx.URL, body_limit: int | None
+        self, url: httpx.URL, body_limit: int | None, sent: _Sent
     ) -> tuple[int, Mapping[str, str], bytes]:
         assert self._client is not None, "use Fetcher as an async context manager"
         host = url.host
@@ -720,6 +736,7 @@ class Fetcher:
             waits[host] = waits.get(host, 0.0) + started - waiting_since
             self.stats.requests += 1
             self.stats.by_host[host] += 1
+            sent.requests += 1
             try:
                 async with asyncio.timeout(self.config.timeout):
                     status, headers, body = await self._read(url, pace, body_limit)
@@ -788,6 +805,13 @@ class Fetcher:
         if until > before:
             self.stats.deferred_seconds += until - before
             self._deferred_until[host] = until
+
+
+@dataclass(slots=True)
+class _Sent:
+    """The requests one fetch has sent so far."""
+
+    requests: int = 0
 
 
 def _client_url(url: str) -> httpx.URL:
