@@ -261,7 +261,7 @@ async def _audit_item(
     unconfirmed = 0
     for group in groups:
         original = url.with_only(kept | group)
-        fresh = PageProber(prober.fetcher, prober.volatility)
+        fresh = PageProber(prober.fetcher, prober.volatility, journal=prober.journal)
         again = await fresh.compare_detail(template, original, canonical)
         if _changed(fresh, template, again) and _same_change(
             again,

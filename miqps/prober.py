@@ -9,7 +9,9 @@ print view, an A/B layout), it is that page that is fetched again. Timeouts, fai
 non-2xx originals, pages that are mostly noise, interstitials (retried with backoff) and
 client-side shells are *inconclusive*, never "unchanged".
 
-HTML is parsed off the event loop, in a small thread pool, under a time cap.
+HTML is parsed off the event loop, in a small thread pool, under a time cap. What a take of
+a URL gave (:class:`TakeOutcome`) can be journaled, and served again instead of fetched
+when an interrupted run resumes (:class:`TakeJournal`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 from miqps.content import (
     Snapshot,
@@ -57,6 +60,33 @@ class Comparison:
     differences: frozenset[int] = frozenset()
 
 
+@dataclass(frozen=True, slots=True)
+class TakeOutcome:
+    """What one take of a URL gives the learner: a judgeable snapshot, or why there is none
+    (``failure``, and its ``kind`` for :mod:`miqps.update`); ``fetches`` is how many
+    requests it sent to the host (:attr:`miqps.fetch.FetchResult.requests`), for each
+    interstitial retried too."""
+
+    snapshot: Snapshot | None
+    failure: str | None = None
+    kind: str | None = None
+    fetches: int = 0
+
+
+class TakeJournal(Protocol):
+    """Where the outcomes of a run's takes are kept, to be served again instead of probed
+    when the run is resumed (:class:`miqps.checkpoint.ProbeJournal`). A take is named by
+    its URL and how many takes of that URL the run started before it."""
+
+    async def recall(self, url: str) -> tuple[int, TakeOutcome | None]:
+        """Number this take of ``url``; its journaled outcome, or None to probe it."""
+        ...
+
+    def record(self, url: str, take: int, outcome: TakeOutcome) -> None:
+        """Keep the outcome of take ``take`` of ``url``, just probed."""
+        ...
+
+
 _INCONCLUSIVE = Comparison(Outcome.INCONCLUSIVE)
 _UNCHANGED = Comparison(Outcome.UNCHANGED)
 
@@ -71,8 +101,10 @@ class PageProber:
         max_refetches: int = 2,
         confirm_after: int = 2,
         audit_every: int = 4,
+        journal: TakeJournal | None = None,
     ) -> None:
         self.fetcher = fetcher
+        self.journal = journal
         self.volatility = volatility or VolatilityModel()
         self.interstitial_retries = interstitial_retries
         self.max_refetches = max_refetches
@@ -110,32 +142,47 @@ class PageProber:
         return await task
 
     async def _take(self, url: str) -> Snapshot | None:
-        """A judgeable snapshot of ``url``, or None with the reason in :attr:`failures`.
-        An interstitial is fetched again after a backoff; every try is a fetch."""
+        """A judgeable snapshot of ``url``, or None with the reason in :attr:`failures`:
+        from the journal when it holds this take of ``url``, else probed (and journaled)."""
+        journal = self.journal
+        take, outcome = await journal.recall(url) if journal is not None else (0, None)
+        if outcome is None:
+            outcome = await self._probe(url)
+            if journal is not None:
+                journal.record(url, take, outcome)
+        if outcome.snapshot is not None:
+            self.failures.pop(url, None)  # an earlier take's, or an interstitial's
+            self.failure_kinds.pop(url, None)
+        else:
+            self.failures[url] = outcome.failure or "no page"
+            self.failure_kinds[url] = outcome.kind or self.failures[url]
+        return outcome.snapshot
+
+    async def _probe(self, url: str) -> TakeOutcome:
+        """Fetch ``url`` for a judgeable snapshot. An interstitial is fetched again after a
+        backoff; every try is a fetch."""
+        sent = 0
+        outcome = TakeOutcome(None, "no attempt made", "no attempt made")
         for attempt in range(self.interstitial_retries + 1):
             if attempt:
                 await asyncio.sleep(self.fetcher.config.backoff_base * 2 ** (attempt - 1))
             try:
                 result = await self.fetcher.fetch(url)
             except FetchFailed as error:
-                self.failures[url] = error.reason
-                self.failure_kinds[url] = error.kind
-                return None
+                return TakeOutcome(None, error.reason, error.kind, sent + error.requests)
+            sent += result.requests
             try:
                 snapshot = await self._parse(result)
             except FetchFailed as error:
                 self.fetcher.stats.unjudgeable += 1
-                self.failures[url] = self.failure_kinds[url] = error.reason
-                return None
+                return TakeOutcome(None, error.reason, error.reason, sent)
             if snapshot.unjudgeable is None:
-                self.failures.pop(url, None)  # an interstitial before it was retried away
-                self.failure_kinds.pop(url, None)
-                return snapshot
+                return TakeOutcome(snapshot, fetches=sent)
             self.fetcher.stats.unjudgeable += 1
-            self.failures[url] = self.failure_kinds[url] = snapshot.unjudgeable
+            outcome = TakeOutcome(None, snapshot.unjudgeable, snapshot.unjudgeable, sent)
             if not snapshot.unjudgeable.startswith("interstitial"):
-                return None
-        return None
+                return outcome
+        return outcome
 
     async def _parse(self, result: FetchResult) -> Snapshot:
         if result.content_type and "html" not in result.content_type:
