@@ -19,7 +19,9 @@ from typing import Any, TextIO
 from miqps.audit import DEFAULT_AUDIT_SHARE, Audit, AuditRule, audit_map
 from miqps.checkpoint import (
     Checkpoint,
+    ProbeJournal,
     UnreadableProgress,
+    journal_path,
     progress_path,
     read_progress,
     run_digest,
@@ -51,7 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="maps, one JSON per line; an existing file is the previous version (anomaly "
         "gate); a missing folder is created. Saved as the run goes (OUT.progress.json beside "
-        "it): rerunning an interrupted command resumes it",
+        "it, and OUT.probes.jsonl, a journal of what was probed): rerunning an interrupted "
+        "command resumes it, fetching nothing it got an answer to",
     )
     parser.add_argument(
         "--checkpoint-every",
@@ -248,13 +251,22 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:  # the maps file could not be written
         print(f"miqps learn: cannot write --out: {args.out}: {error.strerror}", file=sys.stderr)
         return 2
+    if checkpoint.journal is not None and checkpoint.journal.error is not None:
+        print(
+            f"miqps learn: probe outcomes no longer journaled: {checkpoint.journal.error}; "
+            "a resumed run fetches again those of the domains not done",
+            file=sys.stderr,
+        )
     if outcome.stopped_by is not None:
         decided = sum(len(update.decided) for update in outcome.updates.values())
-        to_go = len({url.host for url in urls} - checkpoint.done)
+        to_go = {url.host for url in urls} - checkpoint.done
+        journal = checkpoint.journal
+        journaled = sum(journal.journaled[host] for host in to_go) if journal else 0
         print(
             f"miqps learn: interrupted ({outcome.stopped_by.name}): saved the maps of "
             f"{_count(len(checkpoint.done), 'domain')} done ({decided} patterns decided in "
-            f"this run) to {args.out}, {to_go} to go; run the same command again to resume",
+            f"this run) to {args.out}, {len(to_go)} to go ({_fetches(journaled)} journaled "
+            "for them); run the same command again to resume",
             file=sys.stderr,
         )
         return 128 + outcome.stopped_by
@@ -282,6 +294,7 @@ def run(args: argparse.Namespace) -> int:
         args.out,
         list(audits.values()),
         resumed=len(checkpoint.resumed),
+        replayed=checkpoint.journal.replayed if checkpoint.journal else 0,
     )
     if _nothing_reached(updates.values(), outcome.fetch_stats):
         print(_nothing_reached_hint(outcome.fetch_stats, fetch_config), file=sys.stderr)
@@ -308,7 +321,8 @@ def _decision_options(args: argparse.Namespace) -> dict[str, object]:
 def _checkpoint(
     args: argparse.Namespace, urls: list[NormalizedURL], previous: dict[str, DomainMap]
 ) -> Checkpoint | None:
-    """The run's checkpoint, resuming an interrupted run of the same command."""
+    """The run's checkpoint, resuming an interrupted run of the same command, and its
+    journal of probe outcomes."""
     digest = run_digest((url.url for url in urls), _decision_options(args))
     checkpoint = Checkpoint(args.out, digest, dict(previous))
     try:
@@ -321,25 +335,61 @@ def _checkpoint(
         return None
     except UnreadableProgress as error:
         print(f"miqps learn: not resumed: {error}", file=sys.stderr)
-        return checkpoint
+        return _journaled(checkpoint, replay=False)
     if progress is None:
-        return checkpoint
+        # killed before its first checkpoint: what it journaled is all it left
+        return _journaled(checkpoint, replay=True)
     if progress.run != digest or not args.out.exists():
         print(
             f"miqps learn: not resumed: {progress_path(args.out)} is the progress of a run "
             "with other URLs or options; the maps are read as the previous version",
             file=sys.stderr,
         )
-        return checkpoint
+        return _journaled(checkpoint, replay=False)
     checkpoint.resumed = frozenset(progress.done & previous.keys())
     checkpoint.done = set(checkpoint.resumed)
     checkpoint.saved_done = len(checkpoint.done)
+    if _journaled(checkpoint, replay=True, announce=False) is None:
+        return None
+    replaying = _replaying(checkpoint)
     print(
         f"miqps learn: resuming: {len(checkpoint.resumed)} domains done by the interrupted "
-        "run are taken as saved, without a fetch",
+        "run are taken as saved, without a fetch" + (f"; {replaying}" if replaying else ""),
         file=sys.stderr,
     )
     return checkpoint
+
+
+def _journaled(checkpoint: Checkpoint, *, replay: bool, announce: bool = True) -> Checkpoint | None:
+    """``checkpoint`` with its journal open, holding what an interrupted attempt of the same
+    run journaled (with ``replay``) for the domains it has not taken as done."""
+    try:
+        checkpoint.journal = ProbeJournal.open(
+            checkpoint.out, checkpoint.run, replay=replay, done=checkpoint.resumed
+        )
+    except OSError as error:
+        path = journal_path(checkpoint.out)
+        print(f"miqps learn: cannot write {path}: {error.strerror}", file=sys.stderr)
+        return None
+    if announce and checkpoint.journal.held:
+        print(f"miqps learn: resuming: {_replaying(checkpoint)}", file=sys.stderr)
+    return checkpoint
+
+
+def _replaying(checkpoint: Checkpoint) -> str:
+    """``57 fetches journaled by the interrupted run in OUT.probes.jsonl are replayed, not
+    made again``, or nothing when none are."""
+    journal = checkpoint.journal
+    if journal is None or not journal.held:
+        return ""
+    return (
+        f"{_fetches(journal.held)} journaled by the interrupted run in {journal.path} "
+        "are replayed, not made again"
+    )
+
+
+def _fetches(n: int) -> str:
+    return f"{n} fetch" if n == 1 else f"{n} fetches"
 
 
 EXIT_EVERY_PROBE_FAILED = 3
@@ -449,7 +499,7 @@ async def _learn(
     loop = asyncio.get_running_loop()
     received: list[signal.Signals] = []
     async with Fetcher(fetch_config) as fetcher:
-        learner = Learner(PageProber(fetcher), config)
+        learner = Learner(PageProber(fetcher, journal=checkpoint.journal), config)
 
         async def one(domain: str, domain_urls: list[NormalizedURL]) -> None:
             old = previous.get(domain)
@@ -513,6 +563,8 @@ async def _learn(
         finally:
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)
+            if checkpoint.journal is not None:
+                checkpoint.journal.close()
         return _Outcome(
             dict(sorted(updates.items())),
             dict(sorted(audits.items())),
@@ -557,6 +609,7 @@ def _print_summary(
     audits: Sequence[Audit] = (),
     *,
     resumed: int = 0,
+    replayed: int = 0,
 ) -> None:
     distinct = len({url.url for url in urls})
     decisions = [entry.decision for update in updates for entry in update.decided.values()]
@@ -590,15 +643,22 @@ def _print_summary(
             for cause, count in sorted(Counter(u.undecided.values()).items())
         ),
         *_audit_summary(audits),
-        *(
-            [f"resumed: {_count(resumed, 'domain')} done by the interrupted run, not fetched again"]
-            if resumed
-            else []
-        ),
+        *([_resumed(resumed, replayed)] if resumed or replayed else []),
         f"time: {seconds:.1f}s",
         f"maps written to {path}",
     ]
     out.write("\n".join(lines) + "\n")
+
+
+def _resumed(domains: int, replayed: int) -> str:
+    """``resumed: 2 domains done by the interrupted run, not fetched again; 57 fetches
+    replayed from the journal, not made again``"""
+    said = []
+    if domains or not replayed:
+        said.append(f"{_count(domains, 'domain')} done by the interrupted run, not fetched again")
+    if replayed:
+        said.append(f"{_fetches(replayed)} replayed from the journal, not made again")
+    return "resumed: " + "; ".join(said)
 
 
 def _undecided_counts(updates: Sequence[MapUpdate]) -> str:
