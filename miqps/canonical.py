@@ -20,12 +20,13 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import wraps
 from importlib import resources
 from itertools import count, islice, pairwise
 from operator import itemgetter
 from os import PathLike
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, cast
 
 import can_ada
 import orjson
@@ -55,6 +56,8 @@ from miqps.urls import (
 
 if TYPE_CHECKING:
     from miqps_native import Core, Miss
+
+    from miqps.mapstore import MapSource
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +183,15 @@ class _PlanSpec(NamedTuple):
 
 # Which table a compiled plan belongs to: a new number for every table started.
 _TABLES = count(1)
-# Misses one text may meet on the compiled path (a plan, then the plans it leads to).
+# Misses one text may meet on the compiled path (its domain's map, a plan, then the plans
+# it leads to).
 _MAX_MISSES = 16
+DEFAULT_CACHE_DOMAINS = 4096
+"""Maps a canonicalizer that reads them on demand holds at most."""
+# Maps a batch may read on demand past the cache's size before it makes room anyway.
+_BATCH_ROOM = 16_384
+# Domains remembered as having no map, before the set starts over.
+_ABSENT_SIZE = 1 << 18
 
 
 def _misses(
@@ -248,6 +258,50 @@ class _CompiledDomain:
             return self._map
         assert self.document is not None
         return DomainMap.from_json(orjson.loads(self.document))
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _then_make_room(method: _Method) -> _Method:
+    """``method``, then, with maps read on demand, back to ``cache_domains`` of them: a
+    batch holds every map it met until it is done, so that a batch of more domains than
+    the cache does not read the same maps over and over."""
+
+    @wraps(method)
+    def call(self: Canonicalizer, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            domains = self._domains
+            if isinstance(domains, _DomainsOnDemand) and len(domains) > self._cache_domains:
+                self._make_room(domains)
+
+    return cast("_Method", call)
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+class _DomainsOnDemand(dict[str, _CompiledDomain]):
+    """The maps a canonicalizer holds when it reads them from a :class:`MapSource`:
+    :meth:`get` of a domain it does not hold loads the domain's map (``load``). ``used``
+    names the domains looked up since the last eviction (the compiled path marks its own)."""
+
+    __slots__ = ("_load", "used")
+
+    def __init__(self, load: Callable[[str], _CompiledDomain | None]) -> None:
+        super().__init__()
+        self._load = load
+        self.used: set[str] = set()
+
+    def get(self, domain: str, default: None = None) -> _CompiledDomain | None:  # type: ignore[override]
+        compiled = dict.get(self, domain)
+        if compiled is not None:
+            self.used.add(domain)
+            return compiled
+        return self._load(domain)
 
 
 class DomainRules:
@@ -400,10 +454,17 @@ class Canonicalizer:
         *,
         use_prior: bool = True,
         native: bool | None = None,
+        maps: MapSource | None = None,
+        cache_domains: int = DEFAULT_CACHE_DOMAINS,
     ) -> None:
         self._layers = layers or StaticLayers.default()
         self._use_prior = use_prior
-        self._domains: dict[str, _CompiledDomain] = {}
+        self._source = maps
+        self._cache_domains = max(1, cache_domains)
+        self._absent: set[str] = set()
+        self._domains: dict[str, _CompiledDomain] = (
+            {} if maps is None else _DomainsOnDemand(self._load_on_demand)
+        )
         # Maps under a key no URL's hostname can equal (a port, userinfo): kept for map_for.
         self._unreachable: dict[str, _CompiledDomain] = {}
         # Plans for domains without a map: they depend on the parameter names alone.
@@ -416,6 +477,8 @@ class Canonicalizer:
         if self._path.name == "compiled" and classes is not None:
             self._native = _Native(classes.core(), classes.miss)
             self._native.core.reset(self._unmapped_table)
+            self._native.core.set_on_demand(maps is not None)
+        self._owned: Closable | None = None
 
     @property
     def native(self) -> bool:
@@ -445,6 +508,7 @@ class Canonicalizer:
     def _forget_plans(self) -> None:
         self._unmapped_plans = {}
         self._unmapped_table = next(_TABLES)
+        self._absent.clear()
         if self._native is not None:
             self._native.core.reset(self._unmapped_table)
         for domain, compiled in self._domains.items():
@@ -499,10 +563,72 @@ class Canonicalizer:
         for domain_map in maps.values():
             self.update(domain_map)
 
+    @property
+    def on_demand(self) -> bool:
+        """Whether maps are read from a :class:`~miqps.mapstore.MapSource` when a URL of
+        their domain comes, and at most ``cache_domains`` of them held."""
+        return self._source is not None
+
+    @property
+    def maps_held(self) -> int:
+        """How many domains' maps are in memory."""
+        return len(self._domains) + len(self._unreachable)
+
+    def _load_on_demand(self, domain: str) -> _CompiledDomain | None:
+        """Install the source's map of ``domain``, if it has one (else remember that it
+        has none), and make room for it."""
+        assert self._source is not None
+        if domain in self._absent or "@" in domain or (":" in domain and not domain.endswith("]")):
+            return None
+        document = self._source.document(domain)
+        if document is None:
+            if len(self._absent) >= _ABSENT_SIZE:
+                self._absent.clear()
+            self._absent.add(domain)
+            if self._native is not None:
+                self._native.core.mark_absent(domain)
+            return None
+        domains = self._domains
+        assert isinstance(domains, _DomainsOnDemand)
+        if len(domains) >= self._cache_domains + _BATCH_ROOM:
+            self._make_room(domains)
+        self.update(DomainMap.from_json(orjson.loads(document)))
+        domains.used.add(domain)  # not yet asked again for the URL that brought it
+        return dict.get(domains, domain)
+
+    def _make_room(self, domains: _DomainsOnDemand) -> None:
+        """Drop the oldest maps down to 7/8 of ``cache_domains``, but give one used
+        since the last time a second chance (to the back of the line)."""
+        excess = len(domains) - max(1, self._cache_domains * 7 // 8)
+        used = domains.used
+        for domain in list(domains):
+            if excess == 0:
+                break
+            touched = self._native is not None and self._native.core.take_touched([domain])[0]
+            compiled = dict.pop(domains, domain)
+            if touched or domain in used:
+                dict.__setitem__(domains, domain, compiled)
+            else:
+                self._drop_native(domain)
+                excess -= 1
+        for domain in list(islice(domains, excess)):  # every one was used: the oldest go
+            dict.pop(domains, domain)
+            self._drop_native(domain)
+        used.clear()
+
+    def _drop_native(self, domain: str) -> None:
+        if self._native is not None:
+            self._native.core.forget(domain)
+
+    @_then_make_room
     def map_for(self, domain: str) -> DomainMap | None:
         compiled = self._domains.get(domain) or self._unreachable.get(domain)
+        if compiled is None and self._source is not None:
+            document = self._source.document(domain)  # a key no URL's host equals
+            return DomainMap.from_json(orjson.loads(document)) if document else None
         return compiled.map if compiled else None
 
+    @_then_make_room
     def dropping_decisions(self, domain: str) -> tuple[int, dict[str, DecisionSummary]] | None:
         """The version of ``domain``'s map and the summary of each of its decisions that
         drops a parameter; None without a map. A map kept as its JSON document is read
@@ -565,6 +691,7 @@ class Canonicalizer:
         rules = compiled.rules if compiled is not None else None
         return settle(url, rules, self._layers, self._use_prior)
 
+    @_then_make_room
     def canonical_texts(
         self,
         texts: Iterable[str],
@@ -671,6 +798,7 @@ class Canonicalizer:
                 append(base + route)
         return out
 
+    @_then_make_room
     def canonical_block(
         self,
         block: str,
@@ -699,6 +827,7 @@ class Canonicalizer:
             pieces += (answer.encode(), b"\n", part)
         return b"".join(pieces)
 
+    @_then_make_room
     def stream_records(
         self,
         values: list[bytes | None],
@@ -795,6 +924,9 @@ class Canonicalizer:
         """Hand the compiled path the plan for the key of ``miss`` in the table it named,
         unless that table was replaced since (it then asks again, for the new one)."""
         domain, table, key = miss.domain, miss.table, miss.key
+        if table == 0 and domain is not None:  # a domain whose map is not loaded yet
+            self._domains.get(domain)
+            return
         if domain is None:
             compiled = None
             if table != self._unmapped_table:
@@ -927,6 +1059,7 @@ class Canonicalizer:
                 return _PlanSpec(indexes, len(names))
             current = kept
 
+    @_then_make_room
     def decide(
         self, url: NormalizedURL, original: str | None = None, *, with_layers: bool = True
     ) -> Decision:
@@ -1059,8 +1192,21 @@ class Canonicalizer:
     """URLs per batch of :meth:`canonicalize_many`."""
 
     @classmethod
-    def from_file(cls, path: str | PathLike[str], *, use_prior: bool = True) -> Canonicalizer:
+    def from_file(
+        cls,
+        path: str | PathLike[str],
+        *,
+        use_prior: bool = True,
+        index: str | PathLike[str] | None = None,
+        cache_domains: int = DEFAULT_CACHE_DOMAINS,
+    ) -> Canonicalizer:
         """A canonicalizer with the maps of a file written by ``miqps learn``.
+
+        A file larger than :data:`~miqps.mapstore.IN_MEMORY_MAX_BYTES` (64 MiB), or any
+        file when ``index`` is given, is indexed on disk once (at ``index``, by default in
+        the user's cache folder: :func:`~miqps.mapstore.index_maps_file`), and its maps
+        are read on demand, at most ``cache_domains`` held at a time; :meth:`close`
+        closes the index. The canonical URLs are the same either way.
 
         Raises :class:`~miqps.maps.InvalidMap` (naming ``file:line``) for a line that
         breaks a rule, and :class:`OSError` when the file cannot be read.
@@ -1068,22 +1214,39 @@ class Canonicalizer:
         from pathlib import Path
 
         from miqps.maps import read_maps
+        from miqps.mapstore import IN_MEMORY_MAX_BYTES, index_maps_file
 
-        canonicalizer = cls(use_prior=use_prior)
-        canonicalizer.load(read_maps(Path(path)))
+        file = Path(path)
+        if index is None and file.stat().st_size <= IN_MEMORY_MAX_BYTES:
+            canonicalizer = cls(use_prior=use_prior)
+            canonicalizer.load(read_maps(file))
+            return canonicalizer
+        store = index_maps_file(file, Path(index) if index is not None else None)
+        canonicalizer = cls(use_prior=use_prior, maps=store, cache_domains=cache_domains)
+        canonicalizer.adopt(store)
         return canonicalizer
 
+    def adopt(self, resource: Closable) -> None:
+        """Close ``resource`` (the store its maps come from) when this is closed."""
+        self._owned = resource
+
     def close(self) -> None:
-        """Release what the canonicalizer holds: nothing for maps from a file; one from
+        """Release what the canonicalizer holds: the index of a large maps file; one from
         ``streams.from_kafka`` stops following the maps topic."""
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
 
     def forget(self, domain: str) -> None:
-        """Drop the map of ``domain``: its URLs get the conservative default again."""
+        """Drop the map of ``domain``: its URLs get the conservative default again, or,
+        with maps read on demand, the source's map, read anew on the domain's next URL."""
         self._domains.pop(domain, None)
         self._unreachable.pop(domain, None)
+        self._absent.discard(domain)
         if self._native is not None:
             self._native.core.forget(domain)
 
+    @_then_make_room
     def canonicalize(self, url: str) -> str:
         """The canonical form of ``url``; raises :class:`~miqps.urls.InvalidURL` (with a
         ``reason``) for a URL that cannot be canonicalized."""
@@ -1095,6 +1258,7 @@ class Canonicalizer:
             raise errors[0][1]
         return canonical
 
+    @_then_make_room
     def explain(self, url: str) -> Decision:
         """The canonical form of ``url`` with, per parameter, whether it was kept and which
         layer decided; raises :class:`~miqps.urls.InvalidURL` like :meth:`canonicalize`."""

@@ -493,7 +493,14 @@ def parse_map(raw: bytes | str, key: str | None = None, interner: Interner = AS_
     ``where``).
 
     Every consumer of maps from outside the process (files, the maps topic) reads them
-    through here."""
+    through here, or through :func:`check_map` when it keeps the document rather than
+    the map (:mod:`miqps.mapstore`)."""
+    return DomainMap.from_json(check_map(raw, key), interner)
+
+
+def check_map(raw: bytes | str, key: str | None = None) -> dict[str, Any]:
+    """The JSON document in ``raw`` once :func:`parse_map`'s rules are checked; raises
+    :class:`InvalidMap` as it does."""
     try:
         document = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
@@ -517,7 +524,7 @@ def parse_map(raw: bytes | str, key: str | None = None, interner: Interner = AS_
         raise InvalidMap(
             "domain key", _shorten(f"a map of {document['domain']!r} filed under {key!r}")
         )
-    return DomainMap.from_json(document, interner)
+    return document
 
 
 def _schema_message(document: dict[str, Any]) -> str:
@@ -554,23 +561,13 @@ def read_maps(
             try:
                 domain_map = parse_map(line, interner=shared)
             except InvalidMap as error:
-                _refuse(error.at(where), on_invalid)
+                refuse(error.at(where), on_invalid)
                 continue
             domain = domain_map.domain
             seen_at = first_line.setdefault(domain, number)
             if seen_at != number:
                 ambiguous.add(domain)
-                _refuse(
-                    InvalidMap(
-                        "one line per domain",
-                        _shorten(
-                            f"{domain!r} already has a map on line {seen_at}; "
-                            "skipping uses neither line"
-                        ),
-                        where,
-                    ),
-                    on_invalid,
-                )
+                refuse(repeated_domain(domain, seen_at, where), on_invalid)
                 continue
             maps[domain] = domain_map
     for domain in ambiguous:
@@ -578,7 +575,17 @@ def read_maps(
     return maps
 
 
-def _refuse(error: InvalidMap, on_invalid: Callable[[InvalidMap], None] | None) -> None:
+def repeated_domain(domain: str, first_line: int, where: str) -> InvalidMap:
+    """The rule "one line per domain", broken at ``where``."""
+    return InvalidMap(
+        "one line per domain",
+        _shorten(f"{domain!r} already has a map on line {first_line}; skipping uses neither line"),
+        where,
+    )
+
+
+def refuse(error: InvalidMap, on_invalid: Callable[[InvalidMap], None] | None) -> None:
+    """Raise ``error``, or with ``on_invalid`` hand it there (the line is skipped)."""
     if on_invalid is None:
         raise error
     on_invalid(error)

@@ -19,7 +19,9 @@ number of the plan table that answered (0: the URL has no parameter)."""
 @final
 class Miss:
     """No plan is known yet for ``key`` in the plan table numbered ``table`` (of
-    ``domain``, None for the unmapped table): compute it, ``add_plan`` it, ask again."""
+    ``domain``, None for the unmapped table): compute it, ``add_plan`` it, ask again.
+    With maps loaded on demand, table 0 means ``domain`` has no table yet: ``install`` its
+    map or ``mark_absent`` it, ask again."""
 
     @property
     def domain(self) -> str | None: ...
@@ -42,6 +44,12 @@ class Core:
         oldest_decision: float,
     ) -> None: ...
     def forget(self, domain: str) -> None: ...
+    def set_on_demand(self, on: bool) -> None:
+        """Load maps on demand: a host without a table is a miss of table 0 until it is
+        installed or marked absent."""
+    def mark_absent(self, domain: str) -> None: ...
+    def take_touched(self, domains: list[str]) -> list[bool]:
+        """Whether each domain's table answered a URL since the last look; clears the marks."""
     def reset(self, table: int) -> None: ...
     def add_plan(self, domain: str | None, table: int, key: str, spec: _PlanSpec) -> None: ...
     def canonical_texts(self, texts: list[str]) -> tuple[list[str | Miss | None], list[int]]:

@@ -17,7 +17,10 @@
 //!
 //! The pure-Python path is the reference: a differential test holds both to the same bytes.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use rustc_hash::FxHashMap as HashMap;
+use rustc_hash::FxHashSet as HashSet;
 
 use ada_url::Url;
 use memchr::{memchr, memchr2, memchr_iter};
@@ -29,6 +32,8 @@ mod front;
 
 const MAX_URL_BYTES: usize = 8 * 1024;
 const CACHE_SIZE: usize = 1 << 16;
+/// Hosts remembered as having no map (`mark_absent`), before the set starts over.
+const ABSENT_SIZE: usize = 1 << 18;
 const HEX: &[u8] = b"0123456789abcdefABCDEF";
 
 /// A URL's pairs, or their names: on the stack for all but long queries.
@@ -55,6 +60,8 @@ struct Plans {
     plans: HashMap<String, Plan>,
     /// What the stream front needs of the domain's map (`front_batch`).
     map: MapFacts,
+    /// Whether a URL was answered through this table since `take_touched` last looked.
+    touched: AtomicBool,
 }
 
 /// Of a domain's map: its version, its learned patterns (each with, when it drops a
@@ -82,6 +89,7 @@ impl Plans {
             table,
             plans: HashMap::default(),
             map: MapFacts::default(),
+            touched: AtomicBool::new(false),
         }
     }
 
@@ -104,6 +112,8 @@ enum Answer {
 /// No plan is known yet for `key` (the path shape and `names`, or the names alone for a
 /// domain without a map) in the plan table numbered `table` (of `domain`, None for the
 /// unmapped table): the caller computes it, hands it over with `add_plan`, and asks again.
+/// With maps loaded on demand, table 0 (and no key) means that `domain` has no table yet:
+/// the caller installs its map or marks it absent, and asks again.
 #[pyclass(module = "miqps_native", frozen, get_all)]
 struct Miss {
     domain: Option<String>,
@@ -235,6 +245,10 @@ fn strictly_increasing(names: &[&str]) -> bool {
 struct Core {
     domains: HashMap<String, Plans>,
     unmapped: Plans,
+    /// With maps loaded on demand (`set_on_demand`): a host with no table is asked for
+    /// (a miss of table 0) unless it is known to have no map.
+    on_demand: bool,
+    absent: HashSet<String>,
 }
 
 impl Core {
@@ -285,8 +299,18 @@ impl Core {
         };
         let host = &base[start..slash];
         let plans = self.domains.get(host);
-        if plans.is_none() && memchr2(b'@', b':', host.as_bytes()).is_some() {
-            return Answer::Slow;
+        match plans {
+            Some(plans) => plans.touched.store(true, Ordering::Relaxed),
+            None if memchr2(b'@', b':', host.as_bytes()).is_some() => return Answer::Slow,
+            None if self.on_demand && !self.absent.contains(host) => {
+                return Answer::Miss(Miss {
+                    domain: Some(host.to_string()),
+                    table: 0,
+                    key: String::new(),
+                    names: Vec::new(),
+                });
+            }
+            None => {}
         }
         let base = normalized(base);
         let query = normalized(query);
@@ -547,7 +571,38 @@ impl Core {
         Core {
             domains: HashMap::default(),
             unmapped: Plans::new(0),
+            on_demand: false,
+            absent: HashSet::default(),
         }
+    }
+
+    /// Whether maps are loaded on demand: then a host without a table is answered with a
+    /// miss of table 0 naming it (the caller installs its map or marks it absent) until
+    /// `mark_absent` says it has none.
+    fn set_on_demand(&mut self, on: bool) {
+        self.on_demand = on;
+        self.absent.clear();
+    }
+
+    /// `domain` has no map: its URLs take the unmapped table.
+    fn mark_absent(&mut self, domain: String) {
+        if self.absent.len() >= ABSENT_SIZE {
+            self.absent.clear();
+        }
+        self.absent.insert(domain);
+    }
+
+    /// For each of `domains`, whether a URL was answered through its table since the last
+    /// look (False without a table); the marks are cleared.
+    fn take_touched(&self, domains: Vec<String>) -> Vec<bool> {
+        domains
+            .iter()
+            .map(|domain| {
+                self.domains
+                    .get(domain)
+                    .is_some_and(|plans| plans.touched.swap(false, Ordering::Relaxed))
+            })
+            .collect()
     }
 
     /// Start an empty plan table numbered `table` for `domain`, whose map has version
@@ -567,17 +622,20 @@ impl Core {
             learned: learned.into_iter().collect(),
             oldest_decision,
         };
+        self.absent.remove(&domain);
         self.domains.insert(domain, plans);
     }
 
     fn forget(&mut self, domain: &str) {
         self.domains.remove(domain);
+        self.absent.remove(domain);
     }
 
     /// Empty every table (the rules changed for every domain); the unmapped one is
     /// numbered `table`.
     fn reset(&mut self, table: u64) {
         self.domains.clear();
+        self.absent.clear();
         self.unmapped = Plans::new(table);
     }
 

@@ -1,0 +1,169 @@
+"""Maps read on demand (``miqps.mapstore``): a canonicalizer that reads each domain's map
+from a store when its first URL comes, holding a bounded number, says what one holding
+every map says; a maps file's index refuses what reading the file refuses."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from miqps.canonical import Canonicalizer
+from miqps.maps import DomainMap, InvalidMap, read_maps, write_maps
+from miqps.mapstore import MapStore, index_maps_file
+from miqps.native import compiled_classes
+from miqps.urls import InvalidURL, parse
+from testkit.urlgen import build_maps, fuzzed_url, generate, learned_looking_maps
+
+pytestmark = pytest.mark.timeout(120)
+
+PATHS = [False] + ([True] if compiled_classes() is not None else [])
+
+
+def _corpora() -> Iterator[tuple[list[DomainMap], list[str]]]:
+    rng = random.Random(41)
+    yield (
+        learned_looking_maps([fuzzed_url(rng) for _ in range(1_000)], rng),
+        [fuzzed_url(rng) for _ in range(800)],
+    )
+    urls, sites = generate(3_000, seed=42)
+    yield build_maps(sites, random.Random(43)), urls
+
+
+def _pair(
+    maps: list[DomainMap], folder: Path, native: bool, cache: int
+) -> tuple[Canonicalizer, Canonicalizer]:
+    """A canonicalizer holding every map of a maps file, and one reading them on demand
+    from an index of the same file."""
+    file = folder / "maps.jsonl"
+    write_maps(file, maps)
+    held = Canonicalizer(native=native)
+    held.load(read_maps(file))
+    store = index_maps_file(file, folder / "index")
+    on_demand = Canonicalizer(native=native, maps=store, cache_domains=cache)
+    on_demand.adopt(store)
+    return held, on_demand
+
+
+def _outcome(canonicalizer: Canonicalizer, text: str) -> object:
+    try:
+        url = parse(text)
+    except InvalidURL as error:
+        return error.reason
+    return (
+        canonicalizer.decide(url, text),
+        canonicalizer.decide(url, text, with_layers=False),
+        canonicalizer.explain(text),
+    )
+
+
+@pytest.mark.parametrize("native", PATHS, ids=lambda native: "compiled" if native else "python")
+def test_maps_read_on_demand_give_what_maps_held_give(tmp_path: Path, native: bool) -> None:
+    """Every output, error and decision is the same, with a cache far smaller than the
+    domains met (so maps are dropped and read again all the time)."""
+    for number, (maps, texts) in enumerate(_corpora()):
+        folder = tmp_path / str(number)
+        folder.mkdir()
+        held, on_demand = _pair(maps, folder, native, cache=3)
+        assert len(maps) > 6
+        held_errors: list[tuple[int, InvalidURL]] = []
+        demand_errors: list[tuple[int, InvalidURL]] = []
+        assert on_demand.canonical_texts(texts, demand_errors) == held.canonical_texts(
+            texts, held_errors
+        )
+        assert [(i, e.reason) for i, e in demand_errors] == [(i, e.reason) for i, e in held_errors]
+        block = "\n".join(text for text in texts if "\n" not in text and "\r" not in text)
+        assert on_demand.canonical_block(block) == held.canonical_block(block)
+        different = [t for t in texts[:200] if _outcome(held, t) != _outcome(on_demand, t)]
+        assert different == []
+        for domain_map in maps[:5]:
+            assert on_demand.map_for(domain_map.domain) == held.map_for(domain_map.domain)
+        assert on_demand.maps_held <= 3
+        on_demand.close()
+
+
+@pytest.mark.parametrize("native", PATHS, ids=lambda native: "compiled" if native else "python")
+def test_a_map_stored_anew_is_read_on_the_domain_s_next_url(tmp_path: Path, native: bool) -> None:
+    urls, sites = generate(2_000, seed=44)
+    maps = build_maps(sites, random.Random(45))
+    store = MapStore(tmp_path / "store")
+    on_demand = Canonicalizer(native=native, maps=store, cache_domains=64)
+    first = on_demand.canonical_texts(urls)
+    assert first == Canonicalizer(native=native).canonical_texts(urls)  # no map yet
+    for domain_map in maps:
+        store.put(domain_map.domain, domain_map.dumps().encode())
+        on_demand.forget(domain_map.domain)
+    held = Canonicalizer(native=native)
+    held.load({domain_map.domain: domain_map for domain_map in maps})
+    assert on_demand.canonical_texts(urls) == held.canonical_texts(urls) != first
+    store.close()
+
+
+def _lines(tmp_path: Path) -> Path:
+    urls, sites = generate(500, seed=46)
+    maps = build_maps(sites, random.Random(47))[:4]
+    lines = [domain_map.dumps() for domain_map in maps]
+    lines.insert(1, '{"domain": "broken.example", "version": ')
+    lines.insert(3, lines[0])  # the first domain again
+    lines.insert(4, "")
+    lines.append('{"schema": "miqps.map/1", "domain": 3}')
+    path = tmp_path / "maps.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_an_index_refuses_what_reading_the_file_refuses(tmp_path: Path) -> None:
+    path = _lines(tmp_path)
+    with pytest.raises(InvalidMap) as by_reading:
+        read_maps(path)
+    with pytest.raises(InvalidMap) as by_indexing:
+        index_maps_file(path, tmp_path / "index")
+    assert str(by_indexing.value) == str(by_reading.value)
+    assert not (tmp_path / "index").exists()
+    read_skipped: list[InvalidMap] = []
+    index_skipped: list[InvalidMap] = []
+    held = read_maps(path, read_skipped.append)
+    store = index_maps_file(path, tmp_path / "index", index_skipped.append)
+    assert [str(error) for error in index_skipped] == [str(error) for error in read_skipped]
+    assert len(read_skipped) == 3
+    assert sorted(store.domains()) == sorted(held)
+    for domain, domain_map in held.items():
+        document = store.document(domain)
+        assert document is not None and DomainMap.from_json(orjson.loads(document)) == domain_map
+    store.close()
+
+
+def test_an_index_is_built_once_per_version_of_the_file(tmp_path: Path) -> None:
+    urls, sites = generate(500, seed=48)
+    maps = build_maps(sites, random.Random(49))
+    path = tmp_path / "maps.jsonl"
+    write_maps(path, maps[:3])
+    builds: list[Path] = []
+    for _ in range(2):
+        index_maps_file(path, tmp_path / "index", on_build=builds.append).close()
+    assert builds == [tmp_path / "index"]
+    write_maps(path, maps[3:6])  # a new version, as learn writes it
+    store = index_maps_file(path, tmp_path / "index", on_build=builds.append)
+    assert len(builds) == 2
+    assert sorted(store.domains()) == sorted(m.domain for m in maps[3:6])
+    store.close()
+
+
+def test_a_broken_index_is_built_again(tmp_path: Path) -> None:
+    urls, sites = generate(500, seed=50)
+    maps = build_maps(sites, random.Random(51))[:3]
+    path = tmp_path / "maps.jsonl"
+    write_maps(path, maps)
+    index_maps_file(path, tmp_path / "index").close()
+    for table in (tmp_path / "index").glob("*.sst"):
+        table.write_bytes(b"not a table")
+    for manifest in (tmp_path / "index").glob("MANIFEST-*"):
+        manifest.write_bytes(b"\0" * 64)
+    builds: list[Path] = []
+    store = index_maps_file(path, tmp_path / "index", on_build=builds.append)
+    assert builds == [tmp_path / "index"]
+    assert sorted(store.domains()) == sorted(m.domain for m in maps)
+    store.close()
