@@ -10,8 +10,10 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from miqps.canonical import Canonicalizer, StaticLayers
-from miqps.cli.common import add_skip_invalid, load_maps
+from miqps.canonical import DEFAULT_CACHE_DOMAINS, Canonicalizer, StaticLayers
+from miqps.cli.common import MAX_INVALID_MESSAGES, add_skip_invalid, load_maps
+from miqps.maps import InvalidMap
+from miqps.mapstore import IN_MEMORY_MAX_BYTES, default_index_path, index_maps_file
 from miqps.urls import InvalidURL, parse
 
 NAME = "canonicalize"
@@ -22,6 +24,22 @@ OWN_PARSER = False
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--maps", type=Path, help="maps written by 'miqps learn'")
     add_skip_invalid(parser, "of --maps")
+    parser.add_argument(
+        "--maps-index",
+        type=Path,
+        metavar="DIR",
+        help="index the maps on disk here (built once per version of the file) and read "
+        f"each domain's map when its first URL comes; the default for maps over "
+        f"{IN_MEMORY_MAX_BYTES >> 20} MiB, indexed in the user's cache folder",
+    )
+    parser.add_argument(
+        "--maps-cache",
+        type=int,
+        default=DEFAULT_CACHE_DOMAINS,
+        metavar="DOMAINS",
+        help="with an index, how many domains' maps to hold in memory "
+        f"(default {DEFAULT_CACHE_DOMAINS})",
+    )
     parser.add_argument("--json", action="store_true", help="print the decision details")
     parser.add_argument(
         "--no-prior",
@@ -34,8 +52,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import gc
 
-    canonicalizer = Canonicalizer(StaticLayers.default(), use_prior=not args.no_prior)
-    if args.maps is not None:
+    if args.maps_cache < 1:
+        print("miqps canonicalize: --maps-cache must be at least 1", file=sys.stderr)
+        return 2
+    canonicalizer = _indexed(args) if _wants_index(args) else None
+    if canonicalizer is None:
+        if _wants_index(args):
+            return 2
+        canonicalizer = Canonicalizer(StaticLayers.default(), use_prior=not args.no_prior)
+    if args.maps is not None and not canonicalizer.on_demand:
         gc.disable()  # loading makes many objects that all live on: collecting is wasted
         try:
             loaded = load_maps(args.maps, args.skip_invalid, "miqps canonicalize", "maps")
@@ -45,6 +70,74 @@ def run(args: argparse.Namespace) -> int:
             return 2
         canonicalizer.load(loaded[0])
         gc.freeze()
+    try:
+        _write(canonicalizer, args)
+    finally:
+        canonicalizer.close()
+    return 0
+
+
+def _wants_index(args: argparse.Namespace) -> bool:
+    if args.maps is None:
+        return False
+    if args.maps_index is not None:
+        return True
+    try:
+        return bool(args.maps.stat().st_size > IN_MEMORY_MAX_BYTES)
+    except OSError:
+        return False  # reading it says why
+
+
+def _indexed(args: argparse.Namespace) -> Canonicalizer | None:
+    """A canonicalizer reading the maps of ``--maps`` on demand from their index (built
+    first if the file changed since), or None, with a message on stderr."""
+    command = "miqps canonicalize"
+    skipped: list[InvalidMap] = []
+
+    def skip(error: InvalidMap) -> None:
+        skipped.append(error)
+        if len(skipped) <= MAX_INVALID_MESSAGES:
+            print(f"{command}: skipped: {error}", file=sys.stderr)
+
+    def building(index: Path) -> None:
+        size = args.maps.stat().st_size
+        print(
+            f"{command}: indexing {args.maps} ({size / 1e6:,.0f} MB) into {index}; "
+            "runs on this version of the file then start at once",
+            file=sys.stderr,
+        )
+
+    index = args.maps_index or default_index_path(args.maps)
+    try:
+        store = index_maps_file(
+            args.maps, index, skip if args.skip_invalid else None, on_build=building
+        )
+    except InvalidMap as error:
+        print(
+            f"{command}: cannot read maps: {error}\n{command}: use --skip-invalid to "
+            "skip such lines",
+            file=sys.stderr,
+        )
+        return None
+    except OSError as error:
+        print(f"{command}: cannot index maps: {error}", file=sys.stderr)
+        return None
+    except Exception as error:  # RocksDB's own errors: a locked or unreadable index
+        print(f"{command}: cannot open the maps index {index}: {error}", file=sys.stderr)
+        return None
+    if skipped:
+        print(f"{command}: {args.maps}: {len(skipped)} invalid map lines skipped", file=sys.stderr)
+    canonicalizer = Canonicalizer(
+        StaticLayers.default(),
+        use_prior=not args.no_prior,
+        maps=store,
+        cache_domains=args.maps_cache,
+    )
+    canonicalizer.adopt(store)
+    return canonicalizer
+
+
+def _write(canonicalizer: Canonicalizer, args: argparse.Namespace) -> None:
     if args.json:
         lines = (
             [url.rstrip("\r\n") for url in args.urls]
@@ -66,7 +159,6 @@ def run(args: argparse.Namespace) -> int:
             else:
                 sys.stdout.write(output.decode())
     sys.stdout.flush()
-    return 0
 
 
 _BLOCK_BYTES = 1 << 20

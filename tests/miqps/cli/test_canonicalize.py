@@ -167,3 +167,55 @@ def test_json_is_valid_unicode_for_lines_that_are_not_utf8_and_agrees_with_plain
     assert [bool(d.get("error")) for d in decisions] == [True, False, True, False]
     argument = _canonicalize_bytes("--json", os.fsdecode(lines[0]), stdin=b"")
     assert json.loads(argument.stdout)["url"] == "http://a.example/p%FF%FE?x=1"
+
+
+def test_maps_read_through_an_index_give_the_same_output(
+    learned: tuple[Path, list[str], str], tmp_path: Path
+) -> None:
+    """``--maps-index`` (what maps over 64 MiB get by default) prints what holding every
+    map prints, plain and ``--json``; the index is built once, then opened as it is."""
+    maps, urls, _ = learned
+    stdin = "\n".join([*urls, "not a url", "https://elsewhere.example/?utm_source=x&id=1"])
+    index = ["--maps-index", str(tmp_path / "index")]
+    builds = []
+    for extra in ([], ["--json"]):
+        held = run("canonicalize", "--maps", str(maps), *extra, stdin=stdin)
+        first = run("canonicalize", "--maps", str(maps), *index, *extra, stdin=stdin)
+        again = run(
+            "canonicalize", "--maps", str(maps), *index, "--maps-cache", "1", *extra, stdin=stdin
+        )
+        assert held.returncode == first.returncode == again.returncode == 0, first.stderr
+        assert first.stdout == again.stdout == held.stdout
+        builds += [first.stderr, again.stderr]
+        assert "learned" in held.stdout or not extra
+    assert ["indexing" in stderr for stderr in builds] == [True, False, False, False]
+
+
+def test_an_indexed_maps_file_with_a_bad_line_says_what_reading_it_says(
+    learned: tuple[Path, list[str], str], tmp_path: Path
+) -> None:
+    maps, _, _ = learned
+    broken = tmp_path / "maps.jsonl"
+    first, *rest = maps.read_text().splitlines()
+    broken.write_text("\n".join([first, '{"domain": "x.example"', *rest, first]) + "\n")
+    held = run("canonicalize", "--maps", str(broken), stdin="")
+    indexed = run("canonicalize", "--maps", str(broken), "--maps-index", str(tmp_path / "i"))
+    assert held.returncode == indexed.returncode == 2
+    assert indexed.stderr.splitlines()[-2:] == held.stderr.splitlines()[-2:]
+    skip = ["--skip-invalid"]
+    held = run("canonicalize", "--maps", str(broken), *skip, "https://a.example/?x=1")
+    indexed = run(
+        "canonicalize",
+        "--maps",
+        str(broken),
+        *skip,
+        "--maps-index",
+        str(tmp_path / "i"),
+        "https://a.example/?x=1",
+    )
+    assert held.returncode == indexed.returncode == 0
+    assert held.stdout == indexed.stdout
+    skipped = [line for line in held.stderr.splitlines() if "skipped:" in line]
+    assert [line for line in indexed.stderr.splitlines() if "skipped:" in line] == skipped
+    assert len(skipped) == 2
+    assert run("canonicalize", "--maps", str(maps), "--maps-cache", "0").returncode == 2
