@@ -264,8 +264,8 @@ def run(args: argparse.Namespace) -> int:
         journaled = sum(journal.journaled[host] for host in to_go) if journal else 0
         print(
             f"miqps learn: interrupted ({outcome.stopped_by.name}): saved the maps of "
-            f"{_count(len(checkpoint.done), 'domain')} done ({decided} patterns decided in "
-            f"this run) to {args.out}, {len(to_go)} to go ({_fetches(journaled)} journaled "
+            f"{_count(len(checkpoint.done), 'domain')} done ({_count(decided, 'pattern')} "
+            f"decided in this run) to {args.out}, {len(to_go)} to go ({_fetches(journaled)} journaled "
             "for them); run the same command again to resume",
             file=sys.stderr,
         )
@@ -353,8 +353,8 @@ def _checkpoint(
         return None
     replaying = _replaying(checkpoint)
     print(
-        f"miqps learn: resuming: {len(checkpoint.resumed)} domains done by the interrupted "
-        "run are taken as saved, without a fetch" + (f"; {replaying}" if replaying else ""),
+        f"miqps learn: resuming: {_count(len(checkpoint.resumed), 'domain')} done by the "
+        "interrupted run taken as saved, without a fetch" + (f"; {replaying}" if replaying else ""),
         file=sys.stderr,
     )
     return checkpoint
