@@ -35,6 +35,7 @@ IN_MEMORY_MAX_BYTES = 64 << 20
 _DOMAIN = b"d:"
 _LINE = b"l:"
 _META = b"m:"
+_NOTE = b"n:"
 _BATCH_BYTES = 16 << 20
 
 
@@ -66,7 +67,8 @@ def _options(block_cache_bytes: int, *, bulk: bool = False) -> Any:
 
 class MapStore:
     """Map documents by domain in a RocksDB folder (``path``), plus a few named values of
-    the store's owner (:meth:`meta`).
+    the store's owner (:meth:`meta`) and any number of its notes (:meth:`note`), kept in
+    byte order apart from the maps.
 
     ``read_only`` opens a store another process may be reading too (an index); otherwise
     the folder is created when missing and only this process may open it.
@@ -106,6 +108,26 @@ class MapStore:
 
     def set_meta(self, name: str, value: bytes) -> None:
         self._db.put(_META + name.encode(), value)
+
+    def note(self, key: bytes) -> bytes | None:
+        """The owner's note under ``key`` (:meth:`put_note`), None without one."""
+        value: bytes | None = self._db.get(_NOTE + key)
+        return value
+
+    def put_note(self, key: bytes, value: bytes) -> None:
+        self._db.put(_NOTE + key, value)
+
+    def delete_note(self, key: bytes) -> None:
+        self._db.delete(_NOTE + key)
+
+    def first_note(self, prefix: bytes) -> bytes | None:
+        """The smallest key of a note that starts with ``prefix``, None without one."""
+        for key in self._db.keys(from_key=_NOTE + prefix):
+            assert isinstance(key, bytes)  # a store in raw mode
+            if key.startswith(_NOTE + prefix):
+                return key[len(_NOTE) :]
+            break
+        return None
 
     def flush(self) -> None:
         self._db.flush()

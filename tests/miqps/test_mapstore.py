@@ -167,3 +167,17 @@ def test_a_broken_index_is_built_again(tmp_path: Path) -> None:
     assert builds == [tmp_path / "index"]
     assert sorted(store.domains()) == sorted(m.domain for m in maps)
     store.close()
+
+
+def test_notes_stay_apart_from_the_maps_in_byte_order(tmp_path: Path) -> None:
+    with MapStore(tmp_path / "store") as store:
+        store.put("a.example", b'{"domain": "a.example"}')
+        assert store.first_note(b"u") is None
+        for key in (b"u\x02b", b"u\x01z", b"v:a.example", b"u\x01a"):
+            store.put_note(key, key[::-1])
+        assert store.note(b"v:a.example") == b"elpmaxe.a:v"
+        assert store.first_note(b"u") == b"u\x01a"
+        store.delete_note(b"u\x01a")
+        assert store.first_note(b"u") == b"u\x01z"
+        assert store.first_note(b"w") is None and store.note(b"u\x01a") is None
+        assert list(store.domains()) == ["a.example"]
