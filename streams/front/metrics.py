@@ -22,6 +22,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from streams.front.loop import CanonicalizerFront
+from streams.maps.live import LiveMaps
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,8 @@ SNAPSHOT_SECONDS = 1.0
 STATISTICS_INTERVAL_MS = 1000
 BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 CANONICALIZER = "canonicalizer"
+FRONT_PROCESS = "front"
+WORKER_PROCESS = "worker"
 
 
 def lag_by_partition(
@@ -130,6 +133,28 @@ class FrontCollector(Collector):
         yield from self.batch_seconds.collect()
 
 
+class MapsHeldCollector(Collector):
+    """``miqps_maps_held``: the domains whose map one process of the worker holds in
+    memory, compiled in its canonicalizer or as a live-map record."""
+
+    def __init__(self, live_maps: LiveMaps, process: str) -> None:
+        self.live_maps = live_maps
+        self.process = process
+
+    def collect(self) -> Iterator[Metric]:
+        held = self.live_maps.held()
+        family = GaugeMetricFamily(
+            "miqps_maps_held",
+            "Domains whose map a process of the worker holds in memory (the front or the "
+            "worker), compiled in its canonicalizer or as a live-map record (version and "
+            "re-verification times)",
+            labels=["process", "form"],
+        )
+        family.add_metric([self.process, "compiled"], held.compiled)
+        family.add_metric([self.process, "live"], held.live)
+        yield family
+
+
 def labelled_counter(
     name: str, documentation: str, label: str, values: Mapping[str, float]
 ) -> CounterMetricFamily:
@@ -186,5 +211,6 @@ def front_exporter(front: CanonicalizerFront, connection: Connection) -> Snapsho
     """Instruments ``front`` and returns the (unstarted) sender of its metrics."""
     registry = CollectorRegistry()
     registry.register(FrontCollector(front))
+    registry.register(MapsHeldCollector(front.live_maps, FRONT_PROCESS))
     ProcessCollector(namespace="miqps_front", registry=registry)
     return SnapshotSender(registry, connection)

@@ -32,6 +32,16 @@ class PatternRule:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldMaps:
+    """How many domains a process holds something of in memory."""
+
+    compiled: int
+    """Maps compiled in the canonicalizer."""
+    live: int
+    """:class:`LiveMap` records (version and re-verification times)."""
+
+
+@dataclass(frozen=True, slots=True)
 class LiveMap:
     """What the stream knows of one domain's live map beside its compiled rules."""
 
@@ -122,6 +132,10 @@ class LiveMaps:
 
     def __len__(self) -> int:
         return len(self._maps)
+
+    def held(self) -> HeldMaps:
+        """What this process holds in memory, as of now (safe from any thread)."""
+        return HeldMaps(self.canonicalizer.maps_held, len(self._maps))
 
     def live(self) -> list[LiveMap]:
         """Every live map, as of now (safe to call from any thread)."""

@@ -38,7 +38,12 @@ from miqps.audit import Audit
 from miqps.fetch import FetchStats
 from miqps.native import CanonicalizerPath, canonicalizer_path
 from miqps.politeness import RobotsStatus
-from streams.front.metrics import consumer_lag, labelled_counter
+from streams.front.metrics import (
+    WORKER_PROCESS,
+    MapsHeldCollector,
+    consumer_lag,
+    labelled_counter,
+)
 from streams.maps.live import LiveMaps
 from streams.messages import UNDECIDED_CAUSES, MapUpdateRecord
 from streams.settings import Settings
@@ -486,6 +491,7 @@ class WorkerMetrics:
         self._sources: list[Collector] = [
             BuildInfo(),
             LiveMapsCollector(live_maps),
+            MapsHeldCollector(live_maps, WORKER_PROCESS),
             StateCollector(settings.state_dir),
             self.agents,
         ]

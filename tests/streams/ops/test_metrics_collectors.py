@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from miqps.maps import timestamp_seconds
-from streams.front.metrics import consumer_lag, lag_by_partition
+from streams.front.metrics import MapsHeldCollector, consumer_lag, lag_by_partition
 from streams.maps.live import LiveMaps
 from streams.messages import MapUpdateRecord
 from streams.ops.metrics import (
@@ -122,6 +122,18 @@ def test_live_maps_give_domains_patterns_and_the_oldest_update() -> None:
         "miqps_domains_live": 3,
         "miqps_patterns_live": 4,
         "miqps_oldest_map_age_seconds": 90.0,
+    }
+
+
+def test_maps_held_says_what_a_process_holds_in_memory() -> None:
+    live_maps = LiveMaps(3600.0)
+    for domain_map in learned_maps([f"https://d{n}.test/p?id=1&gclid=x" for n in range(3)]):
+        live_maps.apply(domain_map)
+    [family] = MapsHeldCollector(live_maps, "front").collect()
+    assert family.name == "miqps_maps_held"
+    assert {(s.labels["process"], s.labels["form"]): s.value for s in family.samples} == {
+        ("front", "compiled"): 3,
+        ("front", "live"): 3,
     }
 
 
