@@ -15,18 +15,20 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Sequence
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
 
 from miqps.history import rollback, with_frozen
-from miqps.maps import DomainMap, InvalidMap, read_maps, utc_now
+from miqps.maps import DomainMap, InvalidMap, utc_now
 from streams.cli.common import add_common_options, extra_missing, settings_from
-from streams.settings import Settings
+from streams.settings import Settings, Topics
 
 if TYPE_CHECKING:
-    from streams.maps.history import History
+    from miqps.mapstore import MapStore
+    from streams.maps.history import History, Publication
     from streams.messages import MapUpdateRecord, ProducedBy
 
 NAME = "maps"
@@ -37,6 +39,10 @@ HELP = (
 OWN_PARSER = True
 
 OPERATOR_COMMANDS = ("history", "rollback", "freeze", "unfreeze", "publish")
+PUBLISH_SCAN_DOMAINS = 50_000
+"""Domains of a maps file whose current versions one read of the topics looks up."""
+PUBLISH_BATCH_DOMAINS = 500
+"""Domains published per transaction (exactly once) or per flush (at least once)."""
 NOT_FOUND = 1
 KAFKA_FAILED = 3
 
@@ -270,35 +276,126 @@ def change(settings: Settings, args: argparse.Namespace) -> int:
 
 def publish_file(settings: Settings, path: Path, reason: str, timeout: float) -> int:
     """Every map of a maps file as its domain's next version, after the current one (a
-    frozen domain stays frozen)."""
-    from streams.maps.history import UnknownDomain, read_history
+    frozen domain stays frozen), in domain order.
 
-    try:
-        maps = read_maps(path)
-    except InvalidMap as error:
-        raise Failed(NOT_FOUND, str(error)) from None
-    except OSError as error:
-        raise Failed(NOT_FOUND, f"cannot read {path}: {error.strerror}") from None
-    versions: list[tuple[DomainMap, ProducedBy, str]] = []
-    for domain, domain_map in sorted(maps.items()):
+    The file is checked whole first, as ``miqps canonicalize`` checks it, into a temporary
+    index on disk, so memory does not grow with the file. The current versions are read
+    from the topics once per :data:`PUBLISH_SCAN_DOMAINS` domains, and the maps are
+    published :data:`PUBLISH_BATCH_DOMAINS` at a time: under exactly once each batch is one
+    transaction, so a failure leaves whole batches published and says how far it got."""
+    import tempfile
+
+    from miqps.mapstore import index_maps_file
+    from streams.maps.history import Publication, current_versions
+
+    note = f"{path.name}: {reason}" if reason else path.name
+    with tempfile.TemporaryDirectory(prefix="miqps-publish-") as folder:
         try:
-            current: DomainMap | None = read_history(settings, domain, timeout).newest()
-        except UnknownDomain:
-            current = None
-        after, frozen = (current.version, current.frozen) if current is not None else (0, False)
-        versions.append(
-            (
-                DomainMap(
-                    domain, after + 1, utc_now(), domain_map.patterns, domain_map.frozen or frozen
-                ),
-                "publish",
-                f"{path.name}: {reason}" if reason else path.name,
-            )
-        )
-    _publish(settings, versions, [], timeout)
-    for domain_map, _, _ in versions:
-        print(f"{domain_map.domain}: version {domain_map.version} published")
+            store = index_maps_file(path, Path(folder) / "index")
+        except InvalidMap as error:
+            raise Failed(NOT_FOUND, str(error)) from None
+        except OSError as error:
+            raise Failed(NOT_FOUND, f"cannot read {path}: {error.strerror}") from None
+        published = 0
+        try:
+            with _RecordWriter(settings, timeout) as writer:
+                domains = store.domains()
+                while chunk := list(islice(domains, PUBLISH_SCAN_DOMAINS)):
+                    current = current_versions(settings, set(chunk), timeout)
+                    for at in range(0, len(chunk), PUBLISH_BATCH_DOMAINS):
+                        batch = chunk[at : at + PUBLISH_BATCH_DOMAINS]
+                        publication = Publication()
+                        versions = [
+                            _next_version(
+                                store,
+                                settings.topics,
+                                domain,
+                                current.get(domain, (0, False)),
+                                note,
+                                publication,
+                            )
+                            for domain in batch
+                        ]
+                        writer.write(publication)
+                        for domain, version in zip(batch, versions, strict=True):
+                            print(f"{domain}: version {version} published")
+                        published += len(batch)
+        except BaseException:
+            if published:
+                print(
+                    f"miqps maps publish: stopped after {published} maps published, in "
+                    "domain order; publishing the file again gives those a further version",
+                    file=sys.stderr,
+                )
+            raise
+        finally:
+            store.close()
     return 0
+
+
+def _next_version(
+    store: MapStore,
+    topics: Topics,
+    domain: str,
+    current: tuple[int, bool],
+    note: str,
+    publication: Publication,
+) -> int:
+    """Add to ``publication`` the records that publish the map of ``domain`` in ``store``
+    as the version after ``current`` (its version, and whether it is frozen: a frozen
+    domain stays frozen), as :func:`~streams.maps.history.publish_map` sends them; return
+    that version. The document is written as :meth:`DomainMap.to_json` writes it, without
+    decoding its patterns."""
+    from streams.messages import MapVersion
+
+    stored = store.document(domain)
+    assert stored is not None  # the index holds every domain it lists
+    document = orjson.loads(stored)
+    after, frozen = current
+    at = utc_now()
+    published = {
+        "schema": document["schema"],
+        "domain": domain,
+        "version": after + 1,
+        "updated_at": at,
+        "patterns": document["patterns"],
+    }
+    if document.get("frozen") is True or frozen:
+        published["frozen"] = True
+    key = domain.encode()
+    history = MapVersion(domain, after + 1, "publish", note, at, published)
+    publication.records.append((topics.map_history, key, history.to_bytes()))
+    publication.records.append((topics.maps, key, orjson.dumps(published)))
+    return after + 1
+
+
+class _RecordWriter:
+    """Writes batches of records: each in one transaction under exactly once, else
+    produced and flushed (every delivery checked)."""
+
+    def __init__(self, settings: Settings, timeout: float) -> None:
+        from streams.maps.history import ProducerSink, transactional_writer
+
+        self._timeout = timeout
+        self._writer = transactional_writer(settings, "operator", timeout)
+        self._sink = ProducerSink(settings) if self._writer is None else None
+
+    def write(self, publication: Publication) -> None:
+        from streams.maps.history import write
+
+        if self._writer is not None:
+            self._writer.write(publication.records)
+            return
+        assert self._sink is not None
+        asyncio.run(write(publication, self._sink, None))
+        self._sink.flush(self._timeout)
+
+    def __enter__(self) -> _RecordWriter:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._writer is not None:
+            self._writer.close()
 
 
 def _publish(

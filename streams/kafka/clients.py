@@ -166,15 +166,17 @@ def read_to_end(
     ``consumer`` from the beginning and yield its records up to where each partition ended
     when the read began (records with an error are logged and skipped). The consumer stays
     assigned, so the caller can go on following the topic. Ends early when ``stopping`` is
-    set; raises :class:`TimeoutError` when not done within ``timeout`` seconds (None: no
-    limit)."""
+    set; raises :class:`TimeoutError` when ``timeout`` seconds pass without a record
+    (None: no limit), so a large topic read at any pace is read whole."""
     metadata_wait = 30.0 if timeout is None else timeout
     remaining = _assign_from_beginning(consumer, topic, metadata_wait, key)
     deadline = None if timeout is None else time.monotonic() + timeout
     while remaining and not (stopping is not None and stopping.is_set()):
         if deadline is not None and time.monotonic() > deadline:
-            raise TimeoutError(f"{topic}: not read to the end within {timeout:g}s")
+            raise TimeoutError(f"{topic}: no record for {timeout:g}s before its end")
         messages = consumer.consume(500, 0.2)
+        if messages and timeout is not None:
+            deadline = time.monotonic() + timeout
         for message in messages:
             if message.error() is not None:
                 log.warning("%s: %s", topic, message.error())

@@ -23,7 +23,7 @@ from confluent_kafka import Producer
 from faust.types import TopicT
 
 from miqps.history import diff_maps
-from miqps.maps import DomainMap, GateVerdict, InvalidMap, parse_map
+from miqps.maps import DomainMap, GateVerdict, InvalidMap, check_map, parse_map
 from streams.kafka.admin import producer_config
 from streams.kafka.clients import DeliveryReports, produce, read_compacted
 from streams.kafka.topics import raw_topic
@@ -219,6 +219,44 @@ def read_history(settings: Settings, domain: str, timeout: float) -> History:
     if history.current is None and not history.versions:
         raise UnknownDomain(domain)
     return history
+
+
+def current_versions(
+    settings: Settings, domains: set[str], timeout: float
+) -> dict[str, tuple[int, bool]]:
+    """For each of ``domains`` that has a map, the version of its newest map and whether
+    it is frozen, as :meth:`History.newest` of :func:`read_history` says, from one read of
+    the maps topic (and of the history topic, for the domains it lacks). A record that is
+    not a valid map or version is passed over, as ``read_history`` passes it over."""
+    current: dict[str, tuple[int, bool] | None] = {}
+    for record_key, value in read_compacted(settings, settings.topics.maps, timeout):
+        domain = record_key.decode("utf-8", "replace") if record_key is not None else ""
+        if domain not in domains:
+            continue
+        if value is None:
+            current[domain] = None
+            continue
+        try:
+            document = check_map(value, key=domain)
+        except InvalidMap:
+            continue
+        current[domain] = (document["version"], document.get("frozen") is True)
+    found = {domain: pair for domain, pair in current.items() if pair is not None}
+    missing = domains - found.keys()
+    if missing:
+        kept: dict[str, tuple[int, bool]] = {}
+        for record_key, value in read_compacted(settings, settings.topics.map_history, timeout):
+            domain = record_key.decode("utf-8", "replace") if record_key is not None else ""
+            if domain not in missing:
+                continue
+            try:
+                record = MapVersion.from_bytes(value)
+            except BadInput:
+                continue
+            if record.version >= kept.get(domain, (0, False))[0]:
+                kept[domain] = (record.version, record.map.get("frozen") is True)
+        found |= kept
+    return found
 
 
 def history_rows(history: History) -> list[dict[str, Any]]:

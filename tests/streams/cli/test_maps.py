@@ -3,6 +3,7 @@ and publish, run through ``miqps.cli.main`` on the real broker."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,7 @@ import orjson
 import pytest
 
 from miqps.cli import main
-from miqps.maps import DomainMap
+from miqps.maps import DomainMap, write_maps
 from streams.kafka.admin import ensure_topics
 from streams.messages import MapVersion
 from streams.settings import Settings
@@ -168,3 +169,72 @@ def test_maps_prints_the_current_map_of_each_domain(
     assert maps_command(settings, capsys, " DRIFT.test. ")[:2] == (0, out)
     code, out, err = maps_command(settings, capsys, "nowhere.example")
     assert (code, out, err) == (1, "", "miqps maps: no map for nowhere.example\n")
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+def test_publish_takes_a_file_in_batches_after_each_domain_s_current_version(
+    settings: Settings,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    guarantee: str,
+) -> None:
+    """A file of more domains than one scan of the topics and one batch take: each domain
+    gets the version after its current one (a frozen one stays frozen; one whose map was
+    removed follows its newest kept version), once, in domain order."""
+    from streams.cli import maps as maps_cli
+    from streams.kafka.clients import read_compacted
+    from streams.maps.history import ProducerSink, publish_map
+
+    monkeypatch.setenv("MIQPS_PROCESSING_GUARANTEE", guarantee)
+    monkeypatch.setattr(maps_cli, "PUBLISH_SCAN_DOMAINS", 3)
+    monkeypatch.setattr(maps_cli, "PUBLISH_BATCH_DOMAINS", 2)
+    domains = [f"d{number}.test" for number in range(7)]
+    at = "2026-12-01T00:00:00Z"
+    sink = ProducerSink(settings)
+    dropping, keeping = a_map(1, keep_ref=False).patterns, a_map(1, keep_ref=True).patterns
+
+    async def seed() -> None:
+        for domain_map in (
+            DomainMap("d1.test", 4, at, dropping),
+            DomainMap("d2.test", 2, at, dropping, frozen=True),
+            DomainMap("d5.test", 9, at, dropping),
+        ):
+            await publish_map(sink, settings.topics, domain_map, "publish")
+
+    asyncio.run(seed())
+    sink.producer.produce(settings.topics.maps, None, b"d5.test")  # removed: history remains
+    sink.flush(20)
+    file = tmp_path / "many.jsonl"
+    write_maps(file, [DomainMap(domain, 1, at, keeping) for domain in domains])
+    code, out, err = maps_command(settings, capsys, "publish", str(file))
+    assert code == 0, err
+    expected = {domain: 1 for domain in domains} | {"d1.test": 5, "d2.test": 3, "d5.test": 10}
+    assert out.splitlines() == [f"{d}: version {expected[d]} published" for d in domains]
+    published: dict[str, list[DomainMap]] = {}
+    for key, value in read_compacted(settings, settings.topics.maps):
+        if value is not None and key is not None:
+            published.setdefault(key.decode(), []).append(DomainMap.from_json(orjson.loads(value)))
+    newest = {domain: maps[-1] for domain, maps in published.items()}
+    assert {d: newest[d].version for d in domains} == expected
+    assert [d for d in domains if newest[d].frozen] == ["d2.test"]
+    assert all(newest[d].patterns == keeping for d in domains)
+    seeded = {"d1.test", "d2.test", "d5.test"}
+    assert {d: len(maps) for d, maps in published.items()} == {
+        d: 2 if d in seeded else 1 for d in domains
+    }
+
+
+@pytest.mark.kafka
+def test_publish_refuses_a_file_with_a_bad_line_and_publishes_nothing(
+    settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from streams.kafka.clients import read_compacted
+
+    file = tmp_path / "bad.jsonl"
+    file.write_text(a_map(1, keep_ref=True).dumps() + "\n" + '{"domain": "x.test"\n')
+    code, out, err = maps_command(settings, capsys, "publish", str(file))
+    assert code == 1 and out == ""
+    assert f"{file}:2: not a MIQPS map (json)" in err
+    assert list(read_compacted(settings, settings.topics.maps)) == []
