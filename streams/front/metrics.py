@@ -22,7 +22,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from streams.front.loop import CanonicalizerFront
-from streams.maps.live import LiveMaps
+from streams.maps.live import FRONT_PROCESS, LiveMaps
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +30,6 @@ SNAPSHOT_SECONDS = 1.0
 STATISTICS_INTERVAL_MS = 1000
 BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 CANONICALIZER = "canonicalizer"
-FRONT_PROCESS = "front"
-WORKER_PROCESS = "worker"
 
 
 def lag_by_partition(

@@ -36,7 +36,7 @@ from streams.front.metrics import front_exporter
 from streams.kafka.lograte import rate_limit_handlers
 from streams.kafka.transactions import worker_transactional_id
 from streams.maps.feed import MapFeed
-from streams.maps.live import LiveMaps
+from streams.maps.live import FRONT_PROCESS, worker_live_maps
 from streams.settings import Settings
 from streams.worker.lifecycle import StopDeadline
 
@@ -77,7 +77,7 @@ def run_front(
         deadline.arm()
         stopping.set()
 
-    live_maps = LiveMaps(settings.policy.reverify_after)
+    live_maps = worker_live_maps(settings, FRONT_PROCESS)
     feed = MapFeed(settings, live_maps, on_fatal)
     front = CanonicalizerFront(
         settings, live_maps, feed, on_fatal, worker_transactional_id(settings, "canonicalizer")
@@ -113,6 +113,7 @@ def run_front(
     feed.stop()
     if exporter is not None:
         exporter.stop()
+    live_maps.close()
     if failed:
         os._exit(1)
 

@@ -4,19 +4,48 @@ The canonical form and the decision are the core's: :class:`miqps.canonical.Cano
 compiles each map once and decides every URL (:meth:`~miqps.canonical.Canonicalizer.decide`).
 This module holds one canonicalizer per process and adds what only the stream needs: which
 map version is live, and when each learned pattern's decision is due for re-verification.
+
+Two ways to hold them:
+
+- :class:`LiveMaps` holds every map in memory, compiled in its canonicalizer and as a
+  :class:`LiveMap` per domain: ``streams.from_kafka``, the dashboard, and a worker with
+  ``MIQPS_MAPS_CACHE_DOMAINS=0``;
+- :class:`StoredLiveMaps` keeps every map on disk, in a :class:`~miqps.mapstore.MapStore`
+  of the process's own, and holds only what the domains met last need: each worker process
+  by default (:func:`worker_live_maps`).
 """
 
 from __future__ import annotations
 
+import logging
+import shutil
+import struct
 import threading
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import partial
-from typing import Protocol
+from functools import partial, wraps
+from typing import Any, Protocol, TypeVar, cast
 
-from miqps.canonical import Canonicalizer, Decision, StaticLayers
+import orjson
+
+from miqps.canonical import DEFAULT_CACHE_DOMAINS, Canonicalizer, Decision, StaticLayers
 from miqps.maps import DomainMap, timestamp_seconds
+from miqps.mapstore import MapStore
 from miqps.urls import NormalizedURL
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+FRONT_PROCESS = "front"
+WORKER_PROCESS = "worker"
+"""The processes of a worker: the canonicalizer front's child, and the Faust process."""
+LIVE_MAPS_FOLDER = "live-maps"
+"""The folder under ``MIQPS_STATE_DIR`` of each worker process's stored maps (one folder
+per process: two processes cannot open one store)."""
+# Notes of the store: a domain's LiveMap record, and each map filed by its updated_at.
+_RECORD = b"v:"
+_BY_AGE = b"u:"
 
 
 class Decide(Protocol):
@@ -49,6 +78,30 @@ class LiveMap:
     rules: Mapping[str, PatternRule]
     updated_at: float = 0.0
     """The map's ``updated_at``, in seconds since the epoch (0 if it has none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MapsSummary:
+    """What the metrics say of the live maps."""
+
+    domains: int
+    patterns: int
+    oldest_update: float | None
+    """The ``updated_at`` of the least recently updated map, in seconds since the epoch;
+    None when no map has one."""
+
+
+def live_map(domain_map: DomainMap, reverify_after: float) -> LiveMap:
+    return LiveMap(
+        domain_map.version,
+        {
+            key: PatternRule(
+                decision.decided_at, timestamp_seconds(decision.decided_at) + reverify_after
+            )
+            for key, decision in domain_map.patterns.items()
+        },
+        timestamp_seconds(domain_map.updated_at),
+    )
 
 
 class LiveMaps:
@@ -106,17 +159,7 @@ class LiveMaps:
                 self.canonicalizer.update(domain_map, document)
             else:
                 self.canonicalizer.update(domain_map)
-            self._maps[domain_map.domain] = LiveMap(
-                domain_map.version,
-                {
-                    key: PatternRule(
-                        decision.decided_at,
-                        timestamp_seconds(decision.decided_at) + self.reverify_after,
-                    )
-                    for key, decision in domain_map.patterns.items()
-                },
-                timestamp_seconds(domain_map.updated_at),
-            )
+            self._maps[domain_map.domain] = live_map(domain_map, self.reverify_after)
             return True
 
     def remove(self, domain: str) -> None:
@@ -137,15 +180,22 @@ class LiveMaps:
         """What this process holds in memory, as of now (safe from any thread)."""
         return HeldMaps(self.canonicalizer.maps_held, len(self._maps))
 
-    def live(self) -> list[LiveMap]:
-        """Every live map, as of now (safe to call from any thread)."""
-        return list(self._maps.values())
+    def summary(self) -> MapsSummary:
+        """The live maps' counts and oldest update, as of now (safe from any thread)."""
+        maps = list(self._maps.values())
+        updated = [live.updated_at for live in maps if live.updated_at > 0]
+        return MapsSummary(
+            len(maps), sum(len(live.rules) for live in maps), min(updated, default=None)
+        )
+
+    def close(self) -> None:
+        """Release what the maps hold outside memory (nothing here)."""
 
     def needs_learning(self, domain: str, pattern: str, basis: str) -> bool:
         """Whether the live map still lacks what a sample of ``pattern`` asks for: a
         decision (``basis`` empty), or the re-verification of the decision made at
         ``basis``."""
-        live = self._maps.get(domain)
+        live = self.get(domain)
         rule = live.rules.get(pattern) if live is not None else None
         if rule is None:
             return True
@@ -154,8 +204,236 @@ class LiveMaps:
     def due_for_reverification(self, decision: Decision, now: float) -> str | None:
         """The ``decided_at`` of a learned decision whose re-verification time has come
         (``now`` in seconds since the epoch), else None."""
-        live = self._maps.get(decision.domain)
+        live = self.get(decision.domain)
         rule = live.rules.get(decision.pattern) if live is not None else None
         if rule is None or rule.reverify_at > now:
             return None
         return rule.decided_at
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    """A domain's :class:`LiveMap` as the store keeps it beside the map's document."""
+
+    version: int
+    updated_at: float
+    decided: dict[str, tuple[str, float]]
+    """Per pattern, when it was decided: as written, and in seconds since the epoch."""
+
+    @classmethod
+    def of(cls, domain_map: DomainMap) -> _Record:
+        return cls(
+            domain_map.version,
+            timestamp_seconds(domain_map.updated_at),
+            {
+                key: (decision.decided_at, timestamp_seconds(decision.decided_at))
+                for key, decision in domain_map.patterns.items()
+            },
+        )
+
+    @classmethod
+    def loads(cls, raw: bytes) -> _Record:
+        version, updated_at, decided = orjson.loads(raw)
+        return cls(
+            version, updated_at, {key: (at, seconds) for key, (at, seconds) in decided.items()}
+        )
+
+    def dumps(self) -> bytes:
+        return orjson.dumps([self.version, self.updated_at, self.decided])
+
+    def live_map(self, reverify_after: float) -> LiveMap:
+        return LiveMap(
+            self.version,
+            {
+                key: PatternRule(at, seconds + reverify_after)
+                for key, (at, seconds) in self.decided.items()
+            },
+            self.updated_at,
+        )
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _one_call_at_a_time(method: _Method) -> _Method:
+    @wraps(method)
+    def call(self: _SharedCanonicalizer, *args: Any, **kwargs: Any) -> Any:
+        with self.turn:
+            return method(self, *args, **kwargs)
+
+    return cast("_Method", call)
+
+
+class _SharedCanonicalizer(Canonicalizer):
+    """A canonicalizer reading maps on demand that the map feed's thread (which makes it
+    forget a domain whose map changed) shares with the threads that read it: one call at a
+    time, so that a map read from the store just before a newer one is written can never
+    stay installed after the feed made it forget the domain."""
+
+    def __init__(
+        self,
+        layers: StaticLayers | None,
+        *,
+        use_prior: bool,
+        maps: MapStore,
+        cache_domains: int,
+    ) -> None:
+        self.turn = threading.RLock()
+        super().__init__(layers, use_prior=use_prior, maps=maps, cache_domains=cache_domains)
+
+    update = _one_call_at_a_time(Canonicalizer.update)
+    forget = _one_call_at_a_time(Canonicalizer.forget)
+    map_for = _one_call_at_a_time(Canonicalizer.map_for)
+    dropping_decisions = _one_call_at_a_time(Canonicalizer.dropping_decisions)
+    canonical_url = _one_call_at_a_time(Canonicalizer.canonical_url)
+    canonical_text = _one_call_at_a_time(Canonicalizer.canonical_text)
+    canonical_texts = _one_call_at_a_time(Canonicalizer.canonical_texts)
+    canonical_block = _one_call_at_a_time(Canonicalizer.canonical_block)
+    stream_records = _one_call_at_a_time(Canonicalizer.stream_records)
+    decide = _one_call_at_a_time(Canonicalizer.decide)
+    canonicalize = _one_call_at_a_time(Canonicalizer.canonicalize)
+    explain = _one_call_at_a_time(Canonicalizer.explain)
+
+
+class StoredLiveMaps(LiveMaps):
+    """The live maps on disk: :meth:`apply` writes each map's document to ``store``, with
+    its :class:`LiveMap` record beside it, and the process holds only what the domains it
+    met last need: their maps compiled in a canonicalizer that reads them from the store on
+    demand (:class:`~miqps.canonical.Canonicalizer` with ``maps``), and their
+    :class:`LiveMap` records, ``cache_domains`` of each at most. The counts are kept as maps
+    come and go, and the store files the maps by age, so nothing is held per domain.
+
+    The same rules as :class:`LiveMaps`: a newer version wins, the same version and the same
+    map change nothing; :meth:`remove` deletes the domain's map from the store. After each
+    change the canonicalizer forgets the domain, so its next URL reads the new map.
+    """
+
+    def __init__(
+        self,
+        reverify_after: float,
+        store: MapStore,
+        cache_domains: int = DEFAULT_CACHE_DOMAINS,
+        layers: StaticLayers | None = None,
+        *,
+        use_prior: bool = True,
+    ) -> None:
+        canonicalizer = _SharedCanonicalizer(
+            layers, use_prior=use_prior, maps=store, cache_domains=cache_domains
+        )
+        super().__init__(reverify_after, canonicalizer=canonicalizer)
+        self.store = store
+        self.cache_domains = max(1, cache_domains)
+        self._recent: OrderedDict[str, LiveMap] = OrderedDict()
+        self._domains = 0
+        self._patterns = 0
+
+    def apply(self, domain_map: DomainMap, document: bytes | None = None) -> bool:
+        domain = domain_map.domain
+        key = domain.encode()
+        with self._lock:
+            noted = self.store.note(_RECORD + key)
+            previous = _Record.loads(noted) if noted is not None else None
+            if previous is not None and (
+                previous.version > domain_map.version
+                or (
+                    previous.version == domain_map.version and self._stored_is(domain_map, document)
+                )
+            ):
+                return False
+            record = _Record.of(domain_map)
+            self.store.put(
+                domain, document if document is not None else domain_map.dumps().encode()
+            )
+            self.store.put_note(_RECORD + key, record.dumps())
+            self._file_by_age(key, previous, record)
+            self._domains += previous is None
+            self._patterns += len(record.decided) - (len(previous.decided) if previous else 0)
+            self._recent.pop(domain, None)
+            self.canonicalizer.forget(domain)
+            return True
+
+    def _stored_is(self, domain_map: DomainMap, document: bytes | None) -> bool:
+        stored = self.store.document(domain_map.domain)
+        if stored is None:
+            return False
+        if document is not None and stored == document:
+            return True
+        return DomainMap.from_json(orjson.loads(stored)) == domain_map
+
+    def _file_by_age(self, key: bytes, previous: _Record | None, record: _Record | None) -> None:
+        """File the map of ``key`` by its ``updated_at`` (none without one), in place of
+        where ``previous`` filed it."""
+        if previous is not None and previous.updated_at > 0:
+            self.store.delete_note(_BY_AGE + struct.pack(">d", previous.updated_at) + key)
+        if record is not None and record.updated_at > 0:
+            # Big-endian doubles above 0 sort as the numbers do.
+            self.store.put_note(_BY_AGE + struct.pack(">d", record.updated_at) + key, b"")
+
+    def remove(self, domain: str) -> None:
+        key = domain.encode()
+        with self._lock:
+            noted = self.store.note(_RECORD + key)
+            if noted is not None:
+                previous = _Record.loads(noted)
+                self.store.delete(domain)
+                self.store.delete_note(_RECORD + key)
+                self._file_by_age(key, previous, None)
+                self._domains -= 1
+                self._patterns -= len(previous.decided)
+            self._recent.pop(domain, None)
+            self.canonicalizer.forget(domain)
+
+    def get(self, domain: str) -> LiveMap | None:
+        with self._lock:
+            recent = self._recent
+            live = recent.get(domain)
+            if live is not None:
+                recent.move_to_end(domain)
+                return live
+            noted = self.store.note(_RECORD + domain.encode())
+            if noted is None:
+                return None
+            live = recent[domain] = _Record.loads(noted).live_map(self.reverify_after)
+            if len(recent) > self.cache_domains:
+                recent.popitem(last=False)
+            return live
+
+    def map_for(self, domain: str) -> DomainMap | None:
+        """The live map of ``domain``, read from the store (and not kept)."""
+        document = self.store.document(domain)
+        return DomainMap.from_json(orjson.loads(document)) if document is not None else None
+
+    def __len__(self) -> int:
+        return self._domains
+
+    def held(self) -> HeldMaps:
+        return HeldMaps(self.canonicalizer.maps_held, len(self._recent))
+
+    def summary(self) -> MapsSummary:
+        oldest = self.store.first_note(_BY_AGE)
+        return MapsSummary(
+            self._domains,
+            self._patterns,
+            struct.unpack(">d", oldest[len(_BY_AGE) : len(_BY_AGE) + 8])[0] if oldest else None,
+        )
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def worker_live_maps(settings: Settings, process: str) -> LiveMaps:
+    """The live maps of one process of a worker (``process``: ``front`` or ``worker``).
+
+    With ``MIQPS_MAPS_CACHE_DOMAINS`` above 0, they are kept on disk in
+    ``MIQPS_STATE_DIR/live-maps/<process>``, emptied first: the map feed reads the whole
+    maps topic from its beginning anyway. With 0, every map is held in memory."""
+    cache = settings.maps_cache_domains
+    reverify_after = settings.policy.reverify_after
+    if cache == 0:
+        return LiveMaps(reverify_after)
+    folder = settings.state_dir / LIVE_MAPS_FOLDER / process
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    log.info("live maps: kept in %s, at most %d domains' held in memory", folder, cache)
+    return StoredLiveMaps(reverify_after, MapStore(folder), cache)

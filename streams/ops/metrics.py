@@ -38,13 +38,8 @@ from miqps.audit import Audit
 from miqps.fetch import FetchStats
 from miqps.native import CanonicalizerPath, canonicalizer_path
 from miqps.politeness import RobotsStatus
-from streams.front.metrics import (
-    WORKER_PROCESS,
-    MapsHeldCollector,
-    consumer_lag,
-    labelled_counter,
-)
-from streams.maps.live import LiveMaps
+from streams.front.metrics import MapsHeldCollector, consumer_lag, labelled_counter
+from streams.maps.live import LIVE_MAPS_FOLDER, WORKER_PROCESS, LiveMaps
 from streams.messages import UNDECIDED_CAUSES, MapUpdateRecord
 from streams.settings import Settings
 
@@ -176,29 +171,33 @@ class LiveMapsCollector(Collector):
         self.clock = clock
 
     def collect(self) -> Iterator[Metric]:
-        maps = self.live_maps.live()
-        yield GaugeMetricFamily("miqps_domains_live", "Domains with a live map", value=len(maps))
+        summary = self.live_maps.summary()
         yield GaugeMetricFamily(
-            "miqps_patterns_live",
-            "Patterns decided in the live maps",
-            value=sum(len(live.rules) for live in maps),
+            "miqps_domains_live", "Domains with a live map", value=summary.domains
         )
-        updated = [live.updated_at for live in maps if live.updated_at > 0]
-        if updated:
+        yield GaugeMetricFamily(
+            "miqps_patterns_live", "Patterns decided in the live maps", value=summary.patterns
+        )
+        if summary.oldest_update is not None:
             yield GaugeMetricFamily(
                 "miqps_oldest_map_age_seconds",
                 "Seconds since the least recently updated live map was updated",
-                value=max(0.0, self.clock() - min(updated)),
+                value=max(0.0, self.clock() - summary.oldest_update),
             )
 
 
 def state_bytes(state_dir: Path) -> dict[str, int]:
     """Bytes on disk under ``state_dir``, by table (a Faust table's partitions are
-    ``<table>-<partition>.db`` directories); anything else counts as ``other``."""
+    ``<table>-<partition>.db`` directories; the live maps of the worker's processes are
+    ``live-maps``); anything else counts as ``other``."""
     sizes: dict[str, int] = {}
     for root, _, files in os.walk(state_dir):
         table = "other"
-        for part in Path(root).relative_to(state_dir).parts:
+        parts = Path(root).relative_to(state_dir).parts
+        if parts[:1] == (LIVE_MAPS_FOLDER,):
+            table = LIVE_MAPS_FOLDER
+            parts = ()
+        for part in parts:
             found = _TABLE_DIRECTORY.match(part)
             if found:
                 table = found["table"]

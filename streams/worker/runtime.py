@@ -15,7 +15,7 @@ from streams.front.process import (
     FrontProcess,
 )
 from streams.maps.feed import MapFeed
-from streams.maps.live import LiveMaps
+from streams.maps.live import WORKER_PROCESS, worker_live_maps
 from streams.ops.metrics import WorkerMetrics
 from streams.settings import Settings
 from streams.worker.errorpolicy import BugPolicy, OnBug
@@ -46,7 +46,7 @@ class Runtime:
         self.partitions = partitions
         self.stop_timeout = stop_timeout
         self.on_bug = OnBug(settings.on_bug)
-        self.live_maps = LiveMaps(settings.policy.reverify_after)
+        self.live_maps = worker_live_maps(settings, WORKER_PROCESS)
         self.feed = MapFeed(settings, self.live_maps, self.fatal)
         self.metrics = WorkerMetrics(settings, self.live_maps)
         self.front: FrontProcess | None = None
@@ -126,3 +126,5 @@ class ThreadsService(mode.Service):
         if self.runtime.front is not None:
             await asyncio.to_thread(self.runtime.front.stop)
         await asyncio.to_thread(self.runtime.feed.stop)
+        # The live maps' store stays open: agents may still read it until the process
+        # exits, and the next start empties it anyway.

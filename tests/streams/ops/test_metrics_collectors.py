@@ -101,6 +101,10 @@ def test_state_bytes_are_summed_by_table(tmp_path: Path) -> None:
         (tables / name).write_bytes(b"x" * size)
     (tmp_path / "lock").write_bytes(b"x" * 4)
     assert state_bytes(tmp_path) == {"pattern-stats": 170, "probe-demand": 30, "other": 4}
+    for process, size in (("front", 7), ("worker", 9)):
+        (tmp_path / "live-maps" / process).mkdir(parents=True)
+        (tmp_path / "live-maps" / process / "000009.sst").write_bytes(b"x" * size)
+    assert state_bytes(tmp_path)["live-maps"] == 16
     assert state_bytes(tmp_path / "absent") == {}
 
 
