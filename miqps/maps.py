@@ -77,6 +77,9 @@ KEPT_WITHOUT_EVIDENCE = frozenset({Layer.INSUFFICIENT, Layer.PRIOR, Layer.UNLEAR
 """Layers that keep a parameter for want of a decision."""
 
 
+_LAYERS = {str(layer): layer for layer in Layer}
+
+
 def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -124,15 +127,18 @@ class ParamEvidence:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], interner: Interner = AS_READ) -> ParamEvidence:
+        # By position, and the layer by a dict: a map holds hundreds of these, and a
+        # canonicalizer reading maps on demand decodes one whenever a domain's first URL comes.
+        values = data.get("default_values")
         return cls(
-            decision=interner.text(str(data["decision"])),
-            layer=Layer(data["layer"]),
-            samples=int(data["samples"]),
-            changed=int(data["changed"]),
-            unchanged=int(data["unchanged"]),
-            inconclusive=int(data["inconclusive"]),
-            default_values=[interner.text(str(v)) for v in data.get("default_values", ())],
-            items=int(data.get("items", 0)),
+            interner.text(str(data["decision"])),
+            _LAYERS[data["layer"]],
+            int(data["samples"]),
+            int(data["changed"]),
+            int(data["unchanged"]),
+            int(data["inconclusive"]),
+            [interner.text(str(v)) for v in values] if values else [],
+            int(data.get("items", 0)),
         )
 
 
