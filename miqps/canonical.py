@@ -188,8 +188,6 @@ _TABLES = count(1)
 _MAX_MISSES = 16
 DEFAULT_CACHE_DOMAINS = 4096
 """Maps a canonicalizer that reads them on demand holds at most."""
-# Maps a batch may read on demand past the cache's size before it makes room anyway.
-_BATCH_ROOM = 16_384
 # Domains remembered as having no map, before the set starts over.
 _ABSENT_SIZE = 1 << 18
 
@@ -590,8 +588,8 @@ class Canonicalizer:
             return None
         domains = self._domains
         assert isinstance(domains, _DomainsOnDemand)
-        if len(domains) >= self._cache_domains + _BATCH_ROOM:
-            self._make_room(domains)
+        if len(domains) >= self._cache_domains + max(1, self._cache_domains // 4):
+            self._make_room(domains)  # the pure-Python path answers one text at a time
         self.update(DomainMap.from_json(orjson.loads(document)))
         domains.used.add(domain)  # not yet asked again for the URL that brought it
         return dict.get(domains, domain)
@@ -850,25 +848,60 @@ class Canonicalizer:
             return None
         batch = native.core.front_batch
         records, keys, others, learned = batch(values, max_bytes, due_before, audit_below, seed)
-        for _ in range(_MAX_MISSES):
-            misses = _misses(native, records, others)
-            if not misses:
-                # Every answer is a record or None: the misses were all asked again.
-                return cast("list[bytes | None]", records), keys, learned
-            missed = [index for index, _ in misses]
-            self._teach_misses(native, [miss for _, miss in misses])
-            again = [values[index] for index in missed]
-            answers, answer_keys, others, more = batch(
-                again, max_bytes, due_before, audit_below, seed
-            )
-            learned += more
-            for index, record, key in zip(missed, answers, answer_keys, strict=True):
-                records[index] = record
-                keys[index] = key
-            others = [missed[at] for at in others]
-        for index in others:
-            records[index] = None  # misses left: the front takes these
+        for part in self._miss_parts(native, records, others):
+            others = part
+            for _ in range(_MAX_MISSES):
+                misses = _misses(native, records, others)
+                if not misses:
+                    break  # every answer is a record or None: the misses were asked again
+                missed = [index for index, _ in misses]
+                self._teach_misses(native, [miss for _, miss in misses])
+                again = [values[index] for index in missed]
+                answers, answer_keys, others, more = batch(
+                    again, max_bytes, due_before, audit_below, seed
+                )
+                learned += more
+                for index, record, key in zip(missed, answers, answer_keys, strict=True):
+                    records[index] = record
+                    keys[index] = key
+                others = [missed[at] for at in others]
+            else:
+                for index in others:
+                    records[index] = None  # misses left: the front takes these
+            self._make_room_between_parts()
         return cast("list[bytes | None]", records), keys, learned
+
+    def _miss_parts(
+        self, native: _Native, answers: Sequence[object], others: list[int]
+    ) -> list[list[int]]:
+        """``others`` in parts, each naming at most a quarter of ``cache_domains`` domains
+        whose maps are not held (all of it in one part without maps read on demand): each
+        part's maps are read, its texts answered, and room made before the next part, so a
+        batch of many domains holds at most about 1.25x the cache."""
+        if self._source is None:
+            return [others]
+        limit = max(1, self._cache_domains // 4)
+        parts: list[list[int]] = [[]]
+        unheld: set[str] = set()
+        for index in others:
+            answer = answers[index]
+            if (
+                isinstance(answer, native.miss)
+                and answer.table == 0
+                and answer.domain
+                and answer.domain not in unheld
+            ):
+                if len(unheld) == limit:
+                    parts.append([])
+                    unheld.clear()
+                unheld.add(answer.domain)
+            parts[-1].append(index)
+        return parts
+
+    def _make_room_between_parts(self) -> None:
+        domains = self._domains
+        if isinstance(domains, _DomainsOnDemand) and len(domains) > self._cache_domains:
+            self._make_room(domains)
 
     def _native_texts(
         self, native: _Native, texts: list[str], errors: list[tuple[int, InvalidURL]] | None
@@ -888,6 +921,20 @@ class Canonicalizer:
         canonical URLs, in place: misses are taught and asked again (each round may lead to
         the plan of another pattern), the rest takes :meth:`canonical_text`."""
         answered = cast("list[str | Miss | None]", out)
+        for part in self._miss_parts(native, answered, others):
+            self._resolve_part(native, texts, answered, part, errors)
+            self._make_room_between_parts()
+        # Every answer is now a canonical URL, or "" for an invalid text.
+        return cast("list[str]", answered)
+
+    def _resolve_part(
+        self,
+        native: _Native,
+        texts: list[str],
+        answered: list[str | Miss | None],
+        others: list[int],
+        errors: list[tuple[int, InvalidURL]] | None,
+    ) -> None:
         slow: list[int] = []
         for _ in range(_MAX_MISSES):
             misses = _misses(native, answered, others)
@@ -909,8 +956,6 @@ class Canonicalizer:
                 if errors is not None:
                     errors.append((index, error))
                 answered[index] = ""
-        # Every answer is now a canonical URL, or "" for an invalid text.
-        return cast("list[str]", answered)
 
     def _teach_misses(self, native: _Native, misses: list[Miss]) -> None:
         """Teach the compiled path the plan of each key its ``misses`` name, once a key."""

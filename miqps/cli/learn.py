@@ -265,8 +265,8 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"miqps learn: interrupted ({outcome.stopped_by.name}): saved the maps of "
             f"{_count(len(checkpoint.done), 'domain')} done ({_count(decided, 'pattern')} "
-            f"decided in this run) to {args.out}, {len(to_go)} to go ({_fetches(journaled)} journaled "
-            "for them); run the same command again to resume",
+            f"decided in this run) to {args.out}, {len(to_go)} to go "
+            f"({_fetches(journaled)} journaled for them); run the same command again to resume",
             file=sys.stderr,
         )
         return 128 + outcome.stopped_by

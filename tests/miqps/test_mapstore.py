@@ -181,3 +181,37 @@ def test_notes_stay_apart_from_the_maps_in_byte_order(tmp_path: Path) -> None:
         assert store.first_note(b"u") == b"u\x01z"
         assert store.first_note(b"w") is None and store.note(b"u\x01a") is None
         assert list(store.domains()) == ["a.example"]
+
+
+class _Watched:
+    """A store that notes how many maps its reader holds each time it reads one."""
+
+    def __init__(self, store: MapStore) -> None:
+        self.store = store
+        self.reader: Canonicalizer | None = None
+        self.held: list[int] = []
+
+    def document(self, domain: str) -> bytes | None:
+        assert self.reader is not None
+        self.held.append(self.reader.maps_held)
+        return self.store.document(domain)
+
+
+@pytest.mark.parametrize("native", PATHS, ids=lambda native: "compiled" if native else "python")
+def test_a_batch_of_many_domains_holds_at_most_a_quarter_more_than_the_cache(
+    tmp_path: Path, native: bool
+) -> None:
+    urls, sites = generate(4_000, seed=52)
+    maps = build_maps(sites, random.Random(53))
+    assert len(maps) >= 150
+    store = MapStore(tmp_path / "store")
+    for domain_map in maps:
+        store.put(domain_map.domain, domain_map.dumps().encode())
+    watched = _Watched(store)
+    reader = watched.reader = Canonicalizer(native=native, maps=watched, cache_domains=16)
+    held = Canonicalizer(native=native)
+    held.load({domain_map.domain: domain_map for domain_map in maps})
+    assert reader.canonical_texts(urls) == held.canonical_texts(urls)
+    assert len(watched.held) >= len(maps)
+    assert max(watched.held) <= 16 + 16 // 4
+    store.close()
