@@ -460,6 +460,7 @@ class Canonicalizer:
         self._source = maps
         self._cache_domains = max(1, cache_domains)
         self._absent: set[str] = set()
+        self._forgotten = 0  # how many times forget() was called
         self._domains: dict[str, _CompiledDomain] = (
             {} if maps is None else _DomainsOnDemand(self._load_on_demand)
         )
@@ -574,23 +575,41 @@ class Canonicalizer:
 
     def _load_on_demand(self, domain: str) -> _CompiledDomain | None:
         """Install the source's map of ``domain``, if it has one (else remember that it
-        has none), and make room for it."""
+        has none), and make room for it.
+
+        Another thread may store a new map and :meth:`forget` the domain while this one
+        reads the old map: a map read while any domain was forgotten is read again, so an
+        old map is never installed after its replacement was announced."""
         assert self._source is not None
-        if domain in self._absent or "@" in domain or (":" in domain and not domain.endswith("]")):
+        native = self._native
+        if domain in self._absent:
+            if native is not None:
+                native.core.mark_absent(domain)  # its own set may have started over
             return None
-        document = self._source.document(domain)
-        if document is None:
-            if len(self._absent) >= _ABSENT_SIZE:
-                self._absent.clear()
-            self._absent.add(domain)
-            if self._native is not None:
-                self._native.core.mark_absent(domain)
+        if "@" in domain or (":" in domain and not domain.endswith("]")):
             return None
         domains = self._domains
         assert isinstance(domains, _DomainsOnDemand)
-        if len(domains) >= self._cache_domains + max(1, self._cache_domains // 4):
-            self._make_room(domains)  # the pure-Python path answers one text at a time
-        self.update(DomainMap.from_json(orjson.loads(document)))
+        while True:
+            forgotten = self._forgotten
+            document = self._source.document(domain)
+            if document is None:
+                if len(self._absent) >= _ABSENT_SIZE:
+                    self._absent.clear()
+                self._absent.add(domain)
+                if native is not None:
+                    native.core.mark_absent(domain)
+                if self._forgotten == forgotten:
+                    return None
+                self._absent.discard(domain)
+                if native is not None:
+                    native.core.forget(domain)
+                continue
+            if len(domains) >= self._cache_domains + max(1, self._cache_domains // 4):
+                self._make_room(domains)  # the pure-Python path answers one text at a time
+            self.update(DomainMap.from_json(orjson.loads(document)))
+            if self._forgotten == forgotten:
+                break
         domains.used.add(domain)  # not yet asked again for the URL that brought it
         return dict.get(domains, domain)
 
@@ -1285,6 +1304,7 @@ class Canonicalizer:
     def forget(self, domain: str) -> None:
         """Drop the map of ``domain``: its URLs get the conservative default again, or,
         with maps read on demand, the source's map, read anew on the domain's next URL."""
+        self._forgotten += 1
         self._domains.pop(domain, None)
         self._unreachable.pop(domain, None)
         self._absent.discard(domain)

@@ -103,7 +103,7 @@ def test_a_map_stored_anew_is_read_on_the_domain_s_next_url(tmp_path: Path, nati
 
 
 def _lines(tmp_path: Path) -> Path:
-    urls, sites = generate(500, seed=46)
+    _, sites = generate(500, seed=46)
     maps = build_maps(sites, random.Random(47))[:4]
     lines = [domain_map.dumps() for domain_map in maps]
     lines.insert(1, '{"domain": "broken.example", "version": ')
@@ -137,7 +137,7 @@ def test_an_index_refuses_what_reading_the_file_refuses(tmp_path: Path) -> None:
 
 
 def test_an_index_is_built_once_per_version_of_the_file(tmp_path: Path) -> None:
-    urls, sites = generate(500, seed=48)
+    _, sites = generate(500, seed=48)
     maps = build_maps(sites, random.Random(49))
     path = tmp_path / "maps.jsonl"
     write_maps(path, maps[:3])
@@ -153,7 +153,7 @@ def test_an_index_is_built_once_per_version_of_the_file(tmp_path: Path) -> None:
 
 
 def test_a_broken_index_is_built_again(tmp_path: Path) -> None:
-    urls, sites = generate(500, seed=50)
+    _, sites = generate(500, seed=50)
     maps = build_maps(sites, random.Random(51))[:3]
     path = tmp_path / "maps.jsonl"
     write_maps(path, maps)
@@ -215,3 +215,36 @@ def test_a_batch_of_many_domains_holds_at_most_a_quarter_more_than_the_cache(
     assert len(watched.held) >= len(maps)
     assert max(watched.held) <= 16 + 16 // 4
     store.close()
+
+
+class _ReplacedWhileRead:
+    """A store whose map of a domain is replaced, and the reader told, while the reader
+    is reading the old one: what the stream's map feed can do from its own thread."""
+
+    def __init__(self, old: bytes, new: bytes) -> None:
+        self.current, self.new = old, new
+        self.reader: Canonicalizer | None = None
+
+    def document(self, domain: str) -> bytes | None:
+        read = self.current
+        if read != self.new:
+            self.current = self.new
+            assert self.reader is not None
+            self.reader.forget(domain)
+        return read
+
+
+@pytest.mark.parametrize("native", PATHS, ids=lambda native: "compiled" if native else "python")
+def test_a_map_replaced_while_it_is_read_is_not_installed_over_its_replacement(
+    native: bool,
+) -> None:
+    urls, sites = generate(300, seed=54)
+    first = build_maps(sites, random.Random(55))[0]
+    dropping = first.dumps().encode()
+    keeping = DomainMap(first.domain, first.version + 1, first.updated_at).dumps().encode()
+    source = _ReplacedWhileRead(dropping, keeping)
+    reader = source.reader = Canonicalizer(native=native, maps=source)
+    mine = [url for url in urls if parse(url).host == first.domain]
+    assert mine
+    assert reader.canonical_texts(mine) == Canonicalizer(native=native).canonical_texts(mine)
+    assert reader.map_for(first.domain) == DomainMap.from_json(orjson.loads(keeping))
