@@ -335,6 +335,8 @@ class Learner:
         open_names = set(learnable)
         candidates = list(pool.urls)
         random.Random(f"{config.seed}:{pool.template}").shuffle(candidates)
+        if self.prober.observations is not None:  # observed pages first: they cost nothing
+            candidates.sort(key=lambda u: not self.prober.at_hand(u.url))
         while open_names:
             batch: list[tuple[NormalizedURL, list[str]]] = []
             riders: dict[str, list[str]] = {}
@@ -612,13 +614,14 @@ class Learner:
             return len(pool.tested[name]) / needed, name
 
         for target in sorted(open_names, key=progress):
-            best: tuple[tuple[int, bool], NormalizedURL, list[str]] | None = None
+            best: tuple[tuple[int, int, bool], NormalizedURL, list[str]] | None = None
             looked = 0
             for url in candidates:
                 if target not in url.names or url.url in taken or not pool.novel(url, target):
                     continue
                 group = [name for name in sorted(url.names & open_names) if pool.novel(url, name)]
                 score = (
+                    self._free_takes(url, group),
                     len(group) + 2 * (url.pattern not in pool.covered_patterns),
                     url.pattern not in pool.covered_patterns,
                 )
@@ -632,6 +635,14 @@ class Learner:
                 group.sort(key=lambda n: (-_change_ratio(evidence[n]), n))
                 return url, group
         return None
+
+    def _free_takes(self, url: NormalizedURL, group: Sequence[str]) -> int:
+        """With observed pages, how many of the two takes a group test of ``url`` needs
+        cost no fetch; 0 without any, so that sampling is as it is without them."""
+        prober = self.prober
+        if prober.observations is None:
+            return 0
+        return prober.at_hand(url.url) + prober.at_hand(url.without(group))
 
     async def _group_test(
         self, pool: _ShapePool, url: NormalizedURL, group: list[str]
@@ -823,7 +834,7 @@ class Learner:
         config = self.config
         candidates = sorted(pool.urls, key=lambda u: u.url)
         random.Random(f"{config.seed}:{pool.template}:top-up").shuffle(candidates)
-        candidates.sort(key=lambda u: not self.prober.has_snapshot(u.url))  # fetched already
+        candidates.sort(key=lambda u: not self.prober.at_hand(u.url))  # fetched already
 
         def short() -> set[str]:
             return {
@@ -1024,7 +1035,7 @@ class Learner:
         removed = _removed(url, kept, defaults)
         if removed in pool.unchanged_removals.get(url.url, ()):
             return 0
-        has = self.prober.has_snapshot
+        has = self.prober.at_hand
         return (not has(url.url)) + (not has(url.without(removed)))
 
     @staticmethod

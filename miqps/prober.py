@@ -12,6 +12,15 @@ client-side shells are *inconclusive*, never "unchanged".
 HTML is parsed off the event loop, in a small thread pool, under a time cap. What a take of
 a URL gave (:class:`TakeOutcome`) can be journaled, and served again instead of fetched
 when an interrupted run resumes (:class:`TakeJournal`).
+
+The first take of a URL can come from pages someone else fetched (:class:`Observations`: a
+crawl archive, :mod:`miqps.warc`), days before. Such a page answers a comparison only when
+it shows no difference: two different items do not become one by ageing, so "unchanged"
+stands whenever the pages were fetched. Any other answer (a difference, a status, a page
+that cannot be judged on the other side) may be the work of time, so the observed side is
+fetched afresh and the comparison made again on fresh pages, as without observations; and
+noise is only ever learned between fresh fetches of one URL, so a page that changed over
+days is never taken for a page whose blocks rotate.
 """
 
 from __future__ import annotations
@@ -87,6 +96,19 @@ class TakeJournal(Protocol):
         ...
 
 
+class Observations(Protocol):
+    """Pages fetched by someone else (:class:`miqps.warc.Archive`): a URL's first take is
+    served from them when they hold it."""
+
+    def holds(self, url: str) -> bool:
+        """Whether a first take of ``url`` would be served."""
+        ...
+
+    def observed(self, url: str) -> TakeOutcome | None:
+        """What a probe of ``url`` would have given, or None to probe it."""
+        ...
+
+
 _INCONCLUSIVE = Comparison(Outcome.INCONCLUSIVE)
 _UNCHANGED = Comparison(Outcome.UNCHANGED)
 
@@ -102,9 +124,15 @@ class PageProber:
         confirm_after: int = 2,
         audit_every: int = 4,
         journal: TakeJournal | None = None,
+        observations: Observations | None = None,
     ) -> None:
         self.fetcher = fetcher
         self.journal = journal
+        self.observations = observations
+        self._observed: dict[str, tuple[Snapshot, int]] = {}
+        self._fresh: dict[str, asyncio.Task[Snapshot | None]] = {}
+        self.probed_takes = 0
+        """Takes probed: neither journaled nor observed."""
         self.volatility = volatility or VolatilityModel()
         self.interstitial_retries = interstitial_retries
         self.max_refetches = max_refetches
@@ -122,6 +150,27 @@ class PageProber:
     def has_snapshot(self, url: str) -> bool:
         return url in self._first
 
+    def at_hand(self, url: str) -> bool:
+        """Whether the first take of ``url`` costs no fetch: taken already, or observed."""
+        if url in self._first:
+            return True
+        return self.observations is not None and self.observations.holds(url)
+
+    @property
+    def observed_takes(self) -> int:
+        """First takes served from the observations."""
+        return len(self._observed)
+
+    @property
+    def observed_refetched(self) -> int:
+        """Observed first takes fetched afresh to judge a difference."""
+        return sum(url in self._fresh for url in self._observed)
+
+    @property
+    def fetches_saved(self) -> int:
+        """Fetches the observed takes spared: those of the takes never fetched afresh."""
+        return sum(n for url, (_, n) in self._observed.items() if url not in self._fresh)
+
     def fetched(self, url: str) -> Snapshot | None:
         """The snapshot of ``url`` if it was fetched successfully already; never fetches."""
         task = self._first.get(url)
@@ -132,8 +181,19 @@ class PageProber:
     async def snapshot(self, url: str) -> Snapshot | None:
         task = self._first.get(url)
         if task is None:
-            task = self._first[url] = asyncio.ensure_future(self._take(url))
+            task = self._first[url] = asyncio.ensure_future(self._take(url, first=True))
         return await task
+
+    async def _afresh(self, url: str) -> Snapshot | None:
+        """A fresh take of observed ``url``, which stands as its first take from now on."""
+        task = self._fresh.get(url)
+        if task is None:
+            task = self._fresh[url] = self._first[url] = asyncio.ensure_future(self._take(url))
+        return await task
+
+    def _is_observed(self, url: str, snapshot: Snapshot | None) -> bool:
+        held = self._observed.get(url)
+        return held is not None and held[0] is snapshot
 
     async def _refetch(self, url: str, attempt: int) -> Snapshot | None:
         task = self._again.get((url, attempt))
@@ -141,12 +201,20 @@ class PageProber:
             task = self._again[url, attempt] = asyncio.ensure_future(self._take(url))
         return await task
 
-    async def _take(self, url: str) -> Snapshot | None:
+    async def _take(self, url: str, *, first: bool = False) -> Snapshot | None:
         """A judgeable snapshot of ``url``, or None with the reason in :attr:`failures`:
-        from the journal when it holds this take of ``url``, else probed (and journaled)."""
+        from the journal when it holds this take of ``url``, else for a ``first`` take from
+        the observations when they hold it, else probed (and journaled)."""
         journal = self.journal
         take, outcome = await journal.recall(url) if journal is not None else (0, None)
+        if outcome is None and first and self.observations is not None:
+            outcome = self.observations.observed(url)
+            if outcome is not None and outcome.snapshot is not None:
+                self._observed[url] = (outcome.snapshot, outcome.fetches)
+            else:
+                outcome = None
         if outcome is None:
+            self.probed_takes += 1
             outcome = await self._probe(url)
             if journal is not None:
                 journal.record(url, take, outcome)
@@ -213,6 +281,19 @@ class PageProber:
         if original == reduced:
             return _UNCHANGED
         first, other = await asyncio.gather(self.snapshot(original), self.snapshot(reduced))
+        if self._observed and (
+            self._is_observed(original, first) or self._is_observed(reduced, other)
+        ):
+            if self._unchanged_as_seen(template, first, other):
+                return _UNCHANGED
+            await asyncio.gather(
+                *(
+                    self._afresh(url)
+                    for url, seen in ((original, first), (reduced, other))
+                    if self._is_observed(url, seen)
+                )
+            )
+            return await self.compare_detail(template, original, reduced)
         if first is None or other is None or not 200 <= first.status < 300:
             return _INCONCLUSIVE
         if first.status != other.status:
@@ -232,6 +313,16 @@ class PageProber:
         if not difference:
             return _UNCHANGED
         return Comparison(Outcome.CHANGED, frozenset(difference))
+
+    def _unchanged_as_seen(
+        self, template: str, first: Snapshot | None, other: Snapshot | None
+    ) -> bool:
+        """Whether the two pages show no difference but known noise, without a fetch."""
+        if first is None or other is None or not 200 <= first.status < 300:
+            return False
+        if first.status != other.status or self.volatility.too_noisy(template, first):
+            return False
+        return not differing_paths(first, other) - self.volatility.paths(template)
 
     async def _learn_noise(
         self, template: str, url: str, snapshot: Snapshot, difference: set[int]

@@ -33,7 +33,8 @@ from miqps.maps import DomainMap, merge_update
 from miqps.politeness import RobotsStatus, read_never_probe
 from miqps.prober import PageProber
 from miqps.update import DEFAULT_MAX_FLIP_SHARE, MapUpdate, Undecided, update_map
-from miqps.urls import NormalizedURL
+from miqps.urls import NormalizedURL, parse
+from miqps.warc import Archive, archive_files, read_archives
 
 NAME = "learn"
 HELP = "probe sites and write one MIQPS map per domain"
@@ -46,7 +47,21 @@ def _truthy(value: str | None) -> bool:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--urls", required=True, type=Path, help="file with one URL per line")
+    parser.add_argument(
+        "--urls",
+        type=Path,
+        help="file with one URL per line (optional with --warc: the archives' pages are then "
+        "the URLs)",
+    )
+    parser.add_argument(
+        "--warc",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a crawl archive (.warc, .warc.gz, or a folder of them; repeatable): its pages "
+        "stand for the first fetch of their URLs; a difference is confirmed on fresh fetches",
+    )
     parser.add_argument(
         "--out",
         required=True,
@@ -203,12 +218,29 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as error:
             print(f"miqps learn: {error}", file=sys.stderr)
             return 2
-    try:
-        with args.urls.open(encoding="utf-8", errors="surrogateescape") as handle:
-            urls, blank, invalid = read_urls(handle, str(args.urls))
-    except OSError as error:
-        print(f"miqps learn: cannot read {args.urls}: {error.strerror}", file=sys.stderr)
+    if args.urls is None and not args.warc:
+        print("miqps learn: give --urls, --warc, or both", file=sys.stderr)
         return 2
+    for given in args.warc:
+        if not given.exists():
+            print(f"miqps learn: cannot read --warc {given}: no such file", file=sys.stderr)
+            return 2
+    archive = _read_archives(args.warc, fetch_config) if args.warc else None
+    if args.urls is None:
+        assert archive is not None
+        urls, blank, invalid = [parse(url) for url in archive.order], 0, 0
+    else:
+        try:
+            with args.urls.open(encoding="utf-8", errors="surrogateescape") as handle:
+                urls, blank, invalid = read_urls(handle, str(args.urls))
+        except OSError as error:
+            print(f"miqps learn: cannot read {args.urls}: {error.strerror}", file=sys.stderr)
+            return 2
+        if archive is not None:
+            archive.check_web({url.host for url in urls})
+    if archive is not None:
+        for line in archive.problems:
+            print(f"miqps learn: {line}", file=sys.stderr)
     if not prepare_output(args.out, "miqps learn", "--out"):
         return 2
     previous: dict[str, DomainMap] = {}
@@ -246,6 +278,7 @@ def run(args: argparse.Namespace) -> int:
                 audit_rule,
                 args.checkpoint_every,
                 show_progress=not args.no_progress,
+                archive=archive,
             )
         )
     except OSError as error:  # the maps file could not be written
@@ -295,6 +328,8 @@ def run(args: argparse.Namespace) -> int:
         list(audits.values()),
         resumed=len(checkpoint.resumed),
         replayed=checkpoint.journal.replayed if checkpoint.journal else 0,
+        archive=archive,
+        takes=outcome.takes,
     )
     if _nothing_reached(updates.values(), outcome.fetch_stats):
         print(_nothing_reached_hint(outcome.fetch_stats, fetch_config), file=sys.stderr)
@@ -302,9 +337,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_archives(paths: Sequence[Path], fetch_config: FetchConfig) -> Archive:
+    return read_archives(
+        paths, max_bytes=fetch_config.max_bytes, max_redirects=fetch_config.max_redirects
+    )
+
+
 def _decision_options(args: argparse.Namespace) -> dict[str, object]:
-    """The options that change what a run decides: a run resumes only with the same."""
-    return {
+    """The options that change what a run decides: a run resumes only with the same,
+    archives included (each file by its path, size and time of change)."""
+    options: dict[str, object] = {
         name: getattr(args, name)
         for name in (
             "samples",
@@ -316,6 +358,24 @@ def _decision_options(args: argparse.Namespace) -> dict[str, object]:
             "audit_share",
         )
     }
+    if args.warc:
+        options["warc"] = [_identity(path) for given in args.warc for path in _files(given)]
+    return options
+
+
+def _files(given: Path) -> list[Path]:
+    try:
+        return archive_files(given)
+    except OSError:
+        return [given]
+
+
+def _identity(path: Path) -> list[object]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return [str(path)]
+    return [str(path), stat.st_size, stat.st_mtime_ns]
 
 
 def _checkpoint(
@@ -471,6 +531,17 @@ class _Outcome:
     audits: dict[str, Audit]
     fetch_stats: FetchStats
     stopped_by: signal.Signals | None = None
+    takes: TakeCounts | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TakeCounts:
+    """Where the pages a run compared came from, when it had archives."""
+
+    observed: int
+    refetched: int
+    probed: int
+    saved: int
 
 
 async def _learn(
@@ -483,6 +554,7 @@ async def _learn(
     checkpoint_every: float,
     *,
     show_progress: bool,
+    archive: Archive | None = None,
 ) -> _Outcome:
     """Learn every domain of ``urls`` not done yet, each one's update and audit together,
     and keep ``checkpoint`` on disk: every ``checkpoint_every`` seconds when a domain was
@@ -499,7 +571,8 @@ async def _learn(
     loop = asyncio.get_running_loop()
     received: list[signal.Signals] = []
     async with Fetcher(fetch_config) as fetcher:
-        learner = Learner(PageProber(fetcher, journal=checkpoint.journal), config)
+        prober = PageProber(fetcher, journal=checkpoint.journal, observations=archive)
+        learner = Learner(prober, config)
 
         async def one(domain: str, domain_urls: list[NormalizedURL]) -> None:
             old = previous.get(domain)
@@ -570,6 +643,14 @@ async def _learn(
             dict(sorted(audits.items())),
             fetcher.stats,
             received[0] if interrupted else None,
+            TakeCounts(
+                prober.observed_takes,
+                prober.observed_refetched,
+                prober.probed_takes,
+                prober.fetches_saved,
+            )
+            if archive is not None
+            else None,
         )
 
 
@@ -610,6 +691,8 @@ def _print_summary(
     *,
     resumed: int = 0,
     replayed: int = 0,
+    archive: Archive | None = None,
+    takes: TakeCounts | None = None,
 ) -> None:
     distinct = len({url.url for url in urls})
     decisions = [entry.decision for update in updates for entry in update.decided.values()]
@@ -644,10 +727,32 @@ def _print_summary(
         ),
         *_audit_summary(audits),
         *([_resumed(resumed, replayed)] if resumed or replayed else []),
+        *(_archive_summary(archive, takes) if archive is not None else []),
         f"time: {seconds:.1f}s",
         f"maps written to {path}",
     ]
     out.write("\n".join(lines) + "\n")
+
+
+def _archive_summary(archive: Archive, takes: TakeCounts | None) -> list[str]:
+    """What the archives held, how much of the run they answered, and their bad input."""
+    lines = [
+        f"archives: {_count(archive.files, 'file')} read, {archive.records} records, "
+        f"{len(archive.pages)} pages usable as evidence, {archive.unjudgeable} not "
+        "(429, 5xx, interstitials, shells: fetched if needed)"
+    ]
+    if takes is not None:
+        lines.append(
+            f"pages compared: {takes.observed} from the archives "
+            f"({takes.refetched} of them fetched again to judge a difference), "
+            f"{takes.probed} probed; fetches saved: {takes.saved}"
+        )
+    if archive.bad:
+        lines.append(
+            "archives' bad input (not used, nothing else lost): "
+            + ", ".join(f"{kind}: {n}" for kind, n in _by_count(archive.bad))
+        )
+    return lines
 
 
 def _resumed(domains: int, replayed: int) -> str:
