@@ -28,6 +28,7 @@ or a cut record, where FastWARC ends the file silently).
 
 from __future__ import annotations
 
+import gzip
 import zlib
 from array import array
 from collections import Counter
@@ -186,6 +187,15 @@ def _read_file(archive: Archive, path: Path, max_bytes: int) -> set[str]:
     read = 0
     try:
         with path.open("rb") as handle:
+            start = _start(handle)
+            if not start.startswith(b"WARC/"):
+                shown = start[:24].decode("ascii", "replace")
+                archive._problem(
+                    BadInput.NOT_WARC,
+                    f"{path}: not a WARC file (it starts with {shown!r}, not 'WARC/')",
+                )
+                return hosts
+            handle.seek(0)
             for record in _records(handle):
                 read += 1
                 _take_record(archive, path, record, max_bytes, hosts)
@@ -195,6 +205,13 @@ def _read_file(archive: Archive, path: Path, max_bytes: int) -> set[str]:
         message = str(error.msg if hasattr(error, "msg") else error).splitlines()[0][:120]
         if read == 0 and "Unknown archive format" in message:
             archive._problem(BadInput.NOT_WARC, f"{path}: not a WARC file ({message})")
+        elif "\x1f\x8b" in message or "\\x1f\\x8b" in message:
+            # a gzip member that did not inflate is read as raw bytes: its magic shows
+            archive._problem(
+                BadInput.GZIP,
+                f"{path}: record {read + 1} is a gzip member that does not inflate; "
+                f"the {read} records before it are used, those after it are not",
+            )
         else:
             archive._problem(
                 BadInput.CORRUPT,
@@ -216,6 +233,18 @@ def _read_file(archive: Archive, path: Path, max_bytes: int) -> set[str]:
             f"({type(error).__name__}); the {read} records before it are used",
         )
     return hosts
+
+
+def _start(handle: IO[bytes]) -> bytes:
+    """The first bytes of the file, inflated if it is gzipped."""
+    head = handle.read(64)
+    if head.startswith(b"\x1f\x8b"):
+        handle.seek(0)
+        try:
+            return gzip.GzipFile(fileobj=handle).read(64)
+        except (OSError, EOFError, zlib.error):
+            return head
+    return head
 
 
 def _records(handle: IO[bytes]) -> Iterator[Any]:
@@ -321,6 +350,8 @@ def _body(record: Any, http: Any, max_bytes: int) -> bytes:
         if not piece:
             break
         pieces.append(decoder.feed(piece))
+    if getattr(record.raw_stream, "limit", 0) > 0:  # the file ended inside the record
+        raise ArchiveLoadFailed("the file ends inside the record")
     pieces.append(decoder.finish())
     return b"".join(pieces)
 
