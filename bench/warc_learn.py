@@ -53,7 +53,9 @@ async def _learn(corpus: Sequence[CorpusURL], proxy: str, archive: Path | None) 
         learner = Learner(PageProber(fetcher, observations=observations), LearnConfig())
         updates = await update_all(learner, {}, urls)
     maps = {d: u.published for d, u in updates.items() if u.published is not None}
-    return Canonicalizer(maps=maps)
+    canonicalizer = Canonicalizer()
+    canonicalizer.load(maps)
+    return canonicalizer
 
 
 def curve(args: argparse.Namespace, folder: Path) -> None:
@@ -87,7 +89,11 @@ def curve(args: argparse.Namespace, folder: Path) -> None:
             canonicalizer = asyncio.run(_learn(corpus, web.proxy_url, archive))
             fetches = web.requests_total() - before
         row = score(
-            f"{share:.0%}", corpus, canonicalizer.canonical_text, fetches=fetches, shown=shown
+            f"{share:.0%}",
+            corpus,
+            canonicalizer.canonical_text,
+            fetches=fetches,
+            shown=shown,
         )
         per_url = fetches / len(distinct)
         baseline = baseline or per_url
