@@ -267,8 +267,8 @@ def _one_call_at_a_time(method: _Method) -> _Method:
 class _SharedCanonicalizer(Canonicalizer):
     """A canonicalizer reading maps on demand that the map feed's thread (which makes it
     forget a domain whose map changed) shares with the threads that read it: one call at a
-    time, so that a map read from the store just before a newer one is written can never
-    stay installed after the feed made it forget the domain."""
+    time, so that the feed never changes the maps held in the middle of a call (making room
+    walks over them, a load installs what it read)."""
 
     def __init__(
         self,

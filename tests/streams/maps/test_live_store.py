@@ -210,7 +210,9 @@ class PausingStore(MapStore):
         return document
 
 
-def test_a_map_read_while_a_newer_one_is_stored_does_not_stay_live(tmp_path: Path) -> None:
+def test_a_change_waits_for_the_call_under_way_and_the_newer_map_is_live_after(
+    tmp_path: Path,
+) -> None:
     rng = random.Random(8)
     urls = random_urls(rng, 400)
     old = random_maps(rng, urls)[0]
@@ -226,6 +228,7 @@ def test_a_map_read_while_a_newer_one_is_stored_does_not_stay_live(tmp_path: Pat
     writer = threading.Thread(target=stored.apply, args=(newer,))
     writer.start()
     writer.join(0.3)
+    assert writer.is_alive()  # the feed's change waits for the call under way
     store.go_on.set()
     reader.join(10)
     writer.join(10)
