@@ -11,8 +11,9 @@ from ``wait4``. Measured in the same run:
 - ``index build``: indexing the large file, once;
 - ``first output``: the time from starting the process to its first output line, with the
   index built;
-- ``index, zipf`` and ``index, uniform``: ``--urls`` URLs spread over every domain of the
-  large file (Zipf s=1.1, and uniform), through the index with the default cache;
+- ``index, zipf`` and ``index, uniform``: ``--urls`` (``--uniform-urls``) URLs spread over
+  every domain of the large file (Zipf s=1.1, and uniform), through the index with the
+  default cache;
 - ``held, large file`` (``--with-held``): today's in-memory load of the large file, for its
   time to first output and memory.
 
@@ -141,6 +142,12 @@ def main() -> int:
     parser.add_argument("--patterns", type=int, default=20, help="patterns per domain")
     parser.add_argument("--small-domains", type=int, default=2_000)
     parser.add_argument("--urls", type=int, default=1_000_000)
+    parser.add_argument(
+        "--uniform-urls",
+        type=int,
+        default=100_000,
+        help="URLs of the uniform mix (nearly every one meets a domain not held)",
+    )
     parser.add_argument("--with-held", action="store_true", help="also hold the large file")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
@@ -161,7 +168,7 @@ def main() -> int:
         small_urls, zipf_urls, uniform_urls = work / "s.txt", work / "z.txt", work / "u.txt"
         write_urls(small_urls, templates[: args.small_domains], args.urls, True, args.seed)
         write_urls(zipf_urls, templates, args.urls, True, args.seed + 1)
-        write_urls(uniform_urls, templates, args.urls, False, args.seed + 2)
+        write_urls(uniform_urls, templates, args.uniform_urls, False, args.seed + 2)
 
         def row(label: str, result: Run, urls: int = 0, baseline: Run | None = None) -> None:
             rate = f", {urls / result.seconds:>9,.0f} URLs/s" if urls else ""
@@ -181,7 +188,7 @@ def main() -> int:
         probe = templates[-1][0].format(n=1, v=1)
         print(f"{'first output':<22} {first_output(index, probe):7.2f}s (index built)")
         row("index, zipf", run(index, zipf_urls), args.urls)
-        row("index, uniform", run(index, uniform_urls), args.urls)
+        row("index, uniform", run(index, uniform_urls), args.uniform_urls)
         cold = cold_domain_ms(work / "index", maps, args.domains, args.seed)
         print(f"{'cold domain':<22} {cold:7.2f} ms (read from the index and compiled)")
         if args.with_held:

@@ -532,6 +532,8 @@ class Canonicalizer:
         oldest = min(map(timestamp_seconds, decided), default=float("inf"))
         table = compiled.table
         native.core.install(domain, table, compiled.version, learned, oldest)
+        if self._source is not None:
+            return  # read on demand for a URL, most of a map's patterns will not be met
         # The plans of the keys URLs of the learned patterns have, made now rather than
         # on each one's first URL.
         for key in patterns:
