@@ -106,6 +106,16 @@ class Probing:
             del self._published[domain]
         return self.live_maps.map_for(domain)
 
+    def _remember(self, published: DomainMap) -> None:
+        """Keep ``published`` until the live maps have it, and forget the ones they have
+        now: a map is kept while the feed has not delivered it, not until its domain is
+        probed again (which may be never)."""
+        for domain, mine in list(self._published.items()):
+            live = self.live_maps.get(domain)
+            if live is not None and live.version >= mine.version:
+                del self._published[domain]
+        self._published[published.domain] = published
+
     async def handle(
         self,
         requests: Iterable[ProbeRequest],
@@ -161,7 +171,7 @@ class Probing:
             max_flip_share=self.max_flip_share,
         )
         if audit.published is not None:
-            self._published[domain] = audit.published
+            self._remember(audit.published)
         if audit.restores:
             log.info(
                 "audit %s: restored %s (%d items audited, %d fetches)%s",
@@ -194,7 +204,7 @@ class Probing:
             max_flip_share=self.max_flip_share,
         )
         if update.published is not None:
-            self._published[work.domain] = update.published
+            self._remember(update.published)
         if len(update.skipped) < len(requested):
             log.info(
                 "probe %s: %d patterns decided (%d from the map's evidence), %d walled, "

@@ -315,3 +315,20 @@ async def test_a_bug_while_learning_reaches_the_error_policy_and_publishes_nothi
         guarded.cancel()
     assert [type(error) for error in stops] == [AttributeError]
     assert published == [], "no map, and no audit that blames the site for our bug"
+
+
+async def test_a_published_map_is_let_go_once_live_though_its_domain_is_never_probed_again(
+    probing: Probing,
+) -> None:
+    [first] = await probing.handle([request(PATTERN, sample_urls())])
+    publish(probing, first.published)  # the map feed delivers it
+    elsewhere = ProbeRequest(
+        "other.test",
+        "/p",
+        {"/p?id": RequestedPattern("enough-samples", "", 3, 0.0)},
+        tuple(f"http://other.test/p?id={n}" for n in range(3)),
+        0.0,
+    )
+    [second] = await probing.handle([elsewhere])
+    assert second.published is not None
+    assert list(probing._published) == ["other.test"]
