@@ -130,8 +130,8 @@ def readers(args: argparse.Namespace, folder: Path) -> None:
     warcio_read = time.perf_counter() - started
     print(f"warcio, read only: {n / warcio_read:,.0f} pages/s")
     try:
-        from fastwarc.warc import ArchiveIterator as FastIterator  # type: ignore[import-untyped]
-        from fastwarc.warc import WarcRecordType  # type: ignore[import-untyped]
+        from fastwarc.warc import ArchiveIterator as FastIterator
+        from fastwarc.warc import WarcRecordType
     except ImportError:
         print("FastWARC is not installed")
         return
@@ -139,7 +139,7 @@ def readers(args: argparse.Namespace, folder: Path) -> None:
     bodies = []
     with path.open("rb") as handle:
         for record in FastIterator(handle, record_types=WarcRecordType.response, parse_http=True):
-            bodies.append((record.headers.get("WARC-Target-URI"), record.reader.read()))
+            bodies.append((record.headers.get("WARC-Target-URI") or "", record.reader.read()))
     fast_read = time.perf_counter() - started
     print(f"FastWARC, read only: {len(bodies) / fast_read:,.0f} pages/s")
     started = time.perf_counter()
