@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import random
 import socket
 import threading
@@ -69,7 +68,6 @@ class SimWeb:
         self._windows: dict[str, deque[float]] = {}
         self._fetches: Counter[str] = Counter()
         self._pages: dict[str, str] = {}
-        self._sequence = itertools.count()
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
         self._server: _Server | None = None
@@ -231,7 +229,10 @@ class SimWeb:
             _send(handler, status, headers, f"{HTTPStatus(status).phrase}\n".encode(), head)
             return
         request_url = f"http://{host}{path}" + (f"?{query}" if query else "")
-        rng = random.Random(self.seed * 1_000_003 + next(self._sequence))
+        # A page's noise is that of this fetch of this URL, whatever came before: two runs
+        # that fetch a URL as often see the same pages, in whatever order their requests
+        # interleave.
+        rng = random.Random(self._draw(url, fetches, "|page"))
         challenge = self._interstitial(site, url, fetches)
         if challenge is not None:
             answer = interstitial(site, challenge, request_url, rng)
