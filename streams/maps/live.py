@@ -105,9 +105,9 @@ def live_map(domain_map: DomainMap, reverify_after: float) -> LiveMap:
 
 
 class LiveMaps:
-    """One writer (the map feed) and any number of readers: :meth:`apply` and :meth:`remove`
-    hold a lock, and every change a reader can see is one dict assignment, which the
-    interpreter makes atomic.
+    """Every domain's live map, held in memory. One writer (the map feed) and any number of
+    readers: :meth:`apply` and :meth:`remove` hold a lock, and every change a reader can
+    see is one dict assignment, which the interpreter makes atomic.
 
     ``canonicalizer`` is where the maps are installed; by default a new one, which keeps
     each map as its JSON document (see :meth:`~miqps.canonical.Canonicalizer.update`).
