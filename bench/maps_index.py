@@ -29,27 +29,20 @@ It prints figures; it asserts no target. It exits non-zero only if a process fai
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 
+from bench.children import Run, measured
 from bench.maps_load import domain_map
 from miqps.canonical import Canonicalizer
 from miqps.mapstore import index_maps_file
 
 MIQPS = [sys.executable, "-m", "miqps.cli", "canonicalize"]
-
-
-@dataclass(frozen=True, slots=True)
-class Run:
-    peak_mib: float
-    seconds: float
 
 
 def write_corpus(folder: Path, domains: int, patterns: int, seed: int) -> list[list[str]]:
@@ -87,19 +80,7 @@ def write_urls(path: Path, templates: list[list[str]], count: int, zipf: bool, s
 
 
 def run(args: list[str], stdin: Path | None) -> Run:
-    started = time.perf_counter()
-    with open(stdin or os.devnull, "rb") as source:
-        process = subprocess.Popen(
-            [*MIQPS, *args], stdin=source, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
-        _, status, usage = os.wait4(process.pid, 0)
-    seconds = time.perf_counter() - started
-    assert process.stderr is not None
-    errors = process.stderr.read().decode("utf-8", "replace")
-    process.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"miqps canonicalize {' '.join(args)} failed: {errors[-2000:]}")
-    return Run(usage.ru_maxrss / 1024, seconds)
+    return measured([*MIQPS, *args], f"miqps canonicalize {' '.join(args)}", stdin=stdin)
 
 
 def first_output(args: list[str], url: str) -> float:

@@ -19,9 +19,9 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from bench.children import measured
 from bench.maps_load import ROOT, export_commit, write_maps_file
 from streams.kafka.admin import ensure_topics
 from streams.settings import Settings
@@ -38,18 +38,8 @@ def publish(code_root: Path, maps: Path, settings: Settings, guarantee: str) -> 
     command = [sys.executable, "-m", "miqps.cli", "maps", "publish", str(maps)]
     command += ["--bootstrap-servers", settings.bootstrap_servers]
     command += ["--topic-prefix", settings.app_id + ".", "--timeout", "60"]
-    started = time.perf_counter()
-    process = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=environment, cwd=code_root
-    )
-    _, status, usage = os.wait4(process.pid, 0)
-    seconds = time.perf_counter() - started
-    assert process.stderr is not None
-    errors = process.stderr.read().decode("utf-8", "replace")
-    process.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"publishing {maps} from {code_root} failed: {errors[-2000:]}")
-    return seconds, usage.ru_maxrss / 1024
+    run = measured(command, f"publishing {maps} from {code_root}", env=environment, cwd=code_root)
+    return run.seconds, run.peak_mib
 
 
 def main() -> int:
