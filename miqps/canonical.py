@@ -263,8 +263,8 @@ _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 def _then_make_room(method: _Method) -> _Method:
     """``method``, then, with maps read on demand, back to ``cache_domains`` of them: a
-    batch holds every map it met until it is done, so that a batch of more domains than
-    the cache does not read the same maps over and over."""
+    call may hold up to a quarter more while it answers (see :meth:`Canonicalizer._miss_parts`),
+    so that it does not read a map it met again before it is done with it."""
 
     @wraps(method)
     def call(self: Canonicalizer, *args: Any, **kwargs: Any) -> Any:
