@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from miqps.audit import DEFAULT_AUDIT_SHARE
+from miqps.canonical import DEFAULT_CACHE_DOMAINS
 from miqps.fetch import FetchConfig
 from miqps.learner import LearnConfig
 from miqps.sampling import SamplingRule
@@ -353,8 +354,8 @@ class Settings:
     maps_cache_domains: int = setting(
         "MIQPS_MAPS_CACHE_DOMAINS",
         "domains whose maps each worker process holds in memory, the rest on disk under "
-        "`MIQPS_STATE_DIR/live-maps/`; 0 (the default): every map in memory",
-        0,
+        "`MIQPS_STATE_DIR/live-maps/`; 0: every map in memory",
+        DEFAULT_CACHE_DOMAINS,
         minimum=0,
     )
     rocksdb_block_cache_bytes: int = setting(

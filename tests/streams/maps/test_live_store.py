@@ -238,11 +238,8 @@ def test_a_change_waits_for_the_call_under_way_and_the_newer_map_is_live_after(
 
 
 def test_each_worker_process_keeps_its_maps_in_a_folder_emptied_at_start(tmp_path: Path) -> None:
-    settings = Settings(
-        state_dir=tmp_path,
-        policy=LearningPolicy(reverify_after=30.0),
-        maps_cache_domains=DEFAULT_CACHE_DOMAINS,
-    )
+    settings = Settings(state_dir=tmp_path, policy=LearningPolicy(reverify_after=30.0))
+    assert settings.maps_cache_domains == DEFAULT_CACHE_DOMAINS
     rng = random.Random(9)
     domain_map = random_maps(rng, random_urls(rng, 200))[0]
     first = worker_live_maps(settings, "front")
