@@ -79,6 +79,18 @@ class DomainKeyCheck:
 
     def record(self, key: bytes | None, record: bytes, partition: int, offset: int) -> None:
         """Check the input whose ``urls.canonical`` record is ``record``."""
+        # The common case inline (once per input): the key is the domain, whose partition
+        # is known.
+        at = record.find(DOMAIN_FIELD)
+        if at >= 0 and key is not None:
+            start = at + len(DOMAIN_FIELD)
+            end = start + len(key)
+            if (
+                record.startswith(key, start)
+                and record[end : end + 1] == b'"'
+                and self._partition_of.get(key) == partition
+            ):
+                return
         domain = record_domain(record)
         if domain is not None:
             self.check(key, domain, partition, offset)

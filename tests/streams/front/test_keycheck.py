@@ -89,3 +89,20 @@ def test_a_new_partition_count_moves_the_expected_partitions() -> None:
     check.set_partitions(6)
     check.check(domain, domain, key_partition(domain, 4), 1)
     assert check.mismatches[PARTITION] == 1
+
+
+def test_a_key_that_only_starts_the_domain_or_sits_elsewhere_is_a_mismatch() -> None:
+    check = DomainKeyCheck("urls.raw", 4)
+    record = output("https://shop.example.org/p?id=1", "shop.example.org")
+    right = key_partition(b"shop.example.org", 4)
+    check.record(b"shop.example.org", record, right, 0)  # both known from now on
+    check.record(
+        b"shop.example",
+        output("https://shop.example/", "shop.example"),
+        key_partition(b"shop.example", 4),
+        0,
+    )
+    check.record(b"shop.example", record, key_partition(b"shop.example", 4), 1)
+    check.record(b"shop.example.org", record, (right + 1) % 4, 2)
+    check.record(b"shop.example.org", record, right, 3)
+    assert check.mismatches == {KEY: 1, PARTITION: 1}
