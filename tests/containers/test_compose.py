@@ -42,6 +42,7 @@ COMPOSE = [
 SERVICES = ["kafka", "topics", "canonicalizer", "prober", "simweb"]
 SITES = 3  # as compose.test.yml's simweb serves them: family "tuning", seed 0
 URLS_PER_SITE = 100
+STEADY_SECONDS = 15  # how long the workers must stay up after the deployment has started
 
 pytestmark = [
     pytest.mark.containers,
@@ -110,6 +111,22 @@ def leftovers() -> dict[str, list[str]]:
     return found
 
 
+def assert_workers_steady() -> None:
+    """Every worker container runs and has not been restarted: a worker that dies at start
+    is running now and then between the restarts of its policy."""
+    for service in ("canonicalizer", "prober"):
+        for container in containers(service):
+            name = container["Name"]
+            restarts = run(
+                ["docker", "inspect", "--format", "{{.RestartCount}}", name],
+                60,
+                f"docker inspect {name}",
+            ).strip()
+            assert container["State"] == "running" and restarts == "0", (
+                f"{name} does not stay up ({container['State']}, {restarts} restarts)\n{logs()}"
+            )
+
+
 def down() -> None:
     run([*COMPOSE, "down", "--volumes", "--timeout", "30"], 300, "docker compose down -v")
 
@@ -140,6 +157,8 @@ def deployment() -> Iterator[Deployment]:
             120,
             "2 canonicalizers to run",
         )
+        time.sleep(STEADY_SECONDS)
+        assert_workers_steady()
         yield started
     finally:
         if not started.stopped:
