@@ -9,10 +9,12 @@ it and however often, and a chosen item is audited once (:class:`ItemMemory`).
 
 An audit fetches the item with its dropped parameters and without them, through the
 learner's :class:`~miqps.prober.PageProber` and its noise handling. A change is split into
-the parameters that make it, and each is confirmed by a second comparison on fresh fetches
-(a new prober sharing the learned noise) that shows the same change: a block holding, with
-the parameter and without it, what it held the first time. A block rotating by itself can
-repeat on the refetches meant to show it moving, but rarely repeats both pages' variants.
+the parameters that make it, and each is confirmed by :data:`CONFIRMATIONS` more
+comparisons on fresh fetches (new probers sharing the learned noise) that each show the
+same change: a block holding, with the parameter and without it, what it held the first
+time. A block rotating by itself can repeat on the refetches meant to show it moving, and
+repeat both pages' variants on one comparison (one time in nine among three variants,
+where a domain's noise is little known), but not on three.
 A confirmed change restores the parameter as the learner keeps it: in every pattern of the
 path shape, and in every pattern of the domain that dropped it on the domain's evidence
 (layer ``learned-domain``). Pages that are evidence of nothing (unreachable, refused, interstitial,
@@ -52,6 +54,9 @@ DEFAULT_AUDIT_SHARE = 0.05
 400 new items (20 audits), and at least 1,840 new items among 20,000 URLs restore it with
 probability 99%; each audit costs two fetches."""
 
+CONFIRMATIONS = 3
+"""Fresh comparisons that must each show a change before it restores a parameter: a block
+rotating among three variants fools all three once in 729 times, a real change never."""
 DEFAULT_ITEM_MEMORY = 100_000
 _HASH_RANGE = 2**64
 
@@ -261,17 +266,35 @@ async def _audit_item(
     unconfirmed = 0
     for group in groups:
         original = url.with_only(kept | group)
-        fresh = PageProber(prober.fetcher, prober.volatility, journal=prober.journal)
-        again = await fresh.compare_detail(template, original, canonical)
-        if _changed(fresh, template, again) and _same_change(
-            again,
-            (prober.fetched(original), prober.fetched(canonical)),
-            (fresh.fetched(original), fresh.fetched(canonical)),
-        ):
+        first = (prober.fetched(original), prober.fetched(canonical))
+        if await _confirmed(prober, template, original, canonical, first):
             confirmed |= group
         else:
             unconfirmed += 1
     return confirmed, unconfirmed
+
+
+async def _confirmed(
+    prober: PageProber,
+    template: str,
+    original: str,
+    canonical: str,
+    first: tuple[Snapshot | None, Snapshot | None],
+) -> bool:
+    """Whether :data:`CONFIRMATIONS` comparisons on fresh fetches each show the change
+    first seen (:func:`_same_change`). One is not enough where the noise of a template is
+    little known (a domain audited rarely): a block rotating among three variants repeats
+    both pages' variants once in nine, and a restore keeps a parameter in a whole path
+    shape."""
+    for _ in range(CONFIRMATIONS):
+        fresh = PageProber(prober.fetcher, prober.volatility, journal=prober.journal)
+        again = await fresh.compare_detail(template, original, canonical)
+        if not (
+            _changed(fresh, template, again)
+            and _same_change(again, first, (fresh.fetched(original), fresh.fetched(canonical)))
+        ):
+            return False
+    return True
 
 
 def _changed(prober: PageProber, template: str, comparison: Comparison) -> bool:

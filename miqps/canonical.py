@@ -32,10 +32,10 @@ import can_ada
 import orjson
 
 from miqps.maps import (
+    SCHEMA_ID,
     DecisionSummary,
     DomainMap,
     Layer,
-    ParamEvidence,
     dropping_summaries,
     timestamp_seconds,
 )
@@ -232,22 +232,24 @@ class _CompiledDomain:
 
     def __init__(
         self,
-        domain_map: DomainMap,
+        facts: MapFacts,
         layers: StaticLayers,
         use_prior: bool,
+        domain_map: DomainMap | None = None,
         document: bytes | None = None,
     ) -> None:
+        assert domain_map is not None or document is not None
         self._map = domain_map if document is None else None
         self.document = document
-        self.version = domain_map.version
-        self.undecided = domain_map.undecided
-        rules = self.rules = DomainRules(domain_map, layers, use_prior)
+        self.version = facts.version
+        self.undecided = facts.undecided
+        rules = self.rules = DomainRules.of_facts(facts, layers, use_prior)
         self.plans: dict[str, _Plan] = {}
         self.table = next(_TABLES)
         self.splits: dict[str, _PatternSplit] = {}
-        for key, decision in domain_map.patterns.items():
+        for key, pattern in facts.patterns.items():
             keep = rules.keep[key]
-            names = decision.kept | decision.dropped
+            names = pattern.kept | pattern.dropped
             self.splits[key] = _PatternSplit(keep, tuple(sorted(keep)), tuple(sorted(names - keep)))
 
     @property
@@ -256,6 +258,17 @@ class _CompiledDomain:
             return self._map
         assert self.document is not None
         return DomainMap.from_json(orjson.loads(self.document))
+
+    @property
+    def held_map(self) -> DomainMap | None:
+        """The map, when it is held rather than its document."""
+        return self._map
+
+    def facts(self) -> MapFacts:
+        if self._map is not None:
+            return MapFacts.of_map(self._map)
+        assert self.document is not None
+        return MapFacts.of_document(orjson.loads(self.document))
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
@@ -312,28 +325,118 @@ class DomainRules:
     __slots__ = ("default_pairs", "keep", "learned_keep")
 
     def __init__(self, domain_map: DomainMap, layers: StaticLayers, use_prior: bool) -> None:
-        self.learned_keep = frozenset(
-            name
-            for decision in domain_map.patterns.values()
-            for name, evidence in decision.params.items()
-            if evidence.decision == "keep" and evidence.layer == Layer.LEARNED
-        )
+        self._apply(MapFacts.of_map(domain_map), layers, use_prior)
+
+    @classmethod
+    def of_facts(cls, facts: MapFacts, layers: StaticLayers, use_prior: bool) -> DomainRules:
+        rules = cls.__new__(cls)
+        rules._apply(facts, layers, use_prior)
+        return rules
+
+    def _apply(self, facts: MapFacts, layers: StaticLayers, use_prior: bool) -> None:
+        self.learned_keep = facts.learned_keep
         allowlist = layers.allowlist
         self.keep: dict[str, frozenset[str]] = {}
         self.default_pairs: dict[str, frozenset[str]] = {}
-        for key, decision in domain_map.patterns.items():
-            keep = decision.kept | (allowlist & (decision.kept | decision.dropped))
-            unsure = frozenset(n for n in keep if _without_evidence(decision.params.get(n)))
+        for key, pattern in facts.patterns.items():
+            keep = pattern.kept | (allowlist & (pattern.kept | pattern.dropped))
+            unsure = keep & pattern.without_evidence
             keep -= unsure - unlearned_keep(unsure, layers, use_prior, self.learned_keep)
             self.keep[key] = keep
             defaults = frozenset(
                 value
-                for name, evidence in decision.params.items()
+                for name, values in pattern.defaults.items()
                 if name in keep
-                for value in evidence.default_values
+                for value in values
             )
             if defaults:
                 self.default_pairs[key] = defaults
+
+
+class PatternFacts(NamedTuple):
+    """What the canonical form reads of one pattern's decision: its kept and dropped
+    names, the names whose evidence was too thin to decide on, each name's confirmed
+    default values (only names that have some), and when it was decided."""
+
+    kept: frozenset[str]
+    dropped: frozenset[str]
+    without_evidence: frozenset[str]
+    defaults: dict[str, Sequence[str]]
+    decided_at: str
+
+
+class MapFacts(NamedTuple):
+    """What the canonical form reads of a domain's map, without its evidence: read from
+    a :class:`DomainMap`, or straight from its JSON document, which spares a map read on
+    demand the building of an object per parameter (most of what reading one costs)."""
+
+    version: int
+    undecided: dict[str, str]
+    patterns: dict[str, PatternFacts]
+    learned_keep: frozenset[str]
+    """The names the domain learned keep pages apart somewhere."""
+
+    @classmethod
+    def of_map(cls, domain_map: DomainMap) -> MapFacts:
+        learned: set[str] = set()
+        patterns = {
+            key: _pattern_facts(
+                decision.kept,
+                decision.dropped,
+                decision.decided_at,
+                (
+                    (name, evidence.decision, evidence.layer, evidence.default_values)
+                    for name, evidence in decision.params.items()
+                ),
+                learned,
+            )
+            for key, decision in domain_map.patterns.items()
+        }
+        return cls(domain_map.version, domain_map.undecided, patterns, frozenset(learned))
+
+    @classmethod
+    def of_document(cls, data: Mapping[str, Any]) -> MapFacts:
+        """The facts of a map document this program wrote (as :meth:`DomainMap.from_json`
+        reads one)."""
+        if data.get("schema") != SCHEMA_ID:
+            raise ValueError(f"not a {SCHEMA_ID} document")
+        learned: set[str] = set()
+        patterns = {
+            key: _pattern_facts(
+                frozenset(decision["kept"]),
+                frozenset(decision["dropped"]),
+                str(decision["decided_at"]),
+                (
+                    (name, evidence["decision"], evidence["layer"], evidence.get("default_values"))
+                    for name, evidence in decision["params"].items()
+                ),
+                learned,
+            )
+            for key, decision in data["patterns"].items()
+        }
+        undecided = {key: str(cause) for key, cause in data.get("undecided", {}).items()}
+        return cls(int(data["version"]), undecided, patterns, frozenset(learned))
+
+
+def _pattern_facts(
+    kept: frozenset[str],
+    dropped: frozenset[str],
+    decided_at: str,
+    evidence: Iterable[tuple[str, str, str, Sequence[str] | None]],
+    learned: set[str],
+) -> PatternFacts:
+    """One pattern's facts from its evidence (name, decision, layer, default values);
+    adds to ``learned`` the names it learned to keep."""
+    without_evidence: list[str] = []
+    defaults: dict[str, Sequence[str]] = {}
+    for name, decision, layer, default_values in evidence:
+        if layer == Layer.INSUFFICIENT:
+            without_evidence.append(name)
+        elif layer == Layer.LEARNED and decision == "keep":
+            learned.add(name)
+        if default_values:
+            defaults[name] = default_values
+    return PatternFacts(kept, dropped, frozenset(without_evidence), defaults, decided_at)
 
 
 def unlearned_keep(
@@ -348,10 +451,6 @@ def unlearned_keep(
         for name in names
         if not layers.prior_drops(name) or name in learned_keep or name in layers.allowlist
     )
-
-
-def _without_evidence(evidence: ParamEvidence | None) -> bool:
-    return evidence is not None and evidence.layer == Layer.INSUFFICIENT
 
 
 class _Moved(list[str]):
@@ -510,25 +609,22 @@ class Canonicalizer:
         self._absent.clear()
         if self._native is not None:
             self._native.core.reset(self._unmapped_table)
-        for domain, compiled in self._domains.items():
-            domain_map = compiled.map
-            self._domains[domain] = self._compile(domain_map, compiled.document)
-            if self._native is not None:
-                self._install_native(self._native, domain, self._domains[domain], domain_map)
+        for domain, compiled in list(self._domains.items()):
+            self._install(domain, compiled.facts(), compiled.held_map, compiled.document)
 
     def _install_native(
-        self, native: _Native, domain: str, compiled: _CompiledDomain, domain_map: DomainMap
+        self, native: _Native, domain: str, compiled: _CompiledDomain, facts: MapFacts
     ) -> None:
         """Start the compiled path's plan table for ``domain``, with what its stream step
         (:meth:`stream_records`) needs of the map: its version, its learned patterns (with
         the names kept of each that drops one, as an audit hashes its items), and when its
         oldest decision was made."""
-        patterns = domain_map.patterns
+        patterns = facts.patterns
         learned = [
-            (key, tuple(sorted(decision.kept)) if decision.dropped else None)
-            for key, decision in patterns.items()
+            (key, tuple(sorted(pattern.kept)) if pattern.dropped else None)
+            for key, pattern in patterns.items()
         ]
-        decided = {decision.decided_at for decision in patterns.values()}
+        decided = {pattern.decided_at for pattern in patterns.values()}
         oldest = min(map(timestamp_seconds, decided), default=float("inf"))
         table = compiled.table
         native.core.install(domain, table, compiled.version, learned, oldest)
@@ -541,16 +637,17 @@ class Canonicalizer:
             if names:
                 self._add_native_plan(native, domain, table, key, compiled, names)
 
-    def _compile(self, domain_map: DomainMap, document: bytes | None = None) -> _CompiledDomain:
-        return _CompiledDomain(domain_map, self._layers, self._use_prior, document)
-
     def update(self, domain_map: DomainMap, document: bytes | None = None) -> None:
         """Install ``domain_map``. Given its JSON ``document`` (as ``miqps learn`` and the
         maps topic hold it), that is kept instead of the map: far less memory, but
         :meth:`map_for` and :meth:`explain` then decode it on every call, which suits the
         stream workers (they hold every domain's map and explain nothing)."""
-        domain = domain_map.domain
-        compiled = self._compile(domain_map, document)
+        self._install(domain_map.domain, MapFacts.of_map(domain_map), domain_map, document)
+
+    def _install(
+        self, domain: str, facts: MapFacts, domain_map: DomainMap | None, document: bytes | None
+    ) -> None:
+        compiled = _CompiledDomain(facts, self._layers, self._use_prior, domain_map, document)
         # The per-URL path looks hosts up as they appear in the URL, port and userinfo
         # included, so it must never find a key holding either.
         if "@" in domain or (":" in domain and not domain.endswith("]")):
@@ -558,7 +655,7 @@ class Canonicalizer:
         else:
             self._domains[domain] = compiled
             if self._native is not None:
-                self._install_native(self._native, domain, compiled, domain_map)
+                self._install_native(self._native, domain, compiled, facts)
 
     def load(self, maps: Mapping[str, DomainMap]) -> None:
         for domain_map in maps.values():
@@ -609,7 +706,8 @@ class Canonicalizer:
                 continue
             if len(domains) >= self._cache_domains + max(1, self._cache_domains // 4):
                 self._make_room(domains)  # the pure-Python path answers one text at a time
-            self.update(DomainMap.from_json(orjson.loads(document)))
+            # The document is held, not its map: decoded only if the map is asked for.
+            self._install(domain, MapFacts.of_document(orjson.loads(document)), None, document)
             if self._forgotten == forgotten:
                 break
         domains.used.add(domain)  # not yet asked again for the URL that brought it

@@ -102,15 +102,36 @@ def test_the_commands_exist_in_the_project(compose: dict[str, Any]) -> None:
             worker_args(command)
 
 
+def copied_sources(dockerfile: str) -> list[str]:
+    """The build context's paths the Dockerfile copies (not what it copies between stages)."""
+    return [
+        source
+        for line in dockerfile.splitlines()
+        if line.startswith("COPY ") and not line.startswith("COPY --from=")
+        for source in line.split()[1:-1]
+    ]
+
+
 def test_the_dockerfile_installs_the_stream_extra_from_files_that_exist() -> None:
     dockerfile = (REPO / "Dockerfile").read_text("utf-8")
-    assert re.search(r"^FROM python:3\.1[1-9]", dockerfile, re.M)
+    assert re.search(r"^ARG PYTHON_IMAGE=python:3\.1[1-9]", dockerfile, re.M)
     assert '".[streams]"' in dockerfile
-    for line in dockerfile.splitlines():
-        if line.startswith("COPY "):
-            for source in line.split()[1:-1]:
-                assert (REPO / source).exists(), source
+    for source in copied_sources(dockerfile):
+        assert (REPO / source).exists(), source
     assert re.search(r'^CMD \["miqps", "worker"\]', dockerfile, re.M)
+
+
+def test_the_dockerfile_compiles_native_in_a_stage_the_image_does_not_keep() -> None:
+    dockerfile = (REPO / "Dockerfile").read_text("utf-8")
+    stages = re.split(r"^FROM ", dockerfile, flags=re.M)[1:]
+    assert len(stages) >= 2, "a builder stage and the final one"
+    assert all(stage.startswith("${PYTHON_IMAGE}") for stage in stages), "one base, an argument"
+    builder, final = stages[0], stages[-1]
+    assert "native" in copied_sources(builder) and "maturin build" in builder
+    assert re.search(r"\bcargo\b", builder) and re.search(r"\bg\+\+", builder)
+    assert "COPY --from=builder" in final
+    assert not re.search(r"apt-get|\bcargo\b|rustc|\bgcc\b|g\+\+", final), "no compiler"
+    assert "canonicalizer path: compiled" in final, "the build fails without the compiled path"
 
 
 def shipped_packages() -> set[str]:
@@ -122,12 +143,7 @@ def shipped_packages() -> set[str]:
 
 def test_the_image_holds_the_shipped_packages_and_no_rig(compose: dict[str, Any]) -> None:
     dockerfile = (REPO / "Dockerfile").read_text("utf-8")
-    copied = {
-        source.rstrip("/")
-        for line in dockerfile.splitlines()
-        if line.startswith("COPY ")
-        for source in line.split()[1:-1]
-    }
+    copied = {source.rstrip("/") for source in copied_sources(dockerfile)}
     python_packages = {source for source in copied if (REPO / source / "__init__.py").exists()}
     assert python_packages == shipped_packages() == {"miqps", "streams"}
     for service in services(compose).values():
@@ -208,3 +224,13 @@ def test_grafana_is_provisioned_with_prometheus_and_the_dashboard(compose: dict[
             assert target["datasource"]["uid"] == source["uid"]
             # tests/streams/ops/test_metrics.py checks these names against a real worker's scrape
             assert re.search(r"\bmiqps_[a-z_]+", target["expr"]), target["expr"]
+
+
+def test_the_workers_state_tmpfs_belongs_to_the_images_user(compose: dict[str, Any]) -> None:
+    """A tmpfs is root's unless told otherwise, and the image runs as its own user."""
+    found = re.search(r"useradd .*--uid (\d+)", (REPO / "Dockerfile").read_text("utf-8"))
+    assert found, "the image's user has a fixed uid"
+    for name, service in worker_services(compose).items():
+        state = environment(service)["MIQPS_STATE_DIR"]
+        mounts = {str(entry).split(":")[0]: str(entry) for entry in service["tmpfs"]}
+        assert f"uid={found.group(1)}" in mounts[state], name

@@ -1,5 +1,7 @@
 """``miqps worker``: run a Faust stream worker: create the missing topics, waiting for the
-broker as long as it takes, then run the agents of the roles asked for until stopped.
+broker as long as it takes, check that the domain-keyed topics agree on their partition
+count (:mod:`streams.kafka.copartition`; exit 2 if not), then run the agents of the roles
+asked for until stopped.
 
 Importing it needs no Kafka package: :func:`run` imports them."""
 
@@ -96,6 +98,12 @@ def run(args: argparse.Namespace) -> int:
     if partitions is None:
         log.info("stopped while waiting for Kafka, before consuming anything")
         return 0
+    from streams.kafka.copartition import mismatch
+
+    disagreement = mismatch(settings, partitions)
+    if disagreement is not None:
+        print(f"miqps worker: {disagreement}", file=sys.stderr)
+        return 2
     if options.create_topics_only:
         for name, count in sorted(partitions.items()):
             print(f"{name}\t{count} partitions")

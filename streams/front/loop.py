@@ -47,6 +47,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from miqps.audit import AuditRule
 from miqps.canonical import Status
+from streams.front.keycheck import DomainKeyCheck
 from streams.front.sampler import AuditForwarder, LocalSampler
 from streams.kafka.admin import consumer_config, producer_config
 from streams.kafka.clients import (
@@ -235,6 +236,13 @@ class CanonicalizerFront:
         self._thread = threading.Thread(target=self._run, name="miqps-canonicalizer", daemon=True)
         self._deliveries = DeliveryReports()
         self._packs: SamplePacks | None = None
+        self.key_check = (
+            DomainKeyCheck(settings.topics.raw, settings.partitions)
+            if settings.input_keyed_by_domain
+            else None
+        )
+        """With ``MIQPS_INPUT_KEYED_BY_DOMAIN``: the check of each input's key and partition
+        against its domain (:mod:`streams.front.keycheck`)."""
         self.uncommitted = UncommittedInputs(settings.exactly_once)
         self._transaction: InputTransaction | None = None
         self.turned_at = time.monotonic()
@@ -414,6 +422,9 @@ class CanonicalizerFront:
         self._in_loop = True
         metadata = consumer.list_topics(settings.topics.samples, timeout=30)
         self._packs = SamplePacks(len(metadata.topics[settings.topics.samples].partitions))
+        if self.key_check is not None:
+            raw = consumer.list_topics(settings.topics.raw, timeout=30).topics[settings.topics.raw]
+            self.key_check.set_partitions(len(raw.partitions))
         consumer.subscribe(
             [settings.topics.raw], on_assign=self._on_assign, on_revoke=self._on_revoke
         )
@@ -569,9 +580,14 @@ class CanonicalizerFront:
             records, keys, learned = answered
             written = len(records) - records.count(None)
         process_one = self._process_one
+        key_check = self.key_check
         for message, record, key in zip(messages, records, keys, strict=True):
             if record is not None:
                 produce(producer, canonical_topic, record, key)
+                if key_check is not None:
+                    key_check.record(
+                        message.key(), record, message.partition() or 0, message.offset() or 0
+                    )
             elif message.error() is not None:
                 self._consumer_error(message)
                 continue
@@ -596,6 +612,13 @@ class CanonicalizerFront:
         live_maps = self.live_maps
         try:
             url = raw.url
+            if self.key_check is not None:
+                self.key_check.check(
+                    message.key(),
+                    url.host.encode(),
+                    message.partition() or 0,
+                    message.offset() or 0,
+                )
             decision = live_maps.decide(url, raw.text)
             output = CanonicalOutput.encode(
                 raw.text,

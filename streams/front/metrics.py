@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from streams.front.keycheck import KEY, PARTITION
 from streams.front.loop import CanonicalizerFront
 from streams.maps.live import FRONT_PROCESS, LiveMaps
 
@@ -114,6 +115,15 @@ class FrontCollector(Collector):
             "Transactions of the front aborted after a record or the commit failed (exactly "
             "once); their inputs were read again",
             value=counters.aborted_transactions,
+        )
+        key_check = self.front.key_check
+        yield labelled_counter(
+            "miqps_input_key_mismatches",
+            "Inputs not keyed by their URL's domain (reason key) or not in that key's murmur2 "
+            "partition (reason partition), with MIQPS_INPUT_KEYED_BY_DOMAIN set; each was "
+            "canonicalized all the same",
+            "reason",
+            key_check.mismatches if key_check is not None else dict.fromkeys((KEY, PARTITION), 0),
         )
         yield labelled_counter(
             "miqps_front_busy_seconds",

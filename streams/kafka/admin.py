@@ -16,6 +16,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from streams.kafka.copartition import count_to_create, domain_keyed_topics
 from streams.kafka.lograte import librdkafka_logger
 from streams.kafka.tables import changelog_topics
 from streams.settings import Settings
@@ -73,19 +74,22 @@ class TopicSpec:
     config: Mapping[str, str]
 
 
-def topic_specs(settings: Settings) -> list[TopicSpec]:
+def topic_specs(settings: Settings, keyed: int | None = None) -> list[TopicSpec]:
+    """The topics of ``settings``: ``MIQPS_PARTITIONS`` partitions each, but ``keyed`` (if
+    given) for the domain-keyed ones (:mod:`streams.kafka.copartition`)."""
     topics = settings.topics
     n = settings.partitions
+    k = keyed or n
     large = {"max.message.bytes": str(settings.topic_max_message_bytes)}
     return [
-        TopicSpec(topics.raw, n, large),
+        TopicSpec(topics.raw, k if settings.input_keyed_by_domain else n, large),
         TopicSpec(topics.canonical, n, {}),
         TopicSpec(topics.dlq, n, large),
-        TopicSpec(topics.samples, n, {}),
-        TopicSpec(topics.probe_requests, n, large),
+        TopicSpec(topics.samples, k, {}),
+        TopicSpec(topics.probe_requests, k, large),
         TopicSpec(
             topics.maps,
-            n,
+            k,
             {
                 **large,
                 "cleanup.policy": "compact",
@@ -93,10 +97,10 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
                 "segment.ms": str(6 * 3600 * 1000),
             },
         ),
-        TopicSpec(topics.map_updates, n, large),
+        TopicSpec(topics.map_updates, k, large),
         TopicSpec(
             topics.map_history,
-            n,
+            k,
             {**large, "cleanup.policy": "delete", "retention.ms": history_retention_ms(settings)},
         ),
     ]
@@ -110,9 +114,22 @@ def history_retention_ms(settings: Settings) -> str:
 
 def ensure_topics(settings: Settings, timeout: float = 30.0) -> dict[str, int]:
     """Create the missing topics, then the tables' changelogs with the partition count of
-    the topic each table follows; return the partition count of each topic."""
+    the topic each table follows; return the partition count of each topic. A missing
+    domain-keyed topic gets the count of those that exist
+    (:func:`~streams.kafka.copartition.count_to_create`)."""
     admin = AdminClient(admin_config(settings))
-    counts = _create_missing(admin, settings, topic_specs(settings), timeout)
+    existing = _partition_counts(admin, timeout)
+    keyed = count_to_create(settings, existing)
+    if keyed != settings.partitions and any(
+        name not in existing for name in domain_keyed_topics(settings)
+    ):
+        log.info(
+            "domain-keyed topics are created with %d partitions, as those that exist "
+            "(MIQPS_PARTITIONS is %d)",
+            keyed,
+            settings.partitions,
+        )
+    counts = _create_missing(admin, settings, topic_specs(settings, keyed), timeout)
     compacted = {"cleanup.policy": "compact"}
     changelogs = [
         TopicSpec(name, counts[source], compacted)
@@ -120,6 +137,14 @@ def ensure_topics(settings: Settings, timeout: float = 30.0) -> dict[str, int]:
     ]
     _create_missing(admin, settings, changelogs, timeout)
     return counts
+
+
+def _partition_counts(admin: AdminClient, timeout: float) -> dict[str, int]:
+    return {
+        name: len(metadata.partitions)
+        for name, metadata in admin.list_topics(timeout=timeout).topics.items()
+        if metadata.error is None and metadata.partitions
+    }
 
 
 def _create_missing(

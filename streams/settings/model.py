@@ -183,13 +183,24 @@ class Settings:
     )
     topics: Topics = field(default_factory=Topics)
     partitions: int = setting(
-        "MIQPS_PARTITIONS", "partitions of the topics a worker creates", 4, minimum=1
+        "MIQPS_PARTITIONS",
+        "partitions of the topics a worker creates; a domain-keyed one takes the count of "
+        "those that exist",
+        4,
+        minimum=1,
     )
     replication_factor: int = setting(
         "MIQPS_REPLICATION_FACTOR",
         "replication factor of the topics a worker creates",
         1,
         minimum=1,
+    )
+    input_keyed_by_domain: bool = setting(
+        "MIQPS_INPUT_KEYED_BY_DOMAIN",
+        "the producers of the input topic key every URL by its domain, with Java's "
+        "partitioner (murmur2): each front then meets only its partitions' domains; the "
+        "input topic must have the domain-keyed topics' partition count",
+        False,
     )
     policy: LearningPolicy = field(default_factory=LearningPolicy)
     fetch: FetchConfig = field(

@@ -156,6 +156,51 @@ def test_a_promo_repeating_by_chance_on_every_refetch_restores_nothing(proxy: st
     assert audit.unconfirmed == 1
 
 
+@pytest.mark.slow  # 2,000 items, about 10,000 fetches on loopback
+def test_a_rotating_promo_restores_nothing_where_the_template_s_noise_is_unknown(
+    proxy: str,
+) -> None:
+    """Each item audited with a noise model of its own, as on a domain audited rarely: its
+    promo (one of three) sometimes repeats both pages' variants on a confirming comparison,
+    which took 8 items in 2,000 for a change of ``size`` when one comparison confirmed."""
+    host = store_host(7, 0)  # size changes no product
+    current = wrong_map(host)
+    urls = store_urls(host, 2000, 1_000_000, seed=3)
+
+    async def go() -> tuple[int, int]:
+        config = FetchConfig(proxy=proxy, per_host_rate=10_000.0, per_host_concurrency=8)
+        audited = restored = 0
+        async with Fetcher(config) as fetcher:
+            for url in urls:
+                audit = await audit_map(PageProber(fetcher), current, [url], AuditRule(1.0))
+                audited += audit.audited
+                restored += len(audit.restores)
+        return audited, restored
+
+    audited, restored = asyncio.run(go())
+    assert audited == len(urls)
+    assert restored == 0
+
+
+def test_a_size_that_changes_every_item_is_restored_by_a_noise_model_of_its_own(
+    proxy: str,
+) -> None:
+    host = store_host(8, 100)  # size changes every product
+    current = wrong_map(host)
+    url = parse(f"http://{host}/product?id=929&size=XL")  # M, the default, would change nothing
+
+    async def go() -> Audit:
+        config = FetchConfig(proxy=proxy, per_host_rate=1000.0)
+        async with Fetcher(config) as fetcher:
+            return await audit_map(PageProber(fetcher), current, [url], AuditRule(1.0))
+
+    audit = asyncio.run(go())
+    assert audit.audited == 1
+    assert [(restore.pattern, restore.name) for restore in audit.restores] == [
+        (url.pattern, "size")
+    ]
+
+
 def test_a_restore_passes_the_anomaly_gate_and_reaches_the_domains_evidence(proxy: str) -> None:
     host = store_host(2, 100)  # size changes every product
     current = wrong_map(host)
