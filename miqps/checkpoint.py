@@ -50,7 +50,7 @@ from typing import IO, Any
 
 import orjson
 
-from miqps.content import Snapshot
+from miqps.content import page_document, page_from_document
 from miqps.maps import DomainMap, write_maps
 from miqps.prober import TakeOutcome
 from miqps.urls import InvalidURL, parse
@@ -178,13 +178,7 @@ class JournalEntry:
         if snapshot is None:
             entry["failure"], entry["kind"] = outcome.failure, outcome.kind
         else:
-            entry["page"] = {
-                "status": snapshot.status,
-                "final_url": snapshot.final_url,
-                "redirects": snapshot.redirects,
-                "canonical_hint": snapshot.canonical_hint,
-                "blocks": list(snapshot.blocks.items()),
-            }
+            entry["page"] = page_document(snapshot)
         entry["fetches"] = outcome.fetches
         return orjson.dumps(entry)
 
@@ -201,18 +195,7 @@ class JournalEntry:
             if not (isinstance(failure, str) and isinstance(kind, str)):
                 raise ValueError("not a journal entry")
             return cls(url, take, TakeOutcome(None, failure, kind, fetches))
-        status, final_url, redirects = page["status"], page["final_url"], page["redirects"]
-        hint = page["canonical_hint"]
-        blocks = {int(key): int(digest) for key, digest in page["blocks"]}
-        if not (
-            _count_of(status)
-            and isinstance(final_url, str)
-            and _count_of(redirects)
-            and (hint is None or isinstance(hint, str))
-        ):
-            raise ValueError("not a journal entry")
-        snapshot = Snapshot(status, final_url, blocks, hint, redirects)
-        return cls(url, take, TakeOutcome(snapshot, fetches=fetches))
+        return cls(url, take, TakeOutcome(page_from_document(page), fetches=fetches))
 
 
 def _count_of(value: object) -> bool:

@@ -46,7 +46,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl, unquote_plus, urlsplit
 
 import orjson
@@ -106,6 +106,49 @@ class Snapshot:
     canonical_hint: str | None = None
     redirects: int = 0
     unjudgeable: str | None = None
+
+
+def page_document(snapshot: Snapshot) -> dict[str, Any]:
+    """``snapshot`` as JSON: what a page gave, in the form a probe journal and an
+    observation hold it (:func:`page_from_document` reads it back)."""
+    return {
+        "status": snapshot.status,
+        "final_url": snapshot.final_url,
+        "redirects": snapshot.redirects,
+        "canonical_hint": snapshot.canonical_hint,
+        "blocks": list(snapshot.blocks.items()),
+    }
+
+
+def page_from_document(page: object) -> Snapshot:
+    """The snapshot of a :func:`page_document`; raises ValueError (or TypeError,
+    KeyError) when ``page`` is not one."""
+    if not isinstance(page, dict):
+        raise ValueError("a page is a JSON object")
+    status, final_url, redirects = page["status"], page["final_url"], page["redirects"]
+    hint, pairs = page["canonical_hint"], page["blocks"]
+    if not (
+        _count(status)
+        and isinstance(final_url, str)
+        and _count(redirects)
+        and (hint is None or isinstance(hint, str))
+        and isinstance(pairs, list)
+    ):
+        raise ValueError("not a page: status, final_url, redirects or canonical_hint")
+    blocks: dict[int, int] = {}
+    for pair in pairs:
+        if not (isinstance(pair, list) and len(pair) == 2 and all(map(_block_number, pair))):
+            raise ValueError("not a page: each block is [key, digest], two 64-bit numbers")
+        blocks[pair[0]] = pair[1]
+    return Snapshot(status, final_url, blocks, hint, redirects)
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _block_number(value: object) -> bool:
+    return _count(value) and cast(int, value) < 1 << 64
 
 
 def _chain(parent: int, label: str) -> int:
@@ -485,6 +528,21 @@ def _unjudgeable(status: int, page: _Page, has_scripts: bool) -> str | None:
     ):
         return "client-side shell: no data and almost no text"
     return None
+
+
+def snapshot_of(
+    status: int,
+    final_url: str,
+    body: bytes,
+    content_type: str = "",
+    redirects: int = 0,
+    request_url: str = "",
+) -> Snapshot:
+    """The snapshot of any answer: an HTML page's (also when no content type is given),
+    else one of the bytes."""
+    if content_type and "html" not in content_type.lower():
+        return snapshot_bytes(status, final_url, body, redirects)
+    return snapshot_html(status, final_url, body, redirects, request_url)
 
 
 def snapshot_bytes(status: int, final_url: str, body: bytes, redirects: int = 0) -> Snapshot:

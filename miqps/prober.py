@@ -37,8 +37,7 @@ from miqps.content import (
     VolatilityModel,
     block_key,
     differing_paths,
-    snapshot_bytes,
-    snapshot_html,
+    snapshot_of,
 )
 from miqps.fetch import Fetcher, FetchFailed, FetchResult
 
@@ -253,15 +252,14 @@ class PageProber:
         return outcome
 
     async def _parse(self, result: FetchResult) -> Snapshot:
-        if result.content_type and "html" not in result.content_type:
-            return snapshot_bytes(result.status, result.final_url, result.body, result.redirects)
         loop = asyncio.get_running_loop()
         work = loop.run_in_executor(
             _parsers(),
-            snapshot_html,
+            snapshot_of,
             result.status,
             result.final_url,
             result.body,
+            result.content_type,
             result.redirects,
             result.url,
         )

@@ -26,9 +26,15 @@ Settings:
   The feed is advisory: when the producer's local queue stays full after a few polls,
   the URL is dropped, counted and logged, and the crawl goes on; while the queue stays
   full, each further URL gets one try without waiting.
+- ``MIQPS_FEED_OBSERVATIONS`` (optional, off): a Kafka bootstrap address. Each page the
+  crawl received (its final answer, after redirects) is then sent to
+  ``MIQPS_OBSERVATIONS_TOPIC`` (default ``miqps.observations``), reduced to its content
+  blocks (:class:`CrawlObservations`), so that the stream learns from it instead of
+  fetching it again. Advisory like the feed above; it costs a parse of each page.
 - ``MIQPS_MAP_FEED`` (default ``streams.maps.scrapyfeed.KafkaMapFeed``): the class (or its
   import path) of the add-on's Kafka side, :class:`MapFeed`: it follows the maps topic for
-  ``MIQPS_KAFKA_BOOTSTRAP`` and feeds ``MIQPS_FEED_UNLEARNED``. It is loaded the way Scrapy
+  ``MIQPS_KAFKA_BOOTSTRAP`` and feeds ``MIQPS_FEED_UNLEARNED`` and
+  ``MIQPS_FEED_OBSERVATIONS``. It is loaded the way Scrapy
   loads its own classes, only when one of those two is set, so that this module imports
   nothing of Kafka.
 - ``MIQPS_REWRITE_REQUESTS`` (default False): also fetch each request the spider yields
@@ -40,7 +46,8 @@ Stats: ``miqps/requests_canonicalized``, ``miqps/params_dropped`` (query paramet
 out of fingerprints), ``miqps/duplicates_filtered`` (requests the dupefilter dropped whose
 URL the maps changed), ``miqps/domains_without_map`` (distinct hosts fingerprinted by the
 fallback), ``miqps/unlearned_fed`` (URLs sent with ``MIQPS_FEED_UNLEARNED``),
-``miqps/unlearned_dropped`` (URLs that feed dropped) and ``miqps/requests_rewritten``.
+``miqps/unlearned_dropped`` (URLs that feed dropped), ``miqps/observations_fed``,
+``miqps/observations_dropped`` and ``miqps/requests_rewritten``.
 """
 
 from __future__ import annotations
@@ -63,15 +70,22 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.request import RequestFingerprinterProtocol
 
 from miqps.canonical import Canonicalizer
-from miqps.urls import InvalidURL
+from miqps.observations import InvalidObservation, observation_record
+from miqps.urls import InvalidURL, parse
 
-__all__ = ["Addon", "CanonicalRequestsMiddleware", "MapsRequestFingerprinter"]
+__all__ = [
+    "Addon",
+    "CanonicalRequestsMiddleware",
+    "CrawlObservations",
+    "MapsRequestFingerprinter",
+]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_FALLBACK = "scrapy.utils.request.RequestFingerprinter"
 REWRITE_MIDDLEWARE_ORDER = 50
 """Near the engine: the spider's other middlewares see the URL the site gave."""
+OBSERVATIONS_EXTENSION_ORDER = 500
 
 
 class MapsRequestFingerprinter:
@@ -215,6 +229,16 @@ class UnlearnedSink(Protocol):
     def close(self) -> None: ...
 
 
+class ObservationSink(Protocol):
+    """Where :class:`CrawlObservations` sends the crawl's pages
+    (``streams.maps.scrapyfeed.ObservationFeed``, the Kafka producer)."""
+
+    def send(self, domain: str, url: str, observation: bytes) -> str:
+        """The outcome counted as ``miqps/observations_<outcome>`` ("fed" or "dropped")."""
+
+    def close(self) -> None: ...
+
+
 class MapFeed(Protocol):
     """The Kafka side of the add-on (``MIQPS_MAP_FEED``), made with no arguments."""
 
@@ -225,6 +249,9 @@ class MapFeed(Protocol):
     def unlearned(self, bootstrap: str, topic: str, per_pattern: int) -> UnlearnedSink:
         """The sink sending URLs of unlearned patterns to ``topic``, ``per_pattern`` at
         most per host and pattern."""
+
+    def observations(self, bootstrap: str, topic: str) -> ObservationSink:
+        """The sink sending the crawl's pages to the observations ``topic``."""
 
 
 DEFAULT_MAP_FEED = "streams.maps.scrapyfeed.KafkaMapFeed"
@@ -299,6 +326,54 @@ class CanonicalRequestsMiddleware(BaseSpiderMiddleware):
         return request.replace(url=canonical, meta=meta)
 
 
+class CrawlObservations:
+    """Sends each page the crawl received to the stream's observations topic
+    (``MIQPS_FEED_OBSERVATIONS``), reduced to its content blocks here
+    (:func:`miqps.observations.observation_record`): the stream's probing worker then takes
+    it instead of fetching the URL again. The page is the final answer of a request, after
+    its redirects, sent under the URL the request first asked for."""
+
+    def __init__(self, sink: ObservationSink, stats: StatsCollector | None = None) -> None:
+        self.sink = sink
+        self.stats = stats
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> CrawlObservations:
+        settings = crawler.settings
+        bootstrap = settings.get("MIQPS_FEED_OBSERVATIONS")
+        if not bootstrap:
+            raise NotConfigured("MIQPS_FEED_OBSERVATIONS is not set")
+        sink = load_map_feed(settings, "MIQPS_FEED_OBSERVATIONS").observations(
+            bootstrap, settings.get("MIQPS_OBSERVATIONS_TOPIC", "miqps.observations")
+        )
+        extension = cls(sink, crawler.stats)
+        crawler.signals.connect(extension.response_received, signals.response_received)
+        crawler.signals.connect(extension.close, signals.engine_stopped)
+        return extension
+
+    def response_received(self, response: Response, request: Request, **_: Any) -> None:
+        redirects: list[str] = request.meta.get("redirect_urls") or []
+        asked = redirects[0] if redirects else request.url
+        try:
+            host = parse(asked).host
+            observation = observation_record(
+                asked,
+                response.status,
+                response.body,
+                final_url=response.url,
+                redirects=len(redirects),
+                content_type=(response.headers.get(b"Content-Type") or b"").decode("latin-1"),
+            )
+        except (InvalidURL, InvalidObservation):
+            return
+        outcome = self.sink.send(host, asked, observation)
+        if self.stats is not None:
+            self.stats.inc_value(f"miqps/observations_{outcome}")
+
+    def close(self) -> None:
+        self.sink.close()
+
+
 def _canonicalizer_from_file(maps: str, use_prior: bool) -> Canonicalizer:
     """The maps of the file ``MIQPS_MAPS`` names; a file that cannot be read stops the
     crawl at start-up with an error naming the setting and the path."""
@@ -322,6 +397,9 @@ class Addon:
     def update_settings(self, settings: BaseSettings) -> None:
         settings.setdefault_in_component_priority_dict(
             "SPIDER_MIDDLEWARES", CanonicalRequestsMiddleware, REWRITE_MIDDLEWARE_ORDER
+        )
+        settings.setdefault_in_component_priority_dict(
+            "EXTENSIONS", CrawlObservations, OBSERVATIONS_EXTENSION_ORDER
         )
         current = settings.get("REQUEST_FINGERPRINTER_CLASS")
         if current is not None and load_object(current) is not MapsRequestFingerprinter:

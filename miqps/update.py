@@ -157,6 +157,9 @@ class MapUpdate:
     candidate: DomainMap | None = None
     verdict: GateVerdict | None = None
     fetches: int = 0
+    observed: int = 0
+    """Pages taken from observations (:mod:`miqps.observations`, a crawl archive) instead
+    of fetched."""
     report: DomainReport | None = None
 
     @property
@@ -200,6 +203,7 @@ async def update_map(
     stats = learner.prober.fetcher.stats
     learner.prober.fetcher.ask_robots_again(domain)
     fetches_before = stats.by_host[domain]
+    observed_before = learner.prober.observed_takes
     decided: dict[str, Decided] = {}
     for pattern, request in wanted.items():
         prior = None if request.basis else prior_evidence(current, pattern, learner)
@@ -245,6 +249,7 @@ async def update_map(
             _failure_kinds(learner.prober.failure_kinds, pattern, samples)
         )
     update.fetches = stats.by_host[domain] - fetches_before
+    update.observed = learner.prober.observed_takes - observed_before
     newly_undecided = _newly_undecided(current, update.undecided)
     if update.decided or newly_undecided:
         patterns = {pattern: entry.decision for pattern, entry in update.decided.items()}

@@ -41,7 +41,7 @@ from warcio.archiveiterator import ArchiveIterator  # type: ignore[import-untype
 from warcio.bufferedreaders import ChunkedDataReader  # type: ignore[import-untyped]
 from warcio.exceptions import ArchiveLoadFailed  # type: ignore[import-untyped]
 
-from miqps.content import Snapshot, snapshot_bytes, snapshot_html
+from miqps.content import Snapshot, snapshot_of
 from miqps.fetch import REDIRECT_STATUSES, BoundedDecoder, FetchFailed
 from miqps.prober import TakeOutcome
 from miqps.urls import InvalidURL, parse
@@ -310,9 +310,7 @@ def _take_record(
             archive._problem(BadInput.CORRUPT, f"{path}: {url}: {error.reason}: not used")
         return
     html = not content_type or "html" in content_type
-    snapshot = (
-        snapshot_html(status, url, body, 0, url) if html else snapshot_bytes(status, url, body)
-    )
+    snapshot = snapshot_of(status, url, body, content_type, 0, url)
     if snapshot.unjudgeable is not None:
         archive.unjudgeable += 1
         return

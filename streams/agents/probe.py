@@ -1,5 +1,6 @@
 """The probing agent: probe requests -> ``miqps.maps`` (whole domain map, and its version on
-``miqps.map-history``) + ``miqps.map-updates``.
+``miqps.map-history``) + ``miqps.map-updates``, taking pages from the observations a crawler
+sent (:mod:`streams.agents.observe`) before it fetches them.
 
 Domains are learned concurrently, one run per domain at a time (:class:`DomainScheduler`).
 Acknowledgements stay in offset order within each partition (:class:`OrderedAcks`). Maps
@@ -23,7 +24,8 @@ import orjson
 from faust.types import EventT
 
 from miqps.fetch import Fetcher
-from streams.agents import source_of
+from miqps.observations import ObservedPages
+from streams.agents import observe, source_of
 from streams.agents.acks import OrderedAcks, Ticket
 from streams.agents.probe_processor import ProbeOutcome, Probing
 from streams.agents.scheduler import DomainScheduler
@@ -108,6 +110,9 @@ def register(app: faust.App, runtime: Runtime) -> None:
         )
 
     bugs = runtime.bug_policy()
+    pages = ObservedPages(settings.observed_pages) if settings.observed_pages else None
+    if pages is not None:
+        observe.register(app, runtime, pages, dead_letter)
 
     @app.agent(requests_topic, name="probe", concurrency=1)
     async def probe(agent_stream: faust.StreamT[bytes]) -> None:
@@ -121,6 +126,7 @@ def register(app: faust.App, runtime: Runtime) -> None:
                 config=settings.learn,
                 max_flip_share=settings.max_flip_share,
                 audit_share=settings.audit_share,
+                observations=pages,
             )
             scheduler = DomainScheduler(probing, publish, acks, bugs.run)
             runtime.metrics.follow_probing(ProbeAgentState(scheduler, acks.__len__, fetcher.stats))

@@ -21,7 +21,7 @@ from miqps.content import VolatilityModel
 from miqps.fetch import Fetcher
 from miqps.learner import LearnConfig, Learner
 from miqps.maps import DomainMap
-from miqps.prober import PageProber
+from miqps.prober import Observations, PageProber
 from miqps.update import DEFAULT_MAX_FLIP_SHARE, Request, update_map
 from miqps.urls import InvalidURL, NormalizedURL, parse
 from streams.maps.live import LiveMaps
@@ -84,9 +84,13 @@ class Probing:
         config: LearnConfig | None = None,
         max_flip_share: float = DEFAULT_MAX_FLIP_SHARE,
         audit_share: float = DEFAULT_AUDIT_SHARE,
+        observations: Observations | None = None,
     ) -> None:
         self.live_maps = live_maps
         self.fetcher = fetcher
+        self.observations = observations
+        """Pages a crawler fetched (``miqps.observations``): learning takes a URL's first
+        page from them when they hold it."""
         self.config = config or LearnConfig()
         self.max_flip_share = max_flip_share
         self.audit_rule = AuditRule(audit_share, str(self.config.seed))
@@ -196,7 +200,11 @@ class Probing:
             pattern: Request(info.basis, info.urls_seen) for pattern, info in work.patterns.items()
         }
         update = await update_map(
-            Learner(PageProber(self.fetcher), self.config, self.live_maps.layers),
+            Learner(
+                PageProber(self.fetcher, observations=self.observations),
+                self.config,
+                self.live_maps.layers,
+            ),
             work.domain,
             self.current(work.domain),
             _parse_all(work.urls, work.domain),
@@ -208,7 +216,7 @@ class Probing:
         if len(update.skipped) < len(requested):
             log.info(
                 "probe %s: %d patterns decided (%d from the map's evidence), %d walled, "
-                "%d unreachable, %d without samples, %d fetches%s",
+                "%d unreachable, %d without samples, %d fetches, %d pages observed%s",
                 work.domain,
                 len(update.decided),
                 sum(entry.from_map_evidence for entry in update.decided.values()),
@@ -216,6 +224,7 @@ class Probing:
                 len(update.unreachable),
                 len(update.without_samples),
                 update.fetches,
+                update.observed,
                 " (update rejected by the anomaly gate)" if update.rejected else "",
             )
         return ProbeOutcome(

@@ -87,6 +87,7 @@ def topic_specs(settings: Settings, keyed: int | None = None) -> list[TopicSpec]
         TopicSpec(topics.dlq, n, large),
         TopicSpec(topics.samples, k, {}),
         TopicSpec(topics.probe_requests, k, large),
+        TopicSpec(topics.observations, k, large),
         TopicSpec(
             topics.maps,
             k,

@@ -39,6 +39,7 @@ def domain_keyed_topics(settings: Settings) -> list[str]:
         topics.map_updates,
         topics.probe_requests,
         topics.samples,
+        topics.observations,
     ]
     if settings.input_keyed_by_domain:
         names.append(topics.raw)

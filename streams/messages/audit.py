@@ -44,7 +44,13 @@ def audit_records(
             )
             records.append(
                 MapUpdateRecord.decided(
-                    pattern, reason, update.before, update.candidate, update.verdict, update.fetches
+                    pattern,
+                    reason,
+                    update.before,
+                    update.candidate,
+                    update.verdict,
+                    update.fetches,
+                    update.observed,
                 )
             )
     named = [
@@ -64,6 +70,7 @@ def audit_records(
                 reason,
                 update.before,
                 update.fetches,
+                update.observed,
             )
             for pattern in patterns
         )

@@ -320,6 +320,9 @@ class MapUpdateRecord:
     urls_seen: int
     fetches: int
     at: str
+    observed: int
+    """Pages the run took from observations (``miqps.observations``) instead of fetching
+    them, beside its ``fetches``."""
 
     def to_bytes(self) -> bytes:
         return orjson.dumps(self)
@@ -337,6 +340,7 @@ class MapUpdateRecord:
         after: DomainMap,
         verdict: GateVerdict,
         fetches: int,
+        observed: int = 0,
     ) -> MapUpdateRecord:
         """The record of a pattern an update decided, accepted or rejected by the gate."""
         new = after.patterns[pattern]
@@ -361,6 +365,7 @@ class MapUpdateRecord:
             urls_seen=new.urls_seen,
             fetches=fetches,
             at=utc_now(),
+            observed=observed,
         )
 
     @classmethod
@@ -373,6 +378,7 @@ class MapUpdateRecord:
         reason: str,
         before: DomainMap | None,
         fetches: int,
+        observed: int = 0,
     ) -> MapUpdateRecord:
         """The record of a pattern an update leaves without a decision, and why."""
         version_before, kept_before, dropped_before = _before(before, pattern)
@@ -394,6 +400,7 @@ class MapUpdateRecord:
             urls_seen=urls_seen,
             fetches=fetches,
             at=utc_now(),
+            observed=observed,
         )
 
 

@@ -20,7 +20,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -91,6 +91,34 @@ class MapUpdateCounts:
                 cause = UNDECIDED_CAUSES.get(audit.reason, "other")
                 self.undecided_by_cause[cause] = self.undecided_by_cause.get(cause, 0) + 1
             self.by_verdict[verdict] += 1
+
+
+@dataclass(slots=True)
+class ObservationCounts:
+    """Observations the observing agent read, by outcome: ``kept`` (held as evidence),
+    ``no evidence`` (a page a probe would find inconclusive: 429 or 5xx, an interstitial,
+    a shell, a body over the cap) and ``invalid`` (dead-lettered); and the pages held."""
+
+    pages: Sized
+    by_outcome: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(("kept", "no evidence", "invalid"), 0)
+    )
+
+    def families(self) -> list[Metric]:
+        held = GaugeMetricFamily(
+            "miqps_observed_pages",
+            "Observed pages the probing worker holds as evidence (MIQPS_OBSERVED_PAGES at most)",
+            value=len(self.pages),
+        )
+        return [
+            labelled_counter(
+                "miqps_observations",
+                "Observations (pages a crawler fetched) the probing worker read, by outcome",
+                "outcome",
+                self.by_outcome,
+            ),
+            held,
+        ]
 
 
 @dataclass(slots=True)
@@ -235,6 +263,7 @@ class AgentCollector(Collector):
         self.probing: ProbeAgentState | None = None
         self.map_updates = MapUpdateCounts()
         self.audits = AuditCounts()
+        self.observations: ObservationCounts | None = None
         self.hosts = HostLabels()
 
     def collect(self) -> Iterator[Metric]:
@@ -278,6 +307,8 @@ class AgentCollector(Collector):
             )
         )
         families.extend(self.audits.families())
+        if self.observations is not None:
+            families.extend(self.observations.families())
         return families
 
     def _lag(self) -> GaugeMetricFamily:
@@ -485,7 +516,11 @@ class WorkerMetrics:
         self.settings = settings
         topics = settings.topics
         self.agents = AgentCollector(
-            {topics.samples: "pattern-stats", topics.probe_requests: "probe"}
+            {
+                topics.samples: "pattern-stats",
+                topics.probe_requests: "probe",
+                topics.observations: "observe",
+            }
         )
         self._sources: list[Collector] = [
             BuildInfo(),
@@ -510,6 +545,11 @@ class WorkerMetrics:
 
     def follow_probing(self, probing: ProbeAgentState) -> None:
         self.agents.probing = probing
+
+    def follow_observations(self, pages: Sized) -> ObservationCounts:
+        """Count what the observing agent reads into ``pages``."""
+        counts = self.agents.observations = ObservationCounts(pages)
+        return counts
 
     def follow_front(self, replacements: Mapping[str, int]) -> None:
         """Count the front's replacements (``FrontProcess.replacements``)."""

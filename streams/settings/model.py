@@ -60,6 +60,11 @@ class Topics:
     samples: str = setting(
         "MIQPS_TOPIC_SAMPLES", "pattern samples (internal)", "miqps.pattern-samples"
     )
+    observations: str = setting(
+        "MIQPS_TOPIC_OBSERVATIONS",
+        "pages a crawler fetched, keyed by domain: evidence that spares probe fetches",
+        "miqps.observations",
+    )
 
     PREFIX: ClassVar[Env] = Env(
         "MIQPS_TOPIC_PREFIX", "prefix of every default topic name (e.g. `staging.`)"
@@ -334,6 +339,13 @@ class Settings:
         0.5,
         minimum=0,
         maximum=1,
+    )
+    observed_pages: int = setting(
+        "MIQPS_OBSERVED_PAGES",
+        "observed pages (`miqps.observations`) the probing worker holds in memory, the "
+        "least recently observed or used going first (0: none read)",
+        100_000,
+        minimum=0,
     )
     audit_share: float = setting(
         "MIQPS_AUDIT_SHARE",

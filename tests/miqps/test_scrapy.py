@@ -12,13 +12,21 @@ import pytest
 from scrapy import Request
 from scrapy.crawler import Crawler
 from scrapy.exceptions import NotConfigured
+from scrapy.http import HtmlResponse
 from scrapy.settings import Settings
 from scrapy.utils.request import RequestFingerprinter
 from scrapy.utils.test import get_crawler
 
 from miqps import Canonicalizer
+from miqps.content import snapshot_of
 from miqps.maps import DomainMap, write_maps
-from miqps.scrapy import Addon, CanonicalRequestsMiddleware, MapsRequestFingerprinter
+from miqps.observations import read_observation
+from miqps.scrapy import (
+    Addon,
+    CanonicalRequestsMiddleware,
+    CrawlObservations,
+    MapsRequestFingerprinter,
+)
 from simweb.crawl import CrawlWeb, build_crawl_sites
 from testkit.scrapy_crawl import Comparison, Crawl, compare
 from tests.miqps.test_api import HOST, product_map
@@ -303,3 +311,50 @@ def test_rewriting_crawls_canonical_urls_and_loses_no_item(simweb_crawls: Compar
     assert [url for url in requested if canonicalizer.canonicalize(url) != url] == []
     assert rewriting.stats["miqps/requests_rewritten"] > 0
     assert rewriting.fetched < simweb_crawls.with_addon.fetched
+
+
+class RecordingFeed:
+    """A ``MIQPS_MAP_FEED`` of our own whose observation sink keeps what it is sent."""
+
+    sent: ClassVar[list[tuple[str, str, bytes]]] = []
+
+    def observations(self, bootstrap: str, topic: str) -> RecordingFeed:
+        return self
+
+    def send(self, domain: str, url: str, observation: bytes) -> str:
+        self.sent.append((domain, url, observation))
+        return "fed"
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_addon_enables_the_crawl_s_observations_only_when_asked() -> None:
+    settings = Settings()
+    Addon().update_settings(settings)
+    assert CrawlObservations in settings["EXTENSIONS"]
+    with pytest.raises(NotConfigured):
+        CrawlObservations.from_crawler(get_crawler())
+
+
+def test_a_page_is_observed_under_the_url_first_asked_for_after_its_redirects() -> None:
+    crawler = get_crawler(
+        settings_dict={
+            "MIQPS_FEED_OBSERVATIONS": "127.0.0.1:1",
+            "MIQPS_MAP_FEED": f"{__name__}.RecordingFeed",
+        }
+    )
+    extension = CrawlObservations.from_crawler(crawler)
+    RecordingFeed.sent.clear()
+    asked, landed = f"https://{HOST}/p/1?id=7&ref=a", f"https://{HOST}/p/1?id=7"
+    body = b"<html><head><title>Item 7</title></head><body><h1>Item 7</h1></body></html>"
+    response = HtmlResponse(landed, body=body, headers={"Content-Type": "text/html"})
+    extension.response_received(response, Request(landed, meta={"redirect_urls": [asked]}))
+    extension.response_received(HtmlResponse("https://other.test/", body=body), Request(asked))
+    [(domain, url, sent), _] = RecordingFeed.sent
+    assert (domain, url) == (HOST, asked)
+    observation = read_observation(sent, max_bytes=1 << 20)
+    assert observation.url == asked and observation.snapshot is not None
+    assert observation.snapshot.final_url == landed and observation.snapshot.redirects == 1
+    assert observation.snapshot.blocks == snapshot_of(200, landed, body, "text/html").blocks
+    assert crawler.stats is not None and crawler.stats.get_value("miqps/observations_fed") == 2

@@ -16,6 +16,7 @@ import pytest
 from miqps.fetch import FetchConfig, Fetcher, FetchResult
 from miqps.learner import LearnConfig
 from miqps.maps import DomainMap, Layer
+from miqps.observations import ObservedPages, observation_record, read_observation
 from miqps.update import Undecided, Why
 from miqps.urls import parse
 from streams.agents.probe_processor import ProbeOutcome, Probing
@@ -332,3 +333,47 @@ async def test_a_published_map_is_let_go_once_live_though_its_domain_is_never_pr
     [second] = await probing.handle([elsewhere])
     assert second.published is not None
     assert list(probing._published) == ["other.test"]
+
+
+async def test_observed_pages_spare_fetches_and_decide_as_probing_does(
+    drifting_web: tuple[DriftingSite, str],
+) -> None:
+    """A crawler sent the pages of the samples and of their forms without ``ref``: the same
+    decision as probing, for fewer fetches, and the records say how many pages it took."""
+    site, proxy = drifting_web
+    urls = sample_urls()
+    config = FetchConfig(proxy=proxy, per_host_rate=500.0, timeout=5.0, max_attempts=1)
+    async with Fetcher(config) as fetcher:
+        probing = Probing(LiveMaps(reverify_after=3600), fetcher, LearnConfig())
+        [probed] = await probing.handle([request(PATTERN, urls)])
+    fetched_by_probing = site.requests
+
+    pages = ObservedPages(1000)
+    crawled = [*urls, *(url.split("&")[0] for url in urls)]
+    for url in crawled:
+        status, body = site.page(url)
+        sent = observation_record(url, status, body, content_type="text/html")
+        assert pages.add(read_observation(sent, max_bytes=1 << 20))
+    site.requests = 0
+    async with Fetcher(config) as fetcher:
+        observing = Probing(
+            LiveMaps(reverify_after=3600), fetcher, LearnConfig(), observations=pages
+        )
+        [observed] = await observing.handle([request(PATTERN, urls)])
+
+    assert probed.published is not None and observed.published is not None
+    assert observed.published.patterns[PATTERN].kept == {"id"}
+    assert observed.published.patterns[PATTERN].kept == probed.published.patterns[PATTERN].kept
+    assert (
+        observed.published.patterns[PATTERN].dropped
+        == probed.published.patterns[PATTERN].dropped
+        == {"ref"}
+    )
+    print(f"fetches: {fetched_by_probing} probing, {site.requests} with observations")
+    assert site.requests < fetched_by_probing
+    assert observed.fetches == site.requests
+    records = on_the_wire(observed)
+    for record in records:
+        assert_valid("map-update", record)
+        assert record["observed"] > 0
+    assert all(record["observed"] == 0 for record in on_the_wire(probed))

@@ -23,6 +23,7 @@ DOMAIN_KEYED = [
     "miqps.map-updates",
     "miqps.probe-requests",
     "miqps.pattern-samples",
+    "miqps.observations",
 ]
 
 
@@ -50,7 +51,8 @@ def test_a_mismatch_names_every_domain_keyed_topic_with_its_count() -> None:
     assert "\n" not in error
     assert (
         "miqps.maps has 4, miqps.map-history has 4, miqps.map-updates has 4, "
-        "miqps.probe-requests has 4, miqps.pattern-samples has 8." in error
+        "miqps.probe-requests has 4, miqps.pattern-samples has 8, miqps.observations has 4."
+        in error
     )
     assert "urls.raw" not in error  # not keyed by domain here
     assert "Create the others again with the count of miqps.maps" in error
@@ -63,7 +65,7 @@ def test_keyed_input_must_agree_too_and_the_error_says_how_to_opt_out() -> None:
     error = mismatch(KEYED_INPUT, counts(KEYED_INPUT, raw=8))
     assert error is not None
     assert "(urls.raw too, as MIQPS_INPUT_KEYED_BY_DOMAIN is set)" in error
-    assert "miqps.pattern-samples has 4, urls.raw has 8." in error
+    assert "miqps.observations has 4, urls.raw has 8." in error
     assert "or unset MIQPS_INPUT_KEYED_BY_DOMAIN" in error
 
 

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 from scrapy import Request
+from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
 from miqps.maps import DomainMap
-from miqps.scrapy import MapsRequestFingerprinter
+from miqps.observations import read_observation
+from miqps.scrapy import CrawlObservations, MapsRequestFingerprinter
 from streams.maps.scrapyfeed import FEED_ATTEMPTS, UnlearnedFeed
 from streams.settings import Settings as StreamSettings
 from testkit.tools import TopicReader
@@ -116,3 +118,29 @@ def test_the_addon_follows_the_maps_topic_live(
         )
     finally:
         fingerprinter.close()
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(120)
+def test_the_crawl_s_pages_reach_the_observations_topic(
+    maps_topic: tuple[str, Callable[[DomainMap | None], None]],
+) -> None:
+    bootstrap, topic = maps_topic[0].split("|")  # an empty topic of our own
+    crawler = get_crawler(
+        settings_dict={"MIQPS_FEED_OBSERVATIONS": bootstrap, "MIQPS_OBSERVATIONS_TOPIC": topic}
+    )
+    extension = CrawlObservations.from_crawler(crawler)
+    urls = [f"https://{HOST}/p/{n}?id={n}&ref=a" for n in range(3)]
+    for n, url in enumerate(urls):
+        body = f"<html><head><title>Item {n}</title></head><body><h1>Item {n}</h1></body></html>"
+        response = HtmlResponse(url, body=body.encode(), headers={"Content-Type": "text/html"})
+        extension.response_received(response, Request(url))
+    extension.close()
+    with TopicReader(StreamSettings(bootstrap_servers=bootstrap), topic) as reader:
+        assert reader.wait_for(3, 30)
+        records = list(reader.records)
+    assert {key for key, _, _ in records} == {HOST.encode()}
+    observed = [read_observation(value, max_bytes=1 << 20) for _, value, _ in records]
+    assert sorted(observation.url for observation in observed) == sorted(urls)
+    assert all(observation.snapshot is not None for observation in observed)
+    assert crawler.stats is not None and crawler.stats.get_value("miqps/observations_fed") == 3

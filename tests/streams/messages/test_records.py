@@ -116,6 +116,7 @@ updates = st.builds(
     verification=st.none() | st.just(Verification(2, 0, 1, ["id"]).to_json()),
     urls_seen=counts,
     fetches=counts,
+    observed=counts,
     at=st.just("2026-12-03T08:00:00Z"),
 )
 

@@ -1,0 +1,209 @@
+"""Pages a crawler already fetched, sent as evidence: what a probe of their URLs would
+have given, so that learning fetches only what they leave undecided.
+
+An observation is one JSON object (the stream reads them from ``miqps.observations``):
+
+- ``url``: the URL the crawler asked for;
+- ``status``: the HTTP status of the answer it ended on;
+- ``final_url``: where redirects led (default: ``url``); ``redirects``: how many
+  (default: 0 when ``final_url`` is ``url``, else 1);
+- the page, in one of two forms:
+
+  - ``body``: the answer's text, with ``content_type`` (HTML when missing); it is reduced
+    to the page's content blocks here, as a probe's answer is
+    (:func:`miqps.content.snapshot_of`), under the fetcher's body cap;
+  - ``page``: the page already reduced by :mod:`miqps.content`, as
+    :func:`observation_record` writes it: a crawler in Python sends a few hundred bytes
+    instead of the body.
+
+The same rules as for a probe's answer and a crawl archive's (:mod:`miqps.warc`): 429
+and 5xx answers, interstitials, client-side shells, unparsable pages and bodies over the
+cap are no evidence; they are counted and their URLs fetched as without observations. An
+observed page, fetched hours or days before, answers a comparison only when it shows no
+difference (:mod:`miqps.prober`): a page that changed over time is fetched afresh.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from miqps.content import Snapshot, page_document, page_from_document, snapshot_of
+from miqps.prober import TakeOutcome
+from miqps.urls import InvalidURL, NormalizedURL, parse
+
+
+class InvalidObservation(ValueError):
+    """A record that is not an observation; ``reason`` says why, in one line."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One observed page: ``url`` normalized (:func:`miqps.urls.parse`), and what a probe
+    of it would have given, or why it is no evidence (``unjudgeable``)."""
+
+    url: str
+    host: str
+    snapshot: Snapshot | None
+    fetches: int
+    unjudgeable: str | None = None
+
+
+def observation_record(
+    url: str,
+    status: int,
+    body: bytes,
+    *,
+    final_url: str | None = None,
+    redirects: int | None = None,
+    content_type: str = "",
+) -> bytes:
+    """The observation of a page a crawler fetched, its page reduced here: what a crawler
+    in Python sends (the Scrapy add-on does). Raises :class:`InvalidObservation` for a
+    ``url`` or ``final_url`` that is not a URL."""
+    final = final_url or url
+    hops = redirects if redirects is not None else int(final != url)
+    _url(url, "url")
+    _url(final, "final_url")
+    snapshot = snapshot_of(status, final, body, content_type, hops, url)
+    record: dict[str, Any] = {"url": url, "status": status, "final_url": final}
+    record["redirects"] = hops
+    record["page"] = page_document(snapshot)
+    if snapshot.unjudgeable is not None:
+        record["unjudgeable"] = snapshot.unjudgeable
+    return orjson.dumps(record)
+
+
+def read_observation(value: bytes | None, *, max_bytes: int) -> Observation:
+    """The observation of one record; raises :class:`InvalidObservation` when it is none.
+    A body longer than ``max_bytes`` (the fetcher's cap) is read as no evidence."""
+    if not value:
+        raise InvalidObservation("an empty observation")
+    try:
+        record = orjson.loads(value)
+    except orjson.JSONDecodeError as error:
+        raise InvalidObservation(f"an observation that is not JSON: {error}") from None
+    if not isinstance(record, dict):
+        raise InvalidObservation("an observation is a JSON object")
+    url = _url(record.get("url"), "url")
+    status = record.get("status")
+    if not (isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599):
+        raise InvalidObservation("an observation's status is an HTTP status, 100 to 599")
+    final = _url(record.get("final_url", record["url"]), "final_url")
+    redirects = record.get("redirects", int(final.url != url.url))
+    if not (isinstance(redirects, int) and not isinstance(redirects, bool) and redirects >= 0):
+        raise InvalidObservation("an observation's redirects is a count")
+    fetches = redirects + 1
+    if "page" in record:
+        try:
+            snapshot = page_from_document(record["page"])
+        except (ValueError, TypeError, KeyError) as error:
+            raise InvalidObservation(f"an observation's page is not a page: {error}") from None
+        unjudgeable = record.get("unjudgeable")
+        if unjudgeable is not None and not isinstance(unjudgeable, str):
+            raise InvalidObservation("an observation's unjudgeable is a reason (a string)")
+        if snapshot.status != status:
+            raise InvalidObservation("an observation's page has another status than its own")
+        snapshot = Snapshot(
+            status, final.url, snapshot.blocks, snapshot.canonical_hint, redirects, unjudgeable
+        )
+    elif "body" in record:
+        body, content_type = record["body"], record.get("content_type", "")
+        if not isinstance(body, str) or not isinstance(content_type, str):
+            raise InvalidObservation("an observation's body and content_type are strings")
+        data = body.encode("utf-8", "surrogatepass")
+        if len(data) > max_bytes:
+            return Observation(
+                url.url, url.host, None, fetches, f"body over the cap of {max_bytes} bytes"
+            )
+        try:
+            snapshot = snapshot_of(status, final.url, data, content_type, redirects, url.url)
+        except Exception as error:  # a page the parser chokes on is no evidence, as probed
+            return Observation(
+                url.url, url.host, None, fetches, f"unparsable page: {type(error).__name__}"
+            )
+    else:
+        raise InvalidObservation("an observation holds its page: a body or a page")
+    if status == 429 or status >= 500:
+        return Observation(url.url, url.host, None, fetches, f"HTTP {status}")
+    if snapshot.unjudgeable is not None:
+        return Observation(url.url, url.host, None, fetches, snapshot.unjudgeable)
+    return Observation(url.url, url.host, snapshot, fetches)
+
+
+def _url(value: object, field: str) -> NormalizedURL:
+    if not isinstance(value, str):
+        raise InvalidObservation(f"an observation's {field} is a URL (a string)")
+    try:
+        return parse(value)
+    except InvalidURL as error:
+        raise InvalidObservation(f"an observation's {field} is not a URL: {error}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """An observed page, compact: block keys and digests interleaved."""
+
+    status: int
+    final_url: str
+    hint: str | None
+    redirects: int
+    blocks: array[int]
+
+
+class ObservedPages:
+    """The latest observation of each URL, for :class:`miqps.prober.PageProber`
+    (:class:`miqps.prober.Observations`): at most ``max_pages`` of them, the least
+    recently observed or used going first."""
+
+    def __init__(self, max_pages: int) -> None:
+        self.max_pages = max(1, max_pages)
+        self._pages: OrderedDict[str, _Kept] = OrderedDict()
+
+    def add(self, observation: Observation) -> bool:
+        """Keep ``observation`` in place of its URL's older one; False when it is no
+        evidence (the older one is dropped too: it is no longer what the URL gives)."""
+        pages = self._pages
+        pages.pop(observation.url, None)
+        snapshot = observation.snapshot
+        if snapshot is None:
+            return False
+        blocks = array("Q")
+        for key, digest in snapshot.blocks.items():
+            blocks.append(key)
+            blocks.append(digest)
+        pages[observation.url] = _Kept(
+            snapshot.status, snapshot.final_url, snapshot.canonical_hint, snapshot.redirects, blocks
+        )
+        if len(pages) > self.max_pages:
+            pages.popitem(last=False)
+        return True
+
+    def holds(self, url: str) -> bool:
+        return url in self._pages
+
+    def observed(self, url: str) -> TakeOutcome | None:
+        kept = self._pages.get(url)
+        if kept is None:
+            return None
+        self._pages.move_to_end(url)
+        blocks = kept.blocks
+        snapshot = Snapshot(
+            kept.status,
+            kept.final_url,
+            dict(zip(blocks[::2], blocks[1::2], strict=True)),
+            kept.hint,
+            kept.redirects,
+        )
+        return TakeOutcome(snapshot, fetches=kept.redirects + 1)
+
+    def __len__(self) -> int:
+        return len(self._pages)

@@ -1,0 +1,128 @@
+"""Observations: a crawler's pages read as what a probe of their URLs would have given."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from miqps.content import page_document, snapshot_of
+from miqps.observations import (
+    InvalidObservation,
+    ObservedPages,
+    observation_record,
+    read_observation,
+)
+
+PAGE = (
+    b"<html><head><title>Item 7</title></head><body><main><h1>Item 7</h1>"
+    b"<p>Description of item 7.</p></main><footer>Shop</footer></body></html>"
+)
+URL = "http://shop.test/p?id=7&ref=mail"
+CAP = 1 << 20
+
+
+def record(**fields: object) -> bytes:
+    return orjson.dumps({"url": URL, "status": 200, **fields})
+
+
+def test_a_page_reads_as_a_probe_would_have_seen_it_in_either_form() -> None:
+    probed = snapshot_of(200, URL, PAGE, "text/html; charset=utf-8", 0, URL)
+    sent_whole = read_observation(
+        record(body=PAGE.decode(), content_type="text/html; charset=utf-8"), max_bytes=CAP
+    )
+    sent_reduced = read_observation(
+        observation_record(URL, 200, PAGE, content_type="text/html"), max_bytes=CAP
+    )
+    for observation in (sent_whole, sent_reduced):
+        assert observation.url == "http://shop.test/p?id=7&ref=mail"
+        assert observation.host == "shop.test"
+        assert observation.snapshot is not None and observation.unjudgeable is None
+        assert observation.snapshot.blocks == probed.blocks
+        assert observation.snapshot.status == 200 and observation.fetches == 1
+
+
+def test_a_redirect_is_the_page_it_landed_on() -> None:
+    landed = "https://shop.test/p?id=7"
+    observation = read_observation(record(final_url=landed, body=PAGE.decode()), max_bytes=CAP)
+    assert observation.snapshot is not None
+    assert observation.snapshot.final_url == landed
+    assert observation.snapshot.redirects == 1 and observation.fetches == 2
+    pages = ObservedPages(10)
+    assert pages.add(observation)
+    outcome = pages.observed(URL)
+    assert outcome is not None and outcome.snapshot is not None
+    assert outcome.snapshot.final_url == landed and outcome.fetches == 2
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ({"status": 503, "body": "<html><body>maintenance</body></html>"}, "HTTP 503"),
+        ({"status": 429, "body": "<html><body>slow down</body></html>"}, "HTTP 429"),
+        (
+            {"body": "<html><head><title>Just a moment...</title></head><body></body></html>"},
+            "interstitial",
+        ),
+        ({"body": "x" * (CAP + 1)}, "body over the cap"),
+    ],
+)
+def test_what_a_probe_would_find_inconclusive_is_no_evidence(
+    fields: dict[str, object], why: str
+) -> None:
+    observation = read_observation(record(**fields), max_bytes=CAP)
+    assert observation.snapshot is None
+    assert observation.unjudgeable is not None and why in observation.unjudgeable
+    pages = ObservedPages(10)
+    assert not pages.add(observation)
+    assert not pages.holds(URL)
+
+
+def test_an_unjudgeable_page_sent_reduced_stays_unjudgeable() -> None:
+    wall = b"<html><head><title>Just a moment...</title></head><body></body></html>"
+    observation = read_observation(observation_record(URL, 200, wall), max_bytes=CAP)
+    assert observation.snapshot is None and observation.unjudgeable is not None
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b"", "an empty observation"),
+        (b"{not json", "not JSON"),
+        (b"[1, 2]", "a JSON object"),
+        (orjson.dumps({"status": 200, "body": ""}), "url is a URL"),
+        (orjson.dumps({"url": "not a url", "status": 200, "body": ""}), "url is not a URL"),
+        (record(status=99, body=""), "HTTP status"),
+        (record(status=True, body=""), "HTTP status"),
+        (record(final_url="http://[::1/", body=""), "final_url is not a URL"),
+        (record(redirects=-1, body=""), "redirects is a count"),
+        (record(), "a body or a page"),
+        (record(body=7), "strings"),
+        (record(page={"status": 200}), "not a page"),
+        (record(page={**page_document(snapshot_of(200, URL, PAGE)), "blocks": [[1]]}), "block"),
+        (record(page={**page_document(snapshot_of(200, URL, PAGE)), "blocks": [[-1, 2]]}), "block"),
+        (record(status=404, page=page_document(snapshot_of(200, URL, PAGE))), "another status"),
+    ],
+)
+def test_a_record_that_is_not_an_observation_says_why(value: bytes, reason: str) -> None:
+    with pytest.raises(InvalidObservation) as caught:
+        read_observation(value, max_bytes=CAP)
+    assert reason in caught.value.reason
+    assert "\n" not in caught.value.reason
+
+
+def test_the_pages_held_are_bounded_and_the_latest_observation_of_a_url_stands() -> None:
+    pages = ObservedPages(3)
+    for item in range(5):
+        url = f"http://shop.test/p?id={item}"
+        body = PAGE.replace(b"7", str(item).encode())
+        assert pages.add(read_observation(observation_record(url, 200, body), max_bytes=CAP))
+    assert len(pages) == 3
+    assert not pages.holds("http://shop.test/p?id=0") and not pages.holds("http://shop.test/p?id=1")
+    assert pages.observed("http://shop.test/p?id=2") is not None  # used: kept the longest
+    pages.add(
+        read_observation(observation_record("http://shop.test/p?id=9", 200, PAGE), max_bytes=CAP)
+    )
+    assert pages.holds("http://shop.test/p?id=2") and not pages.holds("http://shop.test/p?id=3")
+    down = orjson.dumps({"url": "http://shop.test/p?id=2", "status": 503, "body": "down"})
+    assert not pages.add(read_observation(down, max_bytes=CAP))
+    assert not pages.holds("http://shop.test/p?id=2")  # no longer what the URL gives
