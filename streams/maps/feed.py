@@ -205,7 +205,22 @@ class MapFeed:
         with self._requests_lock:
             requests, self._requests = self._requests, []
         topic = self.settings.topics.maps
-        for partition, restore in requests:
+        for index, (partition, restore) in enumerate(requests):
+            if restore is not None:
+                try:
+                    low, high = consumer.get_watermark_offsets(
+                        TopicPartition(topic, partition), timeout=WATERMARK_SECONDS
+                    )
+                except KafkaException as error:
+                    log.warning(
+                        "map feed: no end offset of %s[%d] (%s); trying again",
+                        topic,
+                        partition,
+                        error,
+                    )
+                    with self._requests_lock:
+                        self._requests[:0] = requests[index:]
+                    return
             if partition in self._following:
                 consumer.incremental_unassign([TopicPartition(topic, partition)])
                 self._following.discard(partition)
@@ -216,9 +231,6 @@ class MapFeed:
                     "map feed: %s[%d] given up; %d domain maps removed", topic, partition, removed
                 )
                 continue
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=WATERMARK_SECONDS
-            )
             consumer.incremental_assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
             self._following.add(partition)
             restore.end = high
