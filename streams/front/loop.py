@@ -244,9 +244,13 @@ class CanonicalizerFront:
         )
         """With ``MIQPS_INPUT_KEYED_BY_DOMAIN``: the check of each input's key and partition
         against its domain (:mod:`streams.front.keycheck`)."""
-        self.owned_maps = OwnedPartitions(incremental=False) if feed.partitioned else None
-        """With a partitioned feed: the maps partitions it follows, those of the input
-        partitions assigned (:mod:`streams.front.ownership`)."""
+        self.owned_maps: OwnedPartitions | None = None
+        """With ``MIQPS_INPUT_KEYED_BY_DOMAIN``: the maps partitions the feed follows,
+        those of the input partitions assigned (:mod:`streams.front.ownership`)."""
+        if settings.input_keyed_by_domain:
+            if not feed.partitioned:
+                raise ValueError("with keyed input, the front needs a partitioned map feed")
+            self.owned_maps = OwnedPartitions(incremental=False)
         self.restoring: dict[int, Restore] = {}
         """Input partitions paused until their maps partition is restored."""
         self.uncommitted = UncommittedInputs(settings.exactly_once)

@@ -143,7 +143,7 @@ class FrontCollector(Collector):
             value=len(self.front.live_maps),
         )
         feed = self.front.feed
-        if feed.partitioned:
+        if self.front.owned_maps is not None:
             yield from restore_families(len(feed.followed), len(self.front.restoring), feed.totals)
         yield consumer_lag(
             {(CANONICALIZER, topic, partition): lag for (topic, partition), lag in self.lag.items()}

@@ -5,6 +5,7 @@ is neither read again nor paused, and a partition given up stops being followed.
 
 from __future__ import annotations
 
+import pytest
 from confluent_kafka import TopicPartition
 
 from streams.front.loop import CanonicalizerFront
@@ -52,7 +53,7 @@ class RecordingConsumer:
 
 
 def front(incremental: bool) -> tuple[CanonicalizerFront, MapFeed]:
-    settings = Settings()
+    settings = Settings(input_keyed_by_domain=True)
     live_maps = LiveMaps(3600.0)
     feed = MapFeed(settings, live_maps, partitioned=True)
     canonicalizer = CanonicalizerFront(settings, live_maps, feed)
@@ -133,3 +134,6 @@ def test_without_keyed_input_the_front_follows_the_whole_topic() -> None:
     consumer = RecordingConsumer()
     canonicalizer._on_assign(consumer, partitions(0, 1))  # type: ignore[arg-type]
     assert canonicalizer.owned_maps is None and consumer.taken() == []
+    keyed = settings.with_overrides(input_keyed_by_domain=True)
+    with pytest.raises(ValueError, match="partitioned map feed"):
+        CanonicalizerFront(keyed, live_maps, MapFeed(keyed, live_maps))
