@@ -33,8 +33,9 @@ from tests.streams.maps.test_live_store_worker import (
 from tests.streams.ops.test_metrics import free_port, scrape, value
 from tests.streams.test_copartitioning import wait_for_two_fronts, wait_until
 
-# About 50 s alone here per guarantee: two workers' start, a rebalance, the CLI twice.
-pytestmark = pytest.mark.timeout(240)
+# 15-25 s here per guarantee, beside a CI run: two workers' start, a rebalance, the CLI
+# twice.
+pytestmark = pytest.mark.timeout(150)
 
 PARTITIONS = 4
 MAPPED_SITES = 24
