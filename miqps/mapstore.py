@@ -129,6 +129,14 @@ class MapStore:
             break
         return None
 
+    def note_keys(self, prefix: bytes) -> Iterator[bytes]:
+        """The keys of every note that starts with ``prefix``, in byte order."""
+        for key in self._db.keys(from_key=_NOTE + prefix):
+            assert isinstance(key, bytes)  # a store in raw mode
+            if not key.startswith(_NOTE + prefix):
+                break
+            yield key[len(_NOTE) :]
+
     def flush(self) -> None:
         self._db.flush()
 

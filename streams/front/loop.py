@@ -48,6 +48,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from miqps.audit import AuditRule
 from miqps.canonical import Status
 from streams.front.keycheck import DomainKeyCheck
+from streams.front.ownership import Moves, OwnedPartitions, incremental_assignment
 from streams.front.sampler import AuditForwarder, LocalSampler
 from streams.kafka.admin import consumer_config, producer_config
 from streams.kafka.clients import (
@@ -66,7 +67,7 @@ from streams.kafka.transactions import (
     requires_abort,
     transactional_producer_config,
 )
-from streams.maps.feed import MapFeed
+from streams.maps.feed import MapFeed, Restore
 from streams.maps.live import LiveMaps
 from streams.messages import (
     BadInput,
@@ -243,6 +244,15 @@ class CanonicalizerFront:
         )
         """With ``MIQPS_INPUT_KEYED_BY_DOMAIN``: the check of each input's key and partition
         against its domain (:mod:`streams.front.keycheck`)."""
+        self.owned_maps: OwnedPartitions | None = None
+        """With ``MIQPS_INPUT_KEYED_BY_DOMAIN``: the maps partitions the feed follows,
+        those of the input partitions assigned (:mod:`streams.front.ownership`)."""
+        if settings.input_keyed_by_domain:
+            if not feed.partitioned:
+                raise ValueError("with keyed input, the front needs a partitioned map feed")
+            self.owned_maps = OwnedPartitions(incremental=False)
+        self.restoring: dict[int, Restore] = {}
+        """Input partitions paused until their maps partition is restored."""
         self.uncommitted = UncommittedInputs(settings.exactly_once)
         self._transaction: InputTransaction | None = None
         self.turned_at = time.monotonic()
@@ -342,6 +352,51 @@ class CanonicalizerFront:
         )
         # Consumption starts over from the group's committed offsets.
         self.uncommitted.forget(partitions)
+        if self.owned_maps is not None:
+            self._take_maps(consumer, partitions)
+
+    def _take_maps(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Follow the maps partitions of newly assigned input partitions, and pause those
+        input partitions until their maps are restored; give up those no longer assigned
+        (eager). The assignment is made here, so that it can be paused at once."""
+        assert self.owned_maps is not None
+        self._move_maps(self.owned_maps.assigned(p.partition for p in partitions))
+        if self.owned_maps.incremental:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
+        waiting = [p for p in partitions if p.partition in self.restoring]
+        if waiting:
+            consumer.pause(waiting)
+            log.info(
+                "canonicalizer: partitions %s wait for their maps to be restored",
+                sorted(p.partition for p in waiting),
+            )
+
+    def _move_maps(self, moves: Moves) -> None:
+        if moves.give_up:
+            self.feed.unfollow(moves.give_up)
+            for partition in moves.give_up:
+                self.restoring.pop(partition, None)
+        if moves.take:
+            self.restoring.update(self.feed.follow(moves.take))
+
+    def _resume_restored(self, consumer: Consumer) -> None:
+        """Resume the input partitions whose maps are restored."""
+        restored = [p for p, restore in self.restoring.items() if restore.done.is_set()]
+        if not restored:
+            return
+        for partition in restored:
+            del self.restoring[partition]
+        topic = self.settings.topics.raw
+        assigned = {p.partition for p in consumer.assignment() if p.topic == topic}
+        resumed = [TopicPartition(topic, p) for p in sorted(restored) if p in assigned]
+        if resumed:
+            consumer.resume(resumed)
+            log.info(
+                "canonicalizer: partitions %s resumed, their maps restored",
+                [p.partition for p in resumed],
+            )
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info(
@@ -351,6 +406,8 @@ class CanonicalizerFront:
         # Every batch consumed so far is processed: its outputs and offsets go together
         # before the partitions do.
         self._commit_transaction()
+        if self.owned_maps is not None:
+            self._move_maps(self.owned_maps.revoked(p.partition for p in partitions))
 
     def _commit_transaction(self) -> None:
         if self._transaction is None:
@@ -381,25 +438,26 @@ class CanonicalizerFront:
     def _loop(self) -> None:
         settings = self.settings
         exactly_once = settings.exactly_once
-        consumer = Consumer(
-            consumer_config(
-                settings,
-                self.group_id,
-                **{
-                    "enable.auto.commit": not exactly_once,
-                    "enable.auto.offset.store": False,
-                    "auto.commit.interval.ms": round(settings.commit_interval * 1000),
-                    "fetch.max.bytes": 16 * 1024 * 1024,
-                    "max.partition.fetch.bytes": 1024 * 1024,
-                    "queued.max.messages.kbytes": 16 * 1024,
-                    "session.timeout.ms": 10_000,
-                    "heartbeat.interval.ms": 2_000,
-                    "max.poll.interval.ms": self.max_poll_interval_ms,
-                    "on_commit": self._on_commit,
-                    **self.consumer_options,
-                },
-            )
+        config = consumer_config(
+            settings,
+            self.group_id,
+            **{
+                "enable.auto.commit": not exactly_once,
+                "enable.auto.offset.store": False,
+                "auto.commit.interval.ms": round(settings.commit_interval * 1000),
+                "fetch.max.bytes": 16 * 1024 * 1024,
+                "max.partition.fetch.bytes": 1024 * 1024,
+                "queued.max.messages.kbytes": 16 * 1024,
+                "session.timeout.ms": 10_000,
+                "heartbeat.interval.ms": 2_000,
+                "max.poll.interval.ms": self.max_poll_interval_ms,
+                "on_commit": self._on_commit,
+                **self.consumer_options,
+            },
         )
+        if self.owned_maps is not None:
+            self.owned_maps.incremental = incremental_assignment(config)
+        consumer = Consumer(config)
         producer = Producer(
             producer_config(
                 settings,
@@ -437,6 +495,8 @@ class CanonicalizerFront:
             clock = time.perf_counter
             while not self._stopping.is_set():
                 self.turned_at = time.monotonic()
+                if self.restoring:
+                    self._resume_restored(consumer)
                 began = clock()
                 messages = consumer.consume(settings.batch_size, settings.batch_wait)
                 consumed = clock()

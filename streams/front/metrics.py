@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from streams.front.keycheck import KEY, PARTITION
 from streams.front.loop import CanonicalizerFront
+from streams.maps.feed import RestoreTotals
 from streams.maps.live import FRONT_PROCESS, LiveMaps
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,15 @@ class FrontCollector(Collector):
                 "deliver": counters.deliver_seconds,
             },
         )
+        yield GaugeMetricFamily(
+            "miqps_front_domains_live",
+            "Domains with a live map in the front (with MIQPS_INPUT_KEYED_BY_DOMAIN, those of "
+            "its input partitions)",
+            value=len(self.front.live_maps),
+        )
+        feed = self.front.feed
+        if self.front.owned_maps is not None:
+            yield from restore_families(len(feed.followed), len(self.front.restoring), feed.totals)
         yield consumer_lag(
             {(CANONICALIZER, topic, partition): lag for (topic, partition), lag in self.lag.items()}
         )
@@ -161,6 +171,37 @@ class MapsHeldCollector(Collector):
         family.add_metric([self.process, "compiled"], held.compiled)
         family.add_metric([self.process, "live"], held.live)
         yield family
+
+
+def restore_families(owned: int, restoring: int, totals: RestoreTotals) -> Iterator[Metric]:
+    """The maps partitions a front with MIQPS_INPUT_KEYED_BY_DOMAIN follows, and what
+    restoring them read."""
+    yield GaugeMetricFamily(
+        "miqps_maps_partitions_owned",
+        "Maps partitions the front follows: those of its input partitions",
+        value=owned,
+    )
+    yield GaugeMetricFamily(
+        "miqps_maps_partitions_restoring",
+        "Input partitions of the front paused until their maps partition is restored",
+        value=restoring,
+    )
+    yield CounterMetricFamily(
+        "miqps_maps_restores",
+        "Maps partitions the front restored (read from their beginning) when it was assigned "
+        "their input partitions",
+        value=totals.partitions,
+    )
+    yield CounterMetricFamily(
+        "miqps_maps_restore_records",
+        "Records of the maps topic the front read to restore partitions",
+        value=totals.records,
+    )
+    yield CounterMetricFamily(
+        "miqps_maps_restore_seconds",
+        "Seconds the front's restores of maps partitions took, summed",
+        value=totals.seconds,
+    )
 
 
 def labelled_counter(

@@ -2,7 +2,8 @@
 
 In the Faust process its Python work competes for the interpreter lock with Faust's event
 loop and consumer thread, and loses about 40% of its throughput; in a process of its own it
-has a core to itself. The child follows the maps topic with its own feed. It stops when the
+has a core to itself. The child follows the maps topic with its own feed (with
+``MIQPS_INPUT_KEYED_BY_DOMAIN``, only the partitions of its input partitions). It stops when the
 worker stops it (SIGTERM: it finishes its batch, so its offsets are committed), and exits
 at once if the worker dies, since its at-least-once offsets make that safe. The worker
 treats an unexpected exit of the child as fatal, so a supervisor restarts both.
@@ -78,7 +79,7 @@ def run_front(
         stopping.set()
 
     live_maps = worker_live_maps(settings, FRONT_PROCESS)
-    feed = MapFeed(settings, live_maps, on_fatal)
+    feed = MapFeed(settings, live_maps, on_fatal, partitioned=settings.input_keyed_by_domain)
     front = CanonicalizerFront(
         settings, live_maps, feed, on_fatal, worker_transactional_id(settings, "canonicalizer")
     )

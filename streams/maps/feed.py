@@ -10,6 +10,13 @@ An invalid one is dead-lettered, in the DLQ format with its reason, and the last
 of its domain stays live. Each feed that reads it dead-letters it, so a record can be there
 more than once (once per worker process and restart): its topic, partition and offset
 identify it.
+
+A canonicalizer front with ``MIQPS_INPUT_KEYED_BY_DOMAIN`` makes a ``partitioned`` feed: it
+follows only the maps partitions the front asks for (:meth:`MapFeed.follow`), the numbers
+of its input partitions, since a domain is in the same partition of both. Each partition
+taken is read from its beginning up to where it ended then (a :class:`Restore`), and each
+domain is filed under the partition that brought it, so that :meth:`MapFeed.unfollow`
+removes the maps of a partition given up.
 """
 
 from __future__ import annotations
@@ -18,9 +25,17 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from miqps.maps import InvalidMap, parse_map
 from streams.kafka.admin import consumer_config, producer_config
@@ -38,6 +53,34 @@ SendDeadLetter = Callable[[bytes | None, bytes], None]
 """Sends one DLQ record (the source key, the encoded record)."""
 
 
+WATERMARK_SECONDS = 30.0
+
+
+@dataclass(slots=True)
+class Restore:
+    """One maps partition read from its beginning up to where it ended when it was taken.
+    The feed's thread fills it in and sets :attr:`done` at the end."""
+
+    partition: int
+    started: float = field(default_factory=time.monotonic)
+    end: int = -1
+    """The partition's end offset when the read began (-1 until then)."""
+    records: int = 0
+    domains: int = 0
+    """Domains filed under the partition once it is restored."""
+    seconds: float = 0.0
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(slots=True)
+class RestoreTotals:
+    """What the restores of a partitioned feed have read so far."""
+
+    partitions: int = 0
+    records: int = 0
+    seconds: float = 0.0
+
+
 class MapFeed:
     def __init__(
         self,
@@ -45,13 +88,24 @@ class MapFeed:
         live_maps: LiveMaps,
         on_fatal: Callable[[BaseException], None] | None = None,
         dead_letter: SendDeadLetter | None = None,
+        *,
+        partitioned: bool = False,
     ) -> None:
         """``dead_letter`` is where invalid records go; by default a producer to the DLQ
-        topic, made when the feed starts."""
+        topic, made when the feed starts. ``partitioned``: follow only the partitions
+        asked for (:meth:`follow`), none until then."""
         self.settings = settings
         self.live_maps = live_maps
         self.on_fatal = on_fatal
         self.dead_letter = dead_letter
+        self.partitioned = partitioned
+        self.followed: set[int] = set()
+        """Partitioned: the partitions asked for and not given up (restored or not)."""
+        self.totals = RestoreTotals()
+        self._requests: list[tuple[int, Restore | None]] = []
+        self._requests_lock = threading.Lock()
+        self._following: set[int] = set()
+        self._restoring: dict[int, Restore] = {}
         self.ready = threading.Event()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="miqps-map-feed", daemon=True)
@@ -66,6 +120,25 @@ class MapFeed:
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self.ready.wait(timeout)
+
+    def follow(self, partitions: Iterable[int]) -> dict[int, Restore]:
+        """Partitioned: start following ``partitions`` from their beginning (from any
+        thread); each one's :class:`Restore` is done once it is read up to where it ended
+        when the feed took it."""
+        restores = {partition: Restore(partition) for partition in sorted(partitions)}
+        with self._requests_lock:
+            for partition, restore in restores.items():
+                self._requests.append((partition, restore))
+                self.followed.add(partition)
+        return restores
+
+    def unfollow(self, partitions: Iterable[int]) -> None:
+        """Partitioned: stop following ``partitions`` (from any thread) and remove the maps
+        of the domains they brought."""
+        with self._requests_lock:
+            for partition in sorted(partitions):
+                self._requests.append((partition, None))
+                self.followed.discard(partition)
 
     def _run(self) -> None:
         try:
@@ -89,6 +162,9 @@ class MapFeed:
             producer = Producer(producer_config(self.settings))
             self.dead_letter = self._producing_to_dlq(producer)
         try:
+            if self.partitioned:
+                self._follow_partitions(consumer, producer)
+                return
             started = time.monotonic()
             for message in read_to_end(consumer, topic, stopping=self._stopping):
                 self._apply_message(message, producer)
@@ -104,6 +180,92 @@ class MapFeed:
             consumer.close()
             if producer is not None:
                 producer.flush(5.0)
+
+    def _follow_partitions(self, consumer: Consumer, producer: Producer | None) -> None:
+        log.info("map feed: following only the maps partitions of the input partitions held")
+        self.ready.set()
+        while not self._stopping.is_set():
+            self._take_requests(consumer)
+            messages = consumer.consume(500, 0.2)
+            for message in messages:
+                if message.error() is None and message.partition() not in self._following:
+                    continue  # read before its partition was given up
+                self._apply_message(message, producer)
+                restore = self._restoring.get(message.partition() or 0)
+                if restore is not None:
+                    restore.records += 1
+                    if (message.offset() or 0) + 1 >= restore.end:
+                        self._restored(restore)
+            if self._restoring:
+                self._restore_reached(consumer)
+            if producer is not None:
+                producer.poll(0)
+
+    def _take_requests(self, consumer: Consumer) -> None:
+        with self._requests_lock:
+            requests, self._requests = self._requests, []
+        topic = self.settings.topics.maps
+        for index, (partition, restore) in enumerate(requests):
+            if restore is not None:
+                try:
+                    low, high = consumer.get_watermark_offsets(
+                        TopicPartition(topic, partition), timeout=WATERMARK_SECONDS
+                    )
+                except KafkaException as error:
+                    log.warning(
+                        "map feed: no end offset of %s[%d] (%s); trying again",
+                        topic,
+                        partition,
+                        error,
+                    )
+                    with self._requests_lock:
+                        self._requests[:0] = requests[index:]
+                    return
+            if partition in self._following:
+                consumer.incremental_unassign([TopicPartition(topic, partition)])
+                self._following.discard(partition)
+                self._restoring.pop(partition, None)
+            if restore is None:
+                removed = self.live_maps.forget_partition(partition)
+                log.info(
+                    "map feed: %s[%d] given up; %d domain maps removed", topic, partition, removed
+                )
+                continue
+            consumer.incremental_assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+            self._following.add(partition)
+            restore.end = high
+            if high > low:
+                self._restoring[partition] = restore
+            else:
+                self._restored(restore)
+
+    def _restore_reached(self, consumer: Consumer) -> None:
+        """Finish the restores whose position reached their end: offsets can have gaps
+        (compaction, transaction markers)."""
+        topic = self.settings.topics.maps
+        positions = consumer.position([TopicPartition(topic, p) for p in self._restoring])
+        for position in positions:
+            restore = self._restoring.get(position.partition)
+            if restore is not None and position.offset >= 0 and position.offset >= restore.end:
+                self._restored(restore)
+
+    def _restored(self, restore: Restore) -> None:
+        self._restoring.pop(restore.partition, None)
+        restore.seconds = time.monotonic() - restore.started
+        restore.domains = self.live_maps.filed_under(restore.partition)
+        totals = self.totals
+        totals.partitions += 1
+        totals.records += restore.records
+        totals.seconds += restore.seconds
+        log.info(
+            "map feed: %s[%d] restored: %d records, %d domain maps, in %.2fs",
+            self.settings.topics.maps,
+            restore.partition,
+            restore.records,
+            restore.domains,
+            restore.seconds,
+        )
+        restore.done.set()
 
     def _apply_message(self, message: Message, producer: Producer | None) -> None:
         if message.error() is not None:
@@ -137,7 +299,10 @@ class MapFeed:
         is a tombstone, or dead-letter it if it is invalid (the live map stays)."""
         if value is None:
             if key is not None:
-                self.live_maps.remove(key.decode("utf-8", "replace"))
+                domain = key.decode("utf-8", "replace")
+                self.live_maps.remove(domain)
+                if self.partitioned:
+                    self.live_maps.unfile(source.partition, domain)
             return
         try:
             if key is None:
@@ -152,7 +317,13 @@ class MapFeed:
                 error.at(f"{source.topic}[{source.partition}]@{source.offset}"), key, value, source
             )
             return
-        if self.live_maps.apply(domain_map, value) and self.ready.is_set():
+        if self.partitioned:
+            self.live_maps.file_under(source.partition, domain)
+        if (
+            self.live_maps.apply(domain_map, value)
+            and self.ready.is_set()
+            and source.partition not in self._restoring
+        ):
             log.info(
                 "map live: %s v%d (%d patterns)",
                 domain_map.domain,

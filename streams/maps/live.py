@@ -46,6 +46,9 @@ per process: two processes cannot open one store)."""
 # Notes of the store: a domain's LiveMap record, and each map filed by its updated_at.
 _RECORD = b"v:"
 _BY_AGE = b"u:"
+# A domain filed under the maps partition that brought it: b"p:" + partition (4 bytes,
+# big-endian) + domain.
+_BY_PARTITION = b"p:"
 
 
 class Decide(Protocol):
@@ -127,6 +130,7 @@ class LiveMaps:
         self.canonicalizer = canonicalizer or Canonicalizer(layers, use_prior=use_prior)
         self.reverify_after = reverify_after
         self._maps: dict[str, LiveMap] = {}
+        self._filed: dict[int, set[str]] = {}
         self._lock = threading.Lock()
         # The core's decision without the per-parameter layers: a partial, since every URL
         # of the stream passes through it. Pass the input's text as ``original`` where it is
@@ -169,6 +173,27 @@ class LiveMaps:
 
     def get(self, domain: str) -> LiveMap | None:
         return self._maps.get(domain)
+
+    def file_under(self, partition: int, domain: str) -> None:
+        """Note that ``domain``'s map came from ``partition`` of the maps topic, so that
+        :meth:`forget_partition` removes it."""
+        self._filed.setdefault(partition, set()).add(domain)
+
+    def unfile(self, partition: int, domain: str) -> None:
+        filed = self._filed.get(partition)
+        if filed is not None:
+            filed.discard(domain)
+
+    def filed_under(self, partition: int) -> int:
+        """How many domains are filed under ``partition``."""
+        return len(self._filed.get(partition, ()))
+
+    def forget_partition(self, partition: int) -> int:
+        """Remove the map of every domain filed under ``partition``; return how many."""
+        domains = self._filed.pop(partition, set())
+        for domain in domains:
+            self.remove(domain)
+        return len(domains)
 
     def map_for(self, domain: str) -> DomainMap | None:
         return self.canonicalizer.map_for(domain)
@@ -383,6 +408,23 @@ class StoredLiveMaps(LiveMaps):
             self._recent.pop(domain, None)
             self.canonicalizer.forget(domain)
 
+    def file_under(self, partition: int, domain: str) -> None:
+        self.store.put_note(_partition_note(partition, domain), b"")
+
+    def unfile(self, partition: int, domain: str) -> None:
+        self.store.delete_note(_partition_note(partition, domain))
+
+    def filed_under(self, partition: int) -> int:
+        return sum(1 for _ in self.store.note_keys(_partition_note(partition, "")))
+
+    def forget_partition(self, partition: int) -> int:
+        prefix = _partition_note(partition, "")
+        keys = list(self.store.note_keys(prefix))
+        for key in keys:
+            self.store.delete_note(key)
+            self.remove(key[len(prefix) :].decode())
+        return len(keys)
+
     def get(self, domain: str) -> LiveMap | None:
         with self._lock:
             recent = self._recent
@@ -419,6 +461,10 @@ class StoredLiveMaps(LiveMaps):
 
     def close(self) -> None:
         self.store.close()
+
+
+def _partition_note(partition: int, domain: str) -> bytes:
+    return _BY_PARTITION + struct.pack(">I", partition) + domain.encode()
 
 
 def worker_live_maps(settings: Settings, process: str) -> LiveMaps:

@@ -183,6 +183,17 @@ def test_notes_stay_apart_from_the_maps_in_byte_order(tmp_path: Path) -> None:
         assert list(store.domains()) == ["a.example"]
 
 
+def test_note_keys_lists_the_notes_of_a_prefix_only_in_byte_order(tmp_path: Path) -> None:
+    with MapStore(tmp_path / "store") as store:
+        store.put("p:a.example", b'{"domain": "p:a.example"}')
+        assert list(store.note_keys(b"p:")) == []
+        for key in (b"p:\x02b", b"p:\x01z", b"q:a", b"p:\x01a", b"o:z"):
+            store.put_note(key, b"")
+        assert list(store.note_keys(b"p:")) == [b"p:\x01a", b"p:\x01z", b"p:\x02b"]
+        assert list(store.note_keys(b"p:\x01")) == [b"p:\x01a", b"p:\x01z"]
+        assert list(store.note_keys(b"")) == [b"o:z", b"p:\x01a", b"p:\x01z", b"p:\x02b", b"q:a"]
+
+
 class _Watched:
     """A store that notes how many maps its reader holds each time it reads one."""
 

@@ -125,6 +125,29 @@ def test_valid_records_and_tombstones_still_apply() -> None:
     assert dead == []
 
 
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_a_partitioned_feed_files_each_domain_under_the_partition_that_brought_it(
+    partitioned: bool,
+) -> None:
+    live_maps = LiveMaps(reverify_after=3600)
+    dead: list[tuple[bytes | None, bytes]] = []
+    feed = MapFeed(
+        Settings(), live_maps, dead_letter=lambda k, v: dead.append((k, v)), partitioned=partitioned
+    )
+    feed.apply_record(KEY, product_map(1).dumps().encode(), Source("miqps.maps", 2, 1))
+    feed.apply_record(KEY, product_map(2).dumps().encode(), Source("miqps.maps", 2, 2))
+    other = product_map(1, "other.example")
+    feed.apply_record(b"other.example", other.dumps().encode(), Source("miqps.maps", 1, 1))
+    feed.apply_record(b"bad.example", b"null", Source("miqps.maps", 1, 2))
+    assert len(dead) == 1
+    filed = [live_maps.filed_under(p) for p in range(3)]
+    assert filed == ([0, 1, 1] if partitioned else [0, 0, 0])
+    feed.apply_record(b"other.example", None, Source("miqps.maps", 1, 3))
+    assert live_maps.filed_under(1) == 0 and len(live_maps) == 1
+    assert live_maps.forget_partition(2) == (1 if partitioned else 0)
+    assert len(live_maps) == (0 if partitioned else 1)
+
+
 @pytest.fixture
 def isolated(bootstrap: str, tmp_path: Path) -> Iterator[Settings]:
     settings = isolated_settings(

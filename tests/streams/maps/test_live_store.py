@@ -256,3 +256,40 @@ def test_each_worker_process_keeps_its_maps_in_a_folder_emptied_at_start(tmp_pat
     again.close()
     in_memory = worker_live_maps(settings.with_overrides(maps_cache_domains=0), "front")
     assert type(in_memory) is LiveMaps
+
+
+@pytest.mark.parametrize("kind", ["memory", "stored"])
+def test_forgetting_a_partition_removes_the_maps_of_the_domains_filed_under_it(
+    tmp_path: Path, kind: str
+) -> None:
+    _, maps = many_maps(random.Random(31), 12)
+    live: LiveMaps = (
+        LiveMaps(10.0) if kind == "memory" else StoredLiveMaps(10.0, MapStore(tmp_path / "s"), 2)
+    )
+    try:
+        for number, domain_map in enumerate(maps):
+            live.apply(domain_map)
+            live.file_under(number % 3, domain_map.domain)
+        live.file_under(0, maps[0].domain)  # filed twice: counted once
+        tombstoned = maps[3].domain  # filed under 0, then its tombstone came
+        live.remove(tombstoned)
+        live.unfile(0, tombstoned)
+        assert [live.filed_under(p) for p in (0, 1, 2, 3)] == [
+            len(maps[0::3]) - 1,
+            len(maps[1::3]),
+            len(maps[2::3]),
+            0,
+        ]
+        assert live.forget_partition(0) == len(maps[0::3]) - 1
+        assert live.forget_partition(0) == 0
+        kept = {m.domain for m in maps} - {m.domain for m in maps[0::3]}
+        assert len(live) == len(kept) == live.summary().domains
+        for domain_map in maps:
+            held = live.get(domain_map.domain)
+            assert (held is not None) == (domain_map.domain in kept)
+            assert (live.map_for(domain_map.domain) is not None) == (domain_map.domain in kept)
+        assert live.filed_under(0) == 0 and live.filed_under(1) == len(maps[1::3])
+        assert live.forget_partition(1) + live.forget_partition(2) == len(kept)
+        assert len(live) == 0 and live.summary().patterns == 0
+    finally:
+        live.close()
