@@ -36,6 +36,24 @@ pytestmark = pytest.mark.timeout(240)
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "STREAMS.md"
 
 
+def two_canonicalizers(settings: Settings, folder: Path) -> tuple[list[WorkerProcess], list[int]]:
+    """Two canonicalize workers of ``settings``, each with a state folder and a metrics
+    port of its own (its ``port``), started."""
+    workers: list[WorkerProcess] = []
+    ports: list[int] = []
+    for name in ("one", "two"):
+        port = free_port()
+        ports.append(port)
+        workers.append(
+            WorkerProcess(
+                settings.with_overrides(metrics_port=port, state_dir=folder / f"state-{name}"),
+                "canonicalize",
+                folder / f"worker-{name}.log",
+            ).start()
+        )
+    return workers, ports
+
+
 @pytest.fixture
 def isolated(bootstrap: str, tmp_path: Path) -> Iterator[Settings]:
     settings = isolated_settings(
@@ -115,6 +133,7 @@ def test_a_worker_whose_domain_keyed_topics_disagree_stops_before_consuming(
             topics.map_updates,
             topics.probe_requests,
             topics.samples,
+            topics.observations,
             *([topics.raw] if keyed_input else []),
         ]
     )
@@ -136,7 +155,14 @@ def test_the_topics_a_worker_creates_agree_with_the_existing_domain_keyed_ones(
     returned = ensure_topics(settings)
     counts = partition_counts(settings)
     assert returned == {name: counts[name] for name in topics.all().values()}
-    keyed = [topics.maps, topics.map_history, topics.map_updates, topics.samples, topics.raw]
+    keyed = [
+        topics.maps,
+        topics.map_history,
+        topics.map_updates,
+        topics.samples,
+        topics.observations,
+        topics.raw,
+    ]
     assert {name: counts[name] for name in keyed} == dict.fromkeys(keyed, 3)
     assert (counts[topics.canonical], counts[topics.dlq]) == (2, 2)  # MIQPS_PARTITIONS
     changelogs = {name: count for name, count in counts.items() if name.endswith("-changelog")}
@@ -231,18 +257,7 @@ def test_two_fronts_on_keyed_input_hold_only_their_partitions_domains(
     mis_keyed = set(no_key) | set(other_key) | set(misplaced)
     keyed = [(url, host) for url, host in zip(urls, hosts, strict=True) if url not in mis_keyed]
 
-    workers = []
-    ports = []
-    for name in ("one", "two"):
-        port = free_port()
-        ports.append(port)
-        workers.append(
-            WorkerProcess(
-                settings.with_overrides(metrics_port=port, state_dir=tmp_path / f"state-{name}"),
-                "canonicalize",
-                tmp_path / f"worker-{name}.log",
-            ).start()
-        )
+    workers, ports = two_canonicalizers(settings, tmp_path)
     try:
         assigned = wait_for_two_fronts(settings, workers)
         produce(

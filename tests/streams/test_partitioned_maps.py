@@ -30,8 +30,8 @@ from tests.streams.maps.test_live_store_worker import (
     publish,
     without_first_pattern,
 )
-from tests.streams.ops.test_metrics import free_port, scrape, value
-from tests.streams.test_copartitioning import wait_for_two_fronts, wait_until
+from tests.streams.ops.test_metrics import scrape, value
+from tests.streams.test_copartitioning import two_canonicalizers, wait_for_two_fronts, wait_until
 
 # 15-25 s here per guarantee, beside a CI run: two workers' start, a rebalance, the CLI
 # twice.
@@ -79,18 +79,7 @@ def test_each_front_holds_and_restores_only_its_partitions_maps(
     assert set(maps) <= set(host_of.values())
     phase_one, phase_two = urls[: len(urls) // 2], urls[len(urls) // 2 :]
 
-    workers: list[WorkerProcess] = []
-    ports: list[int] = []
-    for name in ("one", "two"):
-        port = free_port()
-        ports.append(port)
-        workers.append(
-            WorkerProcess(
-                settings.with_overrides(metrics_port=port, state_dir=tmp_path / f"state-{name}"),
-                "canonicalize",
-                tmp_path / f"worker-{name}.log",
-            ).start()
-        )
+    workers, ports = two_canonicalizers(settings, tmp_path)
     outputs = TopicReader(settings, topics.canonical)
     seen: dict[str, list[dict[str, Any]]] = {}
     read = 0
