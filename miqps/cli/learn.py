@@ -176,7 +176,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=fetch_defaults.max_bytes,
         help="largest body read, in bytes",
     )
-    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=defaults.seed,
+        help="seed of the order samples are tried in: the same seed, the same run",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_skip_invalid(parser, "of the previous --out (a copy of that file is kept as OUT.prev)")
 

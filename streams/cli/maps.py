@@ -69,7 +69,9 @@ def maps_parser() -> argparse.ArgumentParser:
     parser.add_argument("domain", nargs="?", help="only this domain")
     add_common_options(parser)
     parser.add_argument("--topic", help="the maps topic (default: MIQPS_TOPIC_MAPS or miqps.maps)")
-    parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait for Kafka (default 30)"
+    )
     return parser
 
 
@@ -130,7 +132,13 @@ def operator_parser() -> argparse.ArgumentParser:
     )
     back = commands.add_parser("rollback", help="publish an old version's content as a new version")
     back.add_argument("domain")
-    back.add_argument("--to", type=int, required=True, metavar="VERSION")
+    back.add_argument(
+        "--to",
+        type=int,
+        required=True,
+        metavar="VERSION",
+        help="the version to bring back (see 'miqps maps history DOMAIN')",
+    )
     back.add_argument(
         "--freeze", action="store_true", help="also freeze the domain: learning leaves it as it is"
     )

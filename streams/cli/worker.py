@@ -65,7 +65,12 @@ def worker_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--create-topics-only", action="store_true", help="create the missing topics and exit"
     )
-    parser.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--loglevel",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="the least severe log lines written (default info)",
+    )
     return parser
 
 

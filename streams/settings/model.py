@@ -266,7 +266,8 @@ class Settings:
             ),
             threshold=Env(
                 "MIQPS_LEARN_THRESHOLD",
-                "T: share of conclusive samples that must change to keep",
+                "T: a change on a smaller share of conclusive samples is confirmed by a second "
+                "look",
                 minimum=0,
                 maximum=1,
             ),
