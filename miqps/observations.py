@@ -32,7 +32,14 @@ from typing import Any
 
 import orjson
 
-from miqps.content import Snapshot, page_document, page_from_document, snapshot_of
+from miqps.content import (
+    Snapshot,
+    packed_blocks,
+    page_document,
+    page_from_document,
+    snapshot_of,
+    unpacked_blocks,
+)
 from miqps.prober import TakeOutcome
 from miqps.urls import InvalidURL, NormalizedURL, parse
 
@@ -176,12 +183,12 @@ class ObservedPages:
         snapshot = observation.snapshot
         if snapshot is None:
             return False
-        blocks = array("Q")
-        for key, digest in snapshot.blocks.items():
-            blocks.append(key)
-            blocks.append(digest)
         pages[observation.url] = _Kept(
-            snapshot.status, snapshot.final_url, snapshot.canonical_hint, snapshot.redirects, blocks
+            snapshot.status,
+            snapshot.final_url,
+            snapshot.canonical_hint,
+            snapshot.redirects,
+            packed_blocks(snapshot.blocks),
         )
         if len(pages) > self.max_pages:
             pages.popitem(last=False)
@@ -195,13 +202,8 @@ class ObservedPages:
         if kept is None:
             return None
         self._pages.move_to_end(url)
-        blocks = kept.blocks
         snapshot = Snapshot(
-            kept.status,
-            kept.final_url,
-            dict(zip(blocks[::2], blocks[1::2], strict=True)),
-            kept.hint,
-            kept.redirects,
+            kept.status, kept.final_url, unpacked_blocks(kept.blocks), kept.hint, kept.redirects
         )
         return TakeOutcome(snapshot, fetches=kept.redirects + 1)
 

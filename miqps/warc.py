@@ -41,7 +41,7 @@ from warcio.archiveiterator import ArchiveIterator  # type: ignore[import-untype
 from warcio.bufferedreaders import ChunkedDataReader  # type: ignore[import-untyped]
 from warcio.exceptions import ArchiveLoadFailed  # type: ignore[import-untyped]
 
-from miqps.content import Snapshot, snapshot_of
+from miqps.content import Snapshot, packed_blocks, snapshot_of, unpacked_blocks
 from miqps.fetch import REDIRECT_STATUSES, BoundedDecoder, FetchFailed
 from miqps.prober import TakeOutcome
 from miqps.urls import InvalidURL, parse
@@ -73,11 +73,10 @@ class _Held:
     redirect_to: str | None = None
 
     def snapshot(self, final_url: str, redirects: int) -> Snapshot:
-        blocks = self.blocks
         return Snapshot(
             self.status,
             final_url,
-            dict(zip(blocks[::2], blocks[1::2], strict=True)),
+            unpacked_blocks(self.blocks),
             self.hint,
             redirects,
         )
@@ -314,11 +313,9 @@ def _take_record(
     if snapshot.unjudgeable is not None:
         archive.unjudgeable += 1
         return
-    blocks = array("Q")
-    for key, value in snapshot.blocks.items():
-        blocks.append(key)
-        blocks.append(value)
-    held = _Held(snapshot.status, url, snapshot.canonical_hint, blocks, date)
+    held = _Held(
+        snapshot.status, url, snapshot.canonical_hint, packed_blocks(snapshot.blocks), date
+    )
     archive._keep(url, held, page=html)
 
 
