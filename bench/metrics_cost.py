@@ -255,8 +255,9 @@ def price_front_overhead(settings: Settings, urls_per_second: float) -> None:
     registry.register(collector)
     ProcessCollector(namespace="miqps_front", registry=registry)
     document = statistics_documents(settings)[-1]
-    collector.on_statistics(document)
-    parse = microseconds(lambda: collector.on_statistics(document), 200)
+    lag = collector.lags[0]
+    lag.on_statistics(document)
+    parse = microseconds(lambda: lag.on_statistics(document), 200)
     snapshot = microseconds(lambda: pickle.dumps(list(registry.collect())), 200)
     observe = microseconds(lambda: collector.batch_seconds.observe(0.02), 100_000)
     batches = urls_per_second / settings.batch_size

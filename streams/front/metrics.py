@@ -23,6 +23,8 @@ from prometheus_client.registry import Collector
 
 from streams.front.keycheck import KEY, PARTITION
 from streams.front.loop import CanonicalizerFront
+from streams.front.repartition import DomainRepartitioner
+from streams.front.stage import Stage
 from streams.maps.feed import RestoreTotals
 from streams.maps.live import FRONT_PROCESS, LiveMaps
 
@@ -31,7 +33,6 @@ log = logging.getLogger(__name__)
 SNAPSHOT_SECONDS = 1.0
 STATISTICS_INTERVAL_MS = 1000
 BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-CANONICALIZER = "canonicalizer"
 
 
 def lag_by_partition(
@@ -58,27 +59,38 @@ def lag_by_partition(
     return lag
 
 
-class FrontCollector(Collector):
-    def __init__(self, front: CanonicalizerFront) -> None:
-        self.front = front
+class ConsumerLag:
+    """The lag of one stage's consumer, from its statistics callback."""
+
+    def __init__(self, stage: Stage) -> None:
+        self.name = stage.name
         self.lag: dict[tuple[str, int], int] = {}
+        stage.consumer_options = {
+            "statistics.interval.ms": STATISTICS_INTERVAL_MS,
+            "stats_cb": self.on_statistics,
+        }
+
+    def on_statistics(self, document: str) -> None:
+        try:
+            self.lag = lag_by_partition(orjson.loads(document), self.lag)
+        except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError) as error:
+            log.warning("%s: unreadable consumer statistics: %s", self.name, error)
+
+
+class FrontCollector(Collector):
+    """The front's figures, and the repartition hop's when it runs."""
+
+    def __init__(self, front: CanonicalizerFront, hop: DomainRepartitioner | None = None) -> None:
+        self.front = front
+        self.hop = hop
+        self.lags = [ConsumerLag(front)] + ([ConsumerLag(hop)] if hop is not None else [])
         self.batch_seconds = Histogram(
             "miqps_front_batch_seconds",
             "Seconds from a batch consumed to its outputs delivered and offsets stored",
             buckets=BATCH_BUCKETS,
             registry=None,
         )
-        front.consumer_options = {
-            "statistics.interval.ms": STATISTICS_INTERVAL_MS,
-            "stats_cb": self.on_statistics,
-        }
         front.observe_batch = self.batch_seconds.observe
-
-    def on_statistics(self, document: str) -> None:
-        try:
-            self.lag = lag_by_partition(orjson.loads(document), self.lag)
-        except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError) as error:
-            log.warning("canonicalizer: unreadable consumer statistics: %s", error)
 
     def collect(self) -> Iterator[Metric]:
         counters = self.front.counters
@@ -145,8 +157,22 @@ class FrontCollector(Collector):
         feed = self.front.feed
         if self.front.owned_maps is not None:
             yield from restore_families(len(feed.followed), len(self.front.restoring), feed.totals)
+        if self.hop is not None:
+            hop = self.hop.counters
+            yield labelled_counter(
+                "miqps_repartitioned",
+                "Inputs the repartition hop (MIQPS_REPARTITION_INPUT) wrote to the topic keyed "
+                "by domain, by outcome: rekeyed (under their URL's domain) or unreadable (no "
+                "readable URL: under their own key, for the front to dead-letter)",
+                "outcome",
+                {"rekeyed": hop.rekeyed, "unreadable": hop.unreadable},
+            )
         yield consumer_lag(
-            {(CANONICALIZER, topic, partition): lag for (topic, partition), lag in self.lag.items()}
+            {
+                (lag.name, topic, partition): value
+                for lag in self.lags
+                for (topic, partition), value in lag.lag.items()
+            }
         )
         yield from self.batch_seconds.collect()
 
@@ -256,10 +282,13 @@ class SnapshotSender:
                 return
 
 
-def front_exporter(front: CanonicalizerFront, connection: Connection) -> SnapshotSender:
-    """Instruments ``front`` and returns the (unstarted) sender of its metrics."""
+def front_exporter(
+    front: CanonicalizerFront, connection: Connection, hop: DomainRepartitioner | None = None
+) -> SnapshotSender:
+    """Instruments ``front`` (and the repartition ``hop``, if any) and returns the
+    (unstarted) sender of their metrics."""
     registry = CollectorRegistry()
-    registry.register(FrontCollector(front))
+    registry.register(FrontCollector(front, hop))
     registry.register(MapsHeldCollector(front.live_maps, FRONT_PROCESS))
     ProcessCollector(namespace="miqps_front", registry=registry)
     return SnapshotSender(registry, connection)

@@ -16,6 +16,10 @@ it asks the child to dump every thread's stack (``faulthandler``, which needs no
 kills it and starts a new one. Every front of one worker, across its restarts too, uses
 the same transactional id, so under exactly once the new front fences the old one and
 aborts its open transaction at once.
+
+With ``MIQPS_REPARTITION_INPUT``, the repartition hop (:mod:`streams.front.repartition`)
+runs in a second thread of the same child, with a transactional id of its own: it shares
+the child's heartbeat, its stuck check and its replacement.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from types import FrameType
 
 from streams.front.loop import CanonicalizerFront
 from streams.front.metrics import front_exporter
+from streams.front.repartition import DomainRepartitioner
+from streams.front.stage import Stage
 from streams.kafka.lograte import rate_limit_handlers
 from streams.kafka.transactions import worker_transactional_id
 from streams.maps.feed import MapFeed
@@ -79,12 +85,22 @@ def run_front(
         stopping.set()
 
     live_maps = worker_live_maps(settings, FRONT_PROCESS)
-    feed = MapFeed(settings, live_maps, on_fatal, partitioned=settings.input_keyed_by_domain)
+    feed = MapFeed(settings, live_maps, on_fatal, partitioned=settings.domain_keyed_input)
     front = CanonicalizerFront(
         settings, live_maps, feed, on_fatal, worker_transactional_id(settings, "canonicalizer")
     )
-    deadline = StopDeadline(stop_timeout, "canonicalizer", front.describe_uncommitted)
-    exporter = front_exporter(front, metrics) if metrics is not None else None
+    hop = (
+        DomainRepartitioner(settings, on_fatal, worker_transactional_id(settings, "repartition"))
+        if settings.repartition_input
+        else None
+    )
+    stages: list[Stage] = [front] if hop is None else [hop, front]
+
+    def describe_uncommitted() -> str:
+        return " ".join(f"{stage.name}: {stage.describe_uncommitted()}" for stage in stages)
+
+    deadline = StopDeadline(stop_timeout, "canonicalizer", describe_uncommitted)
+    exporter = front_exporter(front, metrics, hop) if metrics is not None else None
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         deadline.arm()
@@ -93,7 +109,8 @@ def run_front(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     feed.start()
-    front.start()
+    for stage in stages:
+        stage.start()
     if exporter is not None:
         exporter.start()
     while not stopping.wait(HEARTBEAT_SECONDS):
@@ -102,15 +119,21 @@ def run_front(
         if os.getppid() != parent_pid:
             log.error("canonicalizer: the worker process is gone; exiting")
             os._exit(3)
-        front.report_stall()
-        if front.stuck():
-            log.error(
-                "canonicalizer: stuck in a Kafka client call for %gs; exiting, so that the "
-                "worker starts a new front from the last commit",
-                front.stuck_seconds,
-            )
-            os._exit(STUCK_EXIT_CODE)
-    front.stop(stop_timeout)
+        for stage in stages:
+            stage.report_stall()
+            if stage.stuck():
+                log.error(
+                    "%s: stuck in a Kafka client call for %gs; exiting, so that the worker "
+                    "starts a new front from the last commit",
+                    stage.name,
+                    stage.stuck_seconds,
+                )
+                os._exit(STUCK_EXIT_CODE)
+    stop_by = time.monotonic() + stop_timeout
+    for stage in stages:
+        stage.request_stop()
+    for stage in stages:
+        stage.stop(max(0.0, stop_by - time.monotonic()))
     feed.stop()
     if exporter is not None:
         exporter.stop()

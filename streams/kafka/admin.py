@@ -83,6 +83,7 @@ def topic_specs(settings: Settings, keyed: int | None = None) -> list[TopicSpec]
     large = {"max.message.bytes": str(settings.topic_max_message_bytes)}
     return [
         TopicSpec(topics.raw, k if settings.input_keyed_by_domain else n, large),
+        *([TopicSpec(topics.by_domain, k, large)] if settings.repartition_input else []),
         TopicSpec(topics.canonical, n, {}),
         TopicSpec(topics.dlq, n, large),
         TopicSpec(topics.samples, k, {}),

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -56,9 +56,19 @@ class StoppedBeforeDelivery(Exception):
     """Asked to stop while records of the current batch were still undelivered."""
 
 
+Headers = list[tuple[str, str | bytes | None]]
+
+
 class Producing(Protocol):
     def produce(
-        self, topic: str, value: bytes | None = ..., key: bytes | None = ..., partition: int = ...
+        self,
+        topic: str,
+        value: bytes | None = ...,
+        key: bytes | None = ...,
+        partition: int = ...,
+        *,
+        timestamp: int = ...,
+        headers: Headers | None = ...,
     ) -> None: ...
 
     def poll(self, timeout: float = ...) -> int: ...
@@ -80,18 +90,26 @@ def produce(
     partition: int = -1,
     *,
     blocked_for: float = PRODUCE_BLOCKED_SECONDS,
+    headers: Headers | None = None,
+    timestamp_ms: int | None = None,
 ) -> None:
-    """Queue one record; while the local queue is full, serve delivery reports and retry,
-    for at most ``blocked_for`` seconds, then raise :class:`ProduceBlocked`."""
+    """Queue one record (with ``headers`` and the time ``timestamp_ms``, if given); while
+    the local queue is full, serve delivery reports and retry, for at most ``blocked_for``
+    seconds, then raise :class:`ProduceBlocked`."""
+    extra: dict[str, Any] = {}
+    if headers:
+        extra["headers"] = headers
+    if timestamp_ms is not None:
+        extra["timestamp"] = timestamp_ms
     try:
-        producer.produce(topic, value, key, partition)
+        producer.produce(topic, value, key, partition, **extra)
         return
     except BufferError:
         deadline = time.monotonic() + blocked_for
     while True:
         producer.poll(BLOCKED_POLL_SECONDS)
         try:
-            producer.produce(topic, value, key, partition)
+            producer.produce(topic, value, key, partition, **extra)
             return
         except BufferError:
             if time.monotonic() >= deadline:

@@ -8,8 +8,10 @@ The domain-keyed topics are ``miqps.maps``, ``miqps.map-history`` and ``miqps.ma
 (key: the domain), ``miqps.probe-requests`` (key: the domain) and ``miqps.pattern-samples``
 (no key: the front writes each sample to its domain's partition itself). With
 ``MIQPS_INPUT_KEYED_BY_DOMAIN``, the producers of ``urls.raw`` key every URL by its domain,
-so ``urls.raw`` joins them. The tables' changelogs follow the topic their table reads (the
-worker creates them so, and Faust refuses to start when they do not).
+so ``urls.raw`` joins them; with ``MIQPS_REPARTITION_INPUT``, the topic the repartition hop
+writes (``miqps.urls-by-domain``, key: the domain) does. The tables' changelogs follow the
+topic their table reads (the worker creates them so, and Faust refuses to start when they
+do not).
 
 A worker checks the contract once its topics exist, before it consumes anything
 (:func:`check`); creating missing topics, it gives a domain-keyed one the count the existing
@@ -30,8 +32,8 @@ class PartitioningMismatch(RuntimeError):
 
 
 def domain_keyed_topics(settings: Settings) -> list[str]:
-    """The topics that must agree, the maps topic first; ``urls.raw`` last, with
-    ``MIQPS_INPUT_KEYED_BY_DOMAIN``."""
+    """The topics that must agree, the maps topic first; the front's input last, when it
+    is keyed by domain."""
     topics = settings.topics
     names = [
         topics.maps,
@@ -41,8 +43,8 @@ def domain_keyed_topics(settings: Settings) -> list[str]:
         topics.samples,
         topics.observations,
     ]
-    if settings.input_keyed_by_domain:
-        names.append(topics.raw)
+    if settings.domain_keyed_input:
+        names.append(settings.front_input_topic)
     return names
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Final, Literal, get_args
 
@@ -426,6 +427,37 @@ class Source:
     partition: int
     offset: int
     timestamp_ms: int | None = None
+
+    HEADER: ClassVar[str] = "miqps-source"
+    """The header in which the repartition hop says where a record of its topic was read
+    (:mod:`streams.front.repartition`), so that a dead letter names the original input."""
+
+    def to_header(self) -> bytes:
+        return orjson.dumps([self.topic, self.partition, self.offset, self.timestamp_ms])
+
+    @classmethod
+    def from_headers(
+        cls,
+        headers: Sequence[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None] | None,
+    ) -> Source | None:
+        """The source a :attr:`HEADER` among ``headers`` names, if any is readable."""
+        pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+        for name, value in pairs:
+            if name != cls.HEADER or value is None:
+                continue
+            try:
+                topic, partition, offset, timestamp_ms = orjson.loads(value)
+            except (orjson.JSONDecodeError, TypeError, ValueError):
+                return None
+            if (
+                isinstance(topic, str)
+                and isinstance(partition, int)
+                and isinstance(offset, int)
+                and (timestamp_ms is None or isinstance(timestamp_ms, int))
+            ):
+                return cls(topic, partition, offset, timestamp_ms)
+            return None
+        return None
 
 
 Stage = Literal["canonicalize", "pattern-stats", "probe"]

@@ -65,6 +65,11 @@ class Topics:
         "pages a crawler fetched, keyed by domain: evidence that spares probe fetches",
         "miqps.observations",
     )
+    by_domain: str = setting(
+        "MIQPS_TOPIC_BY_DOMAIN",
+        "with `MIQPS_REPARTITION_INPUT`, the input URLs keyed by domain (internal)",
+        "miqps.urls-by-domain",
+    )
 
     PREFIX: ClassVar[Env] = Env(
         "MIQPS_TOPIC_PREFIX", "prefix of every default topic name (e.g. `staging.`)"
@@ -205,6 +210,14 @@ class Settings:
         "the producers of the input topic key every URL by its domain, with Java's "
         "partitioner (murmur2): each front then meets only its partitions' domains; the "
         "input topic must have the domain-keyed topics' partition count",
+        False,
+    )
+    repartition_input: bool = setting(
+        "MIQPS_REPARTITION_INPUT",
+        "the input topic's keys are anything: each worker re-keys every URL by its domain "
+        "into `MIQPS_TOPIC_BY_DOMAIN` (a repartition hop) and canonicalizes from there, so "
+        "each front meets only its partitions' domains; not with "
+        "`MIQPS_INPUT_KEYED_BY_DOMAIN`",
         False,
     )
     policy: LearningPolicy = field(default_factory=LearningPolicy)
@@ -450,6 +463,23 @@ class Settings:
         "probe_rate_per_host": ("fetch", "per_host_rate"),
         "probe_concurrency_per_host": ("fetch", "per_host_concurrency"),
     }
+
+    def __post_init__(self) -> None:
+        if self.input_keyed_by_domain and self.repartition_input:
+            raise ValueError(
+                "MIQPS_INPUT_KEYED_BY_DOMAIN and MIQPS_REPARTITION_INPUT exclude each other: "
+                "input keyed by domain needs no repartition hop"
+            )
+
+    @property
+    def domain_keyed_input(self) -> bool:
+        """The front's input is keyed by domain: by its producers, or by the hop."""
+        return self.input_keyed_by_domain or self.repartition_input
+
+    @property
+    def front_input_topic(self) -> str:
+        """The topic the canonicalizer front reads."""
+        return self.topics.by_domain if self.repartition_input else self.topics.raw
 
     @property
     def exactly_once(self) -> bool:

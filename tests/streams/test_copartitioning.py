@@ -146,25 +146,29 @@ def test_a_worker_whose_domain_keyed_topics_disagree_stops_before_consuming(
     assert committed_groups(settings) == []
 
 
+@pytest.mark.parametrize("keys", ["keyed", "hop"])
 def test_the_topics_a_worker_creates_agree_with_the_existing_domain_keyed_ones(
-    isolated: Settings,
+    isolated: Settings, keys: str
 ) -> None:
-    settings = isolated.with_overrides(input_keyed_by_domain=True)
+    hop = keys == "hop"
+    settings = isolated.with_overrides(input_keyed_by_domain=not hop, repartition_input=hop)
     topics = settings.topics
     create(settings, {topics.probe_requests: 3})
     returned = ensure_topics(settings)
     counts = partition_counts(settings)
-    assert returned == {name: counts[name] for name in topics.all().values()}
+    assert returned == {name: counts[name] for name in topics.all().values() if name in counts}
+    assert (topics.by_domain in counts) == hop, "the hop's topic exists only for the hop"
     keyed = [
         topics.maps,
         topics.map_history,
         topics.map_updates,
         topics.samples,
         topics.observations,
-        topics.raw,
+        topics.by_domain if hop else topics.raw,
     ]
     assert {name: counts[name] for name in keyed} == dict.fromkeys(keyed, 3)
     assert (counts[topics.canonical], counts[topics.dlq]) == (2, 2)  # MIQPS_PARTITIONS
+    assert counts[topics.raw] == (2 if hop else 3), "the hop reads input of any partitioning"
     changelogs = {name: count for name, count in counts.items() if name.endswith("-changelog")}
     assert sorted(changelogs.values()) == [3, 3]
 
@@ -344,7 +348,7 @@ def wait_for_two_fronts(settings: Settings, workers: list[WorkerProcess]) -> dic
             member.member_id: {
                 tp.partition
                 for tp in member.assignment.topic_partitions
-                if tp.topic == settings.topics.raw
+                if tp.topic == settings.front_input_topic
             }
             for member in description.members
         }

@@ -4,10 +4,14 @@ two fronts sharing 4 partitions keep only the maps of their partitions' domains 
 canonicalize as ``miqps canonicalize --maps`` does with every map; when one stops, the
 other restores the maps of the partitions it takes before it reads their input, and
 canonicalizes the moved domains with their maps, losing no input; a map published after
-the restore reaches it. At least once and exactly once."""
+the restore reaches it. At least once and exactly once; with input keyed by its
+producers, and with input of any key re-keyed by the repartition hop
+(``MIQPS_REPARTITION_INPUT``), where bad input is dead-lettered naming the original
+input."""
 
 from __future__ import annotations
 
+import base64
 import random
 import re
 import time
@@ -57,15 +61,19 @@ def front_figures(port: int) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+@pytest.mark.parametrize("keys", ["keyed", "hop"])
 def test_each_front_holds_and_restores_only_its_partitions_maps(
-    bootstrap: str, tmp_path: Path, guarantee: str
+    bootstrap: str, tmp_path: Path, guarantee: str, keys: str
 ) -> None:
+    hop = keys == "hop"
     settings = isolated_settings(
         Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap}),
         "partmaps",
         tmp_path / "state",
         partitions=PARTITIONS,
-    ).with_overrides(input_keyed_by_domain=True, processing_guarantee=guarantee)
+    ).with_overrides(
+        input_keyed_by_domain=not hop, repartition_input=hop, processing_guarantee=guarantee
+    )
     exactly_once = settings.exactly_once
     topics = settings.topics
     ensure_topics(settings)
@@ -99,11 +107,12 @@ def test_each_front_holds_and_restores_only_its_partitions_maps(
             read = len(outputs.records)
 
     def produce_keyed(texts: list[str]) -> None:
+        """Keyed by domain, or, for the hop, by anything but the domain."""
         produce(
             settings,
             topics.raw,
             (url.encode() for url in texts),
-            (host_of[url].encode() for url in texts),
+            (str(random.random()).encode() if hop else host_of[url].encode() for url in texts),
         )
 
     def same_as_the_cli(phase: list[str]) -> Counter[str]:
@@ -133,6 +142,8 @@ def test_each_front_holds_and_restores_only_its_partitions_maps(
         produce_keyed(phase_one)
         statuses = same_as_the_cli(phase_one)
         assert statuses["learned"] > 0 and statuses["provisional"] > 0
+        if hop:
+            dead_letters_name_the_original_input(settings)
 
         # Each front keeps the maps of its two partitions' domains, and none of the others.
         expected = sorted(
@@ -196,6 +207,25 @@ def test_each_front_holds_and_restores_only_its_partitions_maps(
         for worker in workers:
             worker.stop()
         delete_topics(settings)
+
+
+def dead_letters_name_the_original_input(settings: Settings) -> None:
+    """Bad input crosses the hop under its own key, and its dead letter names where it
+    was read in the input topic, not in the hop's."""
+    bad = {b"bad-1": b"not a url at all", b"bad-2": b'{"url": 7}'}
+    produce(settings, settings.topics.raw, bad.values(), bad.keys())
+    letters = TopicReader(settings, settings.topics.dlq)
+    try:
+        deadline = time.monotonic() + 60
+        while len(letters.records) < len(bad):
+            assert time.monotonic() < deadline, letters.records
+            letters.poll(0.3)
+        documents = [orjson.loads(record or b"") for _, record, _ in letters.records]
+    finally:
+        letters.close()
+    assert sorted(base64.b64decode(d["key"]) for d in documents) == sorted(bad), documents
+    assert {d["topic"] for d in documents} == {settings.topics.raw}, documents
+    assert all(d["reason"] and d["stage"] == "canonicalize" for d in documents)
 
 
 def last_assignment(worker: WorkerProcess) -> set[int]:

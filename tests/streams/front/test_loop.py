@@ -173,7 +173,7 @@ def test_with_retry_a_bug_holds_the_batch_until_it_is_gone_and_nothing_valid_is_
     isolated: Settings,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.ERROR, "streams.front.loop")
+    caplog.set_level(logging.ERROR, "streams.front.stage")
     failures: list[BaseException] = []
     live_maps = LiveMaps(reverify_after=3600)
     bug = Bug(live_maps)

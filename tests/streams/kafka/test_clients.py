@@ -12,6 +12,7 @@ from streams.kafka import clients
 from streams.kafka.clients import (
     DeliveryFailed,
     DeliveryReports,
+    Headers,
     ProduceBlocked,
     StoppedBeforeDelivery,
     checkpoint,
@@ -33,7 +34,14 @@ class FakeProducer:
         self.flush_timeouts: list[float] = []
 
     def produce(
-        self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int = -1,
+        *,
+        timestamp: int = 0,
+        headers: Headers | None = None,
     ) -> None:
         if self.full_for > 0:
             self.full_for -= 1
