@@ -4,9 +4,16 @@ by default in Faust, so they are kept small)."""
 
 from __future__ import annotations
 
+import logging
+import shutil
+from pathlib import Path
 from typing import Any
 
+from rocksdict import Options, Rdict
+
 from streams.settings import Settings
+
+log = logging.getLogger(__name__)
 
 PATTERN_STATS_TABLE = "pattern-stats"
 PROBE_DEMAND_TABLE = "probe-demand"
@@ -30,3 +37,30 @@ def rocksdb_options(settings: Settings) -> dict[str, Any]:
         "max_write_buffer_number": 2,
         "max_open_files": 256,
     }
+
+
+def discard_corrupt_stores(folder: Path) -> list[Path]:
+    """Remove each table partition's RocksDB under ``folder`` that does not open (its files
+    corrupt or cut short, as a crash or a full disk can leave them), and return them.
+
+    Faust would crash the worker on it at every start; removed, it is created empty and
+    restored from the table's changelog from its beginning, as Kafka Streams does with a
+    corrupt state store. A store locked by a running process is left alone."""
+    discarded: list[tuple[Path, str]] = []
+    for path in sorted(folder.glob("*.db")):
+        if not path.is_dir():
+            continue
+        try:
+            Rdict(str(path), Options(raw_mode=True)).close()
+        except Exception as error:  # rocksdict raises Exception for every RocksDB error
+            if "lock" in str(error).lower():
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            discarded.append((path, str(error)))
+    if discarded:
+        # One line for all: repeated warnings differing only in digits are rate-limited.
+        log.warning(
+            "table stores that do not open were removed, to be restored from their changelogs: %s",
+            "; ".join(f"{path} ({error})" for path, error in discarded),
+        )
+    return [path for path, _ in discarded]

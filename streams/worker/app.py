@@ -10,6 +10,7 @@ from __future__ import annotations
 import faust
 
 from streams.agents import pattern_stats, probe
+from streams.kafka.tables import discard_corrupt_stores
 from streams.worker.runtime import CANONICALIZE, PROBE, Runtime
 
 
@@ -40,6 +41,7 @@ def create_app(runtime: Runtime) -> faust.App:
         broker_heartbeat_interval=2.0,
         autodiscover=False,
     )
+    discard_corrupt_stores(app.conf.tabledir)
     runtime.metrics.follow_app(app)
     if CANONICALIZE in runtime.roles:
         pattern_stats.register(app, runtime)
