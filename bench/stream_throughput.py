@@ -1,6 +1,7 @@
 """Stream benchmark: one canonicalizer worker against a plain consume->produce passthrough.
 
     .venv/bin/python -m bench.stream_throughput [--urls 400000] [--domains-for-memory 1000000]
+                                                [--inputs unkeyed,keyed,hop]
 
 Needs the local broker (scripts/kafka-local start). Three measurements, each on topics of
 its own:
@@ -9,7 +10,11 @@ its own:
    ``--urls`` URLs are produced to ``urls.raw``; a confluent-kafka consume->produce
    passthrough with the same batching and at-least-once rule (flush, then store offsets)
    copies them once, then one ``miqps worker --agents canonicalize`` canonicalizes them.
-   URLs/s are counted from the first output to the last (worker start-up excluded);
+   URLs/s are counted from the first output to the last (worker start-up excluded).
+   ``--inputs`` repeats this, on topics of its own each, for input of any key
+   (``unkeyed``, the default), input keyed by domain with ``MIQPS_INPUT_KEYED_BY_DOMAIN``
+   (``keyed``), and input of any key re-keyed by the repartition hop with
+   ``MIQPS_REPARTITION_INPUT`` (``hop``: every URL crosses Kafka twice);
 2. memory: ``--domains-for-memory`` URLs, each of a distinct domain (all unlearned, so all
    go through the pattern-stats table), through one worker; its resident memory once all
    outputs are out and the stats agent has caught up;
@@ -34,6 +39,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from miqps.maps import DomainMap
+from miqps.urls import parse
 from streams.kafka.admin import consumer_config, ensure_topics, producer_config
 from streams.settings import LearningPolicy, Settings
 from testkit.tools import WorkerProcess, delete_topics, produce
@@ -110,9 +116,15 @@ def passthrough(
 
 
 def wait_outputs(
-    settings: Settings, topic: str, expected: int, timeout: float, worker: WorkerProcess
+    settings: Settings,
+    topic: str,
+    expected: int,
+    timeout: float,
+    worker: WorkerProcess,
+    seen: list[tuple[float, int]] | None = None,
 ) -> tuple[float, int, float]:
-    """(first output time, outputs then, last output time) by polling high watermarks."""
+    """(first output time, outputs then, last output time) by polling high watermarks;
+    each poll's (wall-clock time, outputs) is added to ``seen``."""
     probe = Consumer(consumer_config(settings, f"bench-watch-{uuid.uuid4().hex}"))
     try:
         deadline = time.monotonic() + timeout
@@ -120,6 +132,8 @@ def wait_outputs(
         while True:
             count = high_watermarks(probe, topic)
             now = time.perf_counter()
+            if seen is not None:
+                seen.append((time.time(), count))
             if first is None and count > 0:
                 first = (now, count)
             if count >= expected:
@@ -182,9 +196,11 @@ def learned_inputs(
     settings: Settings,
     count: int,
     domains: int,
+    keyed: bool = False,
 ) -> tuple[list[str], list[DomainMap], str]:
-    """``count`` synthetic URLs in ``urls.raw`` and maps deciding all their patterns in
-    ``miqps.maps``; (the URLs, the maps, an empty topic for a passthrough copy)."""
+    """``count`` synthetic URLs in ``urls.raw`` (``keyed`` by their domain, with murmur2,
+    or with no key) and maps deciding all their patterns in ``miqps.maps``; (the URLs, the
+    maps, an empty topic for a passthrough copy)."""
     ensure_topics(settings)
     urls = list(synthetic_urls(count, domains))
     maps = learned_maps(urls)
@@ -194,7 +210,12 @@ def learned_inputs(
         (m.dumps().encode() for m in maps),
         (m.domain.encode() for m in maps),
     )
-    produce(settings, settings.topics.raw, (url.encode() for url in urls))
+    produce(
+        settings,
+        settings.topics.raw,
+        (url.encode() for url in urls),
+        (parse(url).host.encode() for url in urls) if keyed else None,
+    )
     admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
     copy_topic = settings.topics.raw + ".copy"
     from confluent_kafka.cimpl import NewTopic
@@ -203,11 +224,25 @@ def learned_inputs(
     return urls, maps, copy_topic
 
 
-def measure_throughput(base: Settings, args: argparse.Namespace, root: Path) -> None:
-    settings = isolated_settings(base, "bench-tp", root / "tp", partitions=args.partitions)
-    urls, maps, copy_topic = learned_inputs(settings, args.urls, args.domains)
+INPUTS = {
+    "unkeyed": ({}, "target >= 0.6"),
+    "keyed": ({"input_keyed_by_domain": True}, "target >= 0.5"),
+    "hop": ({"repartition_input": True}, "target >= 0.3"),
+}
+
+
+def measure_throughput(
+    base: Settings, args: argparse.Namespace, root: Path, inputs: str = "unkeyed"
+) -> None:
+    changes, target = INPUTS[inputs]
+    settings = isolated_settings(
+        base, f"bench-tp-{inputs}", root / f"tp-{inputs}", partitions=args.partitions, **changes
+    )
+    urls, maps, copy_topic = learned_inputs(
+        settings, args.urls, args.domains, keyed=settings.input_keyed_by_domain
+    )
     print(
-        f"throughput: {len(urls)} URLs over {len(maps)} learned domains "
+        f"throughput, {inputs} input: {len(urls)} URLs over {len(maps)} learned domains "
         f"({sum(len(m.patterns) for m in maps)} patterns), {args.partitions} partitions",
         flush=True,
     )
@@ -215,11 +250,12 @@ def measure_throughput(base: Settings, args: argparse.Namespace, root: Path) -> 
         settings, settings.topics.raw, copy_topic, len(urls), settings.batch_size
     )
     print(f"  confluent-kafka passthrough:  {rate_pass:10,.0f} msgs/s", flush=True)
-    worker = WorkerProcess(settings, "canonicalize", root / "tp-worker.log")
+    worker = WorkerProcess(settings, "canonicalize", root / f"tp-{inputs}-worker.log")
     worker.start()
+    seen: list[tuple[float, int]] = []
     try:
         first, at_first, last = wait_outputs(
-            settings, settings.topics.canonical, len(urls), args.timeout, worker
+            settings, settings.topics.canonical, len(urls), args.timeout, worker, seen
         )
         rss, _ = rss_kib(worker.pid)
     finally:
@@ -227,9 +263,36 @@ def measure_throughput(base: Settings, args: argparse.Namespace, root: Path) -> 
     rate = (len(urls) - at_first) / (last - first)
     print(
         f"  canonicalizer worker:         {rate:10,.0f} URLs/s "
-        f"(ratio {rate / rate_pass:.3f}; target >= 0.6); RSS {rss / 1024:.0f} MiB",
+        f"(ratio {rate / rate_pass:.3f}; {target}); RSS {rss / 1024:.0f} MiB",
         flush=True,
     )
+    if settings.domain_keyed_input:
+        steady = rate_once_restored(worker.log_text(), seen)
+        if steady is not None:
+            print(
+                f"  the same once every maps partition was restored: {steady:10,.0f} URLs/s "
+                f"(ratio {steady / rate_pass:.3f})",
+                flush=True,
+            )
+
+
+RESUMED_LINE = re.compile(r"^\[(?P<at>[\d-]+ [\d:,]+)\].*canonicalizer: partitions .* resumed")
+
+
+def rate_once_restored(log: str, seen: list[tuple[float, int]]) -> float | None:
+    """URLs/s from the front's last resumed partition (its maps restored) to the last
+    output, from the outputs ``seen`` over time; None if too few outputs came after."""
+    resumed = [
+        datetime.strptime(match["at"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        for line in log.splitlines()
+        if (match := RESUMED_LINE.match(line))
+    ]
+    if not resumed:
+        return None
+    after = [(at, count) for at, count in seen if at >= resumed[-1]]
+    if len(after) < 2 or after[-1][0] <= after[0][0]:
+        return None
+    return (after[-1][1] - after[0][1]) / (after[-1][0] - after[0][0])
 
 
 def measure_memory(base: Settings, args: argparse.Namespace, root: Path) -> None:
@@ -410,18 +473,29 @@ def main(argv: list[str] | None = None) -> int:
         default=10.0,
         help="probe requests per second per host for --live-map (politeness)",
     )
+    parser.add_argument(
+        "--inputs",
+        default="unkeyed",
+        help="comma-separated throughput runs among unkeyed, keyed and hop (default unkeyed)",
+    )
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument(
         "--keep-topics", action="store_true", help="leave the benchmark's topics on the broker"
     )
     args = parser.parse_args(argv)
+    unknown = set(args.inputs.split(",")) - set(INPUTS)
+    if unknown:
+        parser.error(
+            f"--inputs: unknown {', '.join(sorted(unknown))}; choose among {', '.join(INPUTS)}"
+        )
     base = Settings.from_env()
     root = Path(tempfile.mkdtemp(prefix="miqps-bench-"))
     print(f"state and worker logs in {root}", flush=True)
     try:
         if not args.skip_throughput:
-            measure_throughput(base, args, root)
+            for inputs in args.inputs.split(","):
+                measure_throughput(base, args, root, inputs.strip())
         if args.live_map:
             measure_live_map(base, args, root)
         if args.domains_for_memory:
