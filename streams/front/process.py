@@ -45,7 +45,7 @@ from streams.kafka.transactions import worker_transactional_id
 from streams.maps.feed import MapFeed
 from streams.maps.live import FRONT_PROCESS, worker_live_maps
 from streams.settings import Settings
-from streams.worker.lifecycle import StopDeadline
+from streams.worker.lifecycle import DISK_FULL_EXIT_CODE, StopDeadline, is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ def run_front(
         exporter.stop()
     live_maps.close()
     if failed:
-        os._exit(1)
+        os._exit(DISK_FULL_EXIT_CODE if any(is_disk_full(error) for error in failed) else 1)
 
 
 class FrontProcess:

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from streams.settings import variable_at
+from streams.worker.lifecycle import is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,12 @@ class BugPolicy:
                 await work()
                 return
             except Exception as error:
+                if is_disk_full(error):
+                    # Not a bug, and retrying cannot help: the worker stops and says why.
+                    log.error("%s: the disk is full; the message is not acknowledged", what)
+                    self.stop_worker(error)
+                    await asyncio.Event().wait()  # until the stopping worker cancels us
+                    return
                 self.bugs += 1
                 pause = backoff.after_bug()
                 if pause is None:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -77,6 +78,42 @@ def is_broker_outage(error: BaseException) -> bool:
             return True
         current = current.__cause__ or current.__context__
     return False
+
+
+DISK_FULL_EXIT_CODE = 74
+"""The exit code of a worker stopped by a full disk (``EX_IOERR`` of sysexits.h)."""
+NO_SPACE = "No space left on device"
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Does ``error`` (or an error it was raised from) say the disk is full? RocksDB says
+    so in its message only (``IO error: No space left on device``)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno == errno.ENOSPC:
+            return True
+        if NO_SPACE in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def disk_full_error(where: str) -> OSError:
+    """The error that stops a worker whose ``where`` found the disk full."""
+    return OSError(errno.ENOSPC, f"{NO_SPACE} ({where})")
+
+
+def report_disk_full(error: BaseException, state_dir: object) -> None:
+    """The one line that says why a worker stops on a full disk, and what to do."""
+    log.error(
+        "worker: the disk is full (%s); stopping. Nothing is lost: inputs whose offsets were "
+        "not committed are delivered again. Free space on the disk of MIQPS_STATE_DIR (%s), "
+        "or move it, then start the worker again",
+        error,
+        state_dir,
+    )
 
 
 def _is_retriable_aiokafka_error(error: BaseException) -> bool:

@@ -10,7 +10,15 @@ from typing import Any
 import faust
 
 from streams.kafka.lograte import rate_limit_handlers
-from streams.worker.lifecycle import EXIT_MARGIN, StopDeadline, is_broker_outage, start_again
+from streams.worker.lifecycle import (
+    DISK_FULL_EXIT_CODE,
+    EXIT_MARGIN,
+    StopDeadline,
+    is_broker_outage,
+    is_disk_full,
+    report_disk_full,
+    start_again,
+)
 from streams.worker.runtime import Runtime
 
 CRASH_EXIT_CODE = 1
@@ -52,7 +60,10 @@ class StreamWorker(faust.Worker):
             return False
         self.crash_reason = error
         self.deadline.exit_code = CRASH_EXIT_CODE
-        if is_broker_outage(error):
+        if is_disk_full(error):
+            report_disk_full(error, self.runtime.settings.state_dir)
+            self.deadline.exit_code = DISK_FULL_EXIT_CODE
+        elif is_broker_outage(error):
             self.deadline.restart_after = error
         self._begin_stop()
         return True
@@ -80,6 +91,8 @@ class StreamWorker(faust.Worker):
         except SystemExit as exit_:
             code = int(exit_.code or 0)
         reason = self.crash_reason
+        if reason is not None and is_disk_full(reason):
+            return DISK_FULL_EXIT_CODE
         if reason is not None and not self.stop_requested and is_broker_outage(reason):
             start_again(reason)
         return code

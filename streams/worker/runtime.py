@@ -19,7 +19,7 @@ from streams.maps.live import WORKER_PROCESS, worker_live_maps
 from streams.ops.metrics import WorkerMetrics
 from streams.settings import Settings
 from streams.worker.errorpolicy import BugPolicy, OnBug
-from streams.worker.lifecycle import DEFAULT_STOP_TIMEOUT
+from streams.worker.lifecycle import DEFAULT_STOP_TIMEOUT, DISK_FULL_EXIT_CODE, disk_full_error
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +110,9 @@ class ThreadsService(mode.Service):
                     "starting a new one, from the last commit"
                 )
                 await asyncio.to_thread(front.replace, REPLACED_STUCK)
+            elif code == DISK_FULL_EXIT_CODE:
+                self.runtime.fatal(disk_full_error("the canonicalizer front's stores"))
+                return
             elif code is not None:
                 self.runtime.fatal(RuntimeError(f"canonicalizer front exited with code {code}"))
                 return
