@@ -6,6 +6,8 @@ owns each domain's statistics. The samples of one (domain, shape) in a pack are 
 with one read and one write of its record; :class:`PatternStatsProcessor` decides what to
 write, what to request and when to look again, and this agent only reads, writes and sends.
 
+Whether a pattern needs learning is read from the live maps once the maps partition of
+its domain is restored in this process (:meth:`~streams.worker.ownedmaps.OwnedMaps.held`).
 The records live in a RocksDB table with a changelog topic, so a restarted or rebalanced
 worker gets them back from Kafka. Patterns seen once and never again still get probed, and
 a request that was never answered is sent again: a timer sends a ``due`` message for the
@@ -29,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import partial
 from typing import cast
 
@@ -40,7 +42,7 @@ from faust.types import EventT
 from miqps.urls import InvalidURL
 from streams.agents import source_of
 from streams.agents.deadlines import DeadlineTracker
-from streams.agents.pattern_stats_processor import PatternStatsProcessor
+from streams.agents.pattern_stats_processor import PatternStatsProcessor, Step
 from streams.agents.shape_stats import stats_key
 from streams.kafka.tables import PATTERN_STATS_TABLE, rocksdb_options
 from streams.kafka.topics import raw_topic
@@ -84,6 +86,20 @@ async def restore_deadlines(
             tracker.add(waiting.deadline, waiting.domain, waiting.shape)
             restored += 1
     return restored
+
+
+async def step_when_held(
+    maps_held: Callable[[str], Awaitable[None]],
+    processor: PatternStatsProcessor,
+    stored: Callable[[], bytes | None],
+    observations: Sequence[Observation],
+    now: float,
+) -> Step:
+    """The step of one (domain, shape), once ``maps_held`` says the live maps hold the
+    domain's map: what is learned already is read from them, and a map not restored yet
+    would ask for patterns learned long ago. ``stored`` reads its record then."""
+    await maps_held(observations[0].domain)
+    return processor.apply(stored(), observations, now)
 
 
 def register(app: faust.App, runtime: Runtime) -> None:
@@ -155,8 +171,10 @@ def register(app: faust.App, runtime: Runtime) -> None:
             await asyncio.sleep(0.002)
 
     async def update(key: bytes, observations: list[Observation], now: float) -> None:
-        step = processor.apply(table.get(key), observations, now)
         domain, shape = observations[0].domain, observations[0].shape
+        step = await step_when_held(
+            runtime.maps.held, processor, partial(table.get, key), observations, now
+        )
         if step.request is not None:
             await probe_topic.send(key=domain.encode(), value=step.request.to_bytes())
             patterns = step.request.patterns

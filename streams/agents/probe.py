@@ -2,7 +2,10 @@
 ``miqps.map-history``) + ``miqps.map-updates``, taking pages from the observations a crawler
 sent (:mod:`streams.agents.observe`) before it fetches them.
 
-Domains are learned concurrently, one run per domain at a time (:class:`DomainScheduler`).
+A run reads its domain's map only once the maps partition of the domain is restored in
+this process (:meth:`~streams.worker.ownedmaps.OwnedMaps.held`), so a domain learned before
+is never taken for one without a map. Domains are learned concurrently, one run per
+domain at a time (:class:`DomainScheduler`).
 Acknowledgements stay in offset order within each partition (:class:`OrderedAcks`). Maps
 and audit records are handed to the producer before the events that asked for them are
 acked, and Faust flushes the producer before it commits; exactly once, a map's records are
@@ -127,6 +130,7 @@ def register(app: faust.App, runtime: Runtime) -> None:
                 max_flip_share=settings.max_flip_share,
                 audit_share=settings.audit_share,
                 observations=pages,
+                maps_held=runtime.maps.held,
             )
             scheduler = DomainScheduler(probing, publish, acks, bugs.run)
             runtime.metrics.follow_probing(ProbeAgentState(scheduler, acks.__len__, fetcher.stats))

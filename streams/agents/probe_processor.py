@@ -85,8 +85,12 @@ class Probing:
         max_flip_share: float = DEFAULT_MAX_FLIP_SHARE,
         audit_share: float = DEFAULT_AUDIT_SHARE,
         observations: Observations | None = None,
+        maps_held: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
+        """``maps_held(domain)`` returns once the live maps hold ``domain``'s map if it has
+        one (its maps partition restored); awaited before a run reads the map."""
         self.live_maps = live_maps
+        self.maps_held = maps_held
         self.fetcher = fetcher
         self.observations = observations
         """Pages a crawler fetched (``miqps.observations``): learning takes a URL's first
@@ -109,6 +113,13 @@ class Probing:
                 return mine
             del self._published[domain]
         return self.live_maps.map_for(domain)
+
+    async def held_current(self, domain: str) -> DomainMap | None:
+        """:meth:`current`, once the live maps hold the domain's map (a missing map must
+        mean that the domain has none, not that its partition is not restored yet)."""
+        if self.maps_held is not None:
+            await self.maps_held(domain)
+        return self.current(domain)
 
     def _remember(self, published: DomainMap) -> None:
         """Keep ``published`` until the live maps have it, and forget the ones they have
@@ -159,7 +170,7 @@ class Probing:
     async def _audit(self, domain: str, urls: Iterable[str]) -> ProbeOutcome:
         """Audit the items of ``urls`` against the domain's newest map."""
         urls = list(urls)
-        current = self.current(domain)
+        current = await self.held_current(domain)
         if current is None:
             return ProbeOutcome(domain, None, [], 0, [], None, len(urls))
         noise = self._audit_noise.pop(domain, None) or VolatilityModel()
@@ -199,6 +210,7 @@ class Probing:
         requested = {
             pattern: Request(info.basis, info.urls_seen) for pattern, info in work.patterns.items()
         }
+        current = await self.held_current(work.domain)
         update = await update_map(
             Learner(
                 PageProber(self.fetcher, observations=self.observations),
@@ -206,7 +218,7 @@ class Probing:
                 self.live_maps.layers,
             ),
             work.domain,
-            self.current(work.domain),
+            current,
             _parse_all(work.urls, work.domain),
             requested,
             max_flip_share=self.max_flip_share,

@@ -156,7 +156,9 @@ class FrontCollector(Collector):
         )
         feed = self.front.feed
         if self.front.owned_maps is not None:
-            yield from restore_families(len(feed.followed), len(self.front.restoring), feed.totals)
+            yield from restore_families(
+                FRONT_PROCESS, len(feed.followed), len(self.front.restoring), feed.totals
+            )
         if self.hop is not None:
             hop = self.hop.counters
             yield labelled_counter(
@@ -199,35 +201,46 @@ class MapsHeldCollector(Collector):
         yield family
 
 
-def restore_families(owned: int, restoring: int, totals: RestoreTotals) -> Iterator[Metric]:
-    """The maps partitions a front with MIQPS_INPUT_KEYED_BY_DOMAIN follows, and what
-    restoring them read."""
-    yield GaugeMetricFamily(
-        "miqps_maps_partitions_owned",
-        "Maps partitions the front follows: those of its input partitions",
-        value=owned,
+def restore_families(
+    process: str, owned: int, restoring: int, totals: RestoreTotals
+) -> Iterator[Metric]:
+    """The maps partitions one process of a worker follows (``process``: the front with
+    MIQPS_INPUT_KEYED_BY_DOMAIN, or the worker's Faust process), and what restoring them
+    read."""
+    families: tuple[GaugeMetricFamily | CounterMetricFamily, ...] = (
+        GaugeMetricFamily(
+            "miqps_maps_partitions_owned",
+            "Maps partitions a process of the worker follows: the front, those of its input "
+            "partitions; the worker, those of its agents' partitions",
+            labels=["process"],
+        ),
+        GaugeMetricFamily(
+            "miqps_maps_partitions_restoring",
+            "Maps partitions being restored: the front's input partitions paused until "
+            "then; the worker's agents wait for them",
+            labels=["process"],
+        ),
+        CounterMetricFamily(
+            "miqps_maps_restores",
+            "Maps partitions a process of the worker restored (read from their beginning) "
+            "when it took them",
+            labels=["process"],
+        ),
+        CounterMetricFamily(
+            "miqps_maps_restore_records",
+            "Records of the maps topic a process of the worker read to restore partitions",
+            labels=["process"],
+        ),
+        CounterMetricFamily(
+            "miqps_maps_restore_seconds",
+            "Seconds a process of the worker's restores of maps partitions took, summed",
+            labels=["process"],
+        ),
     )
-    yield GaugeMetricFamily(
-        "miqps_maps_partitions_restoring",
-        "Input partitions of the front paused until their maps partition is restored",
-        value=restoring,
-    )
-    yield CounterMetricFamily(
-        "miqps_maps_restores",
-        "Maps partitions the front restored (read from their beginning) when it was assigned "
-        "their input partitions",
-        value=totals.partitions,
-    )
-    yield CounterMetricFamily(
-        "miqps_maps_restore_records",
-        "Records of the maps topic the front read to restore partitions",
-        value=totals.records,
-    )
-    yield CounterMetricFamily(
-        "miqps_maps_restore_seconds",
-        "Seconds the front's restores of maps partitions took, summed",
-        value=totals.seconds,
-    )
+    values = (owned, restoring, totals.partitions, totals.records, totals.seconds)
+    for family, figure in zip(families, values, strict=True):
+        family.add_metric([process], figure)
+        yield family
 
 
 def labelled_counter(

@@ -1,22 +1,24 @@
-"""Every worker follows the whole compacted ``miqps.maps`` topic into its :class:`LiveMaps`.
+"""A worker process follows the compacted ``miqps.maps`` topic into its :class:`LiveMaps`.
 
-Each worker reads every partition from the beginning with its own consumer (no group, no
-commits), so every worker sees every map; a restarted worker rebuilds its maps from the
-topic before it canonicalizes anything. ``ready`` is set once the topic has been read up to
-where it ended when the feed started.
+Each feed reads from the beginning with its own consumer (no group, no commits), so a
+restarted worker rebuilds its maps from the topic before it canonicalizes or decides
+anything. A feed that is not ``partitioned`` (the canonicalizer front's, unless the input
+is keyed by domain) reads every partition, so every front sees every map; ``ready`` is set
+once the topic has been read up to where it ended when the feed started.
 
 Every record is validated (``miqps.maps.parse_map``, and its key must be the map's domain).
 An invalid one is dead-lettered, in the DLQ format with its reason, and the last valid map
 of its domain stays live. Each feed that reads it dead-letters it, so a record can be there
-more than once (once per worker process and restart): its topic, partition and offset
-identify it.
+more than once (once per worker process and restart, and per restore of its partition):
+its topic, partition and offset identify it.
 
-A canonicalizer front with ``MIQPS_INPUT_KEYED_BY_DOMAIN`` makes a ``partitioned`` feed: it
-follows only the maps partitions the front asks for (:meth:`MapFeed.follow`), the numbers
-of its input partitions, since a domain is in the same partition of both. Each partition
-taken is read from its beginning up to where it ended then (a :class:`Restore`), and each
-domain is filed under the partition that brought it, so that :meth:`MapFeed.unfollow`
-removes the maps of a partition given up.
+A ``partitioned`` feed follows only the maps partitions it is asked for
+(:meth:`MapFeed.follow`): a canonicalizer front with ``MIQPS_INPUT_KEYED_BY_DOMAIN`` asks
+for the numbers of its input partitions, the worker's Faust process for those of its
+agents' partitions (:mod:`streams.worker.ownedmaps`), since a domain is in the same
+partition of each. Each partition taken is read from its beginning up to where it ended
+then (a :class:`Restore`), and each domain is filed under the partition that brought it, so
+that :meth:`MapFeed.unfollow` removes the maps of a partition given up.
 """
 
 from __future__ import annotations

@@ -471,8 +471,8 @@ def worker_live_maps(settings: Settings, process: str) -> LiveMaps:
     """The live maps of one process of a worker (``process``: ``front`` or ``worker``).
 
     With ``MIQPS_MAPS_CACHE_DOMAINS`` above 0, they are kept on disk in
-    ``MIQPS_STATE_DIR/live-maps/<process>``, emptied first: the map feed reads the whole
-    maps topic from its beginning anyway. With 0, every map is held in memory."""
+    ``MIQPS_STATE_DIR/live-maps/<process>``, emptied first: the map feed reads each
+    maps partition it follows from its beginning anyway. With 0, every map is held in memory."""
     cache = settings.maps_cache_domains
     reverify_after = settings.policy.reverify_after
     if cache == 0:

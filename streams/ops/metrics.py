@@ -38,7 +38,13 @@ from miqps.audit import Audit
 from miqps.fetch import FetchStats
 from miqps.native import CanonicalizerPath, canonicalizer_path
 from miqps.politeness import RobotsStatus
-from streams.front.metrics import MapsHeldCollector, consumer_lag, labelled_counter
+from streams.front.metrics import (
+    MapsHeldCollector,
+    consumer_lag,
+    labelled_counter,
+    restore_families,
+)
+from streams.maps.feed import RestoreTotals
 from streams.maps.live import LIVE_MAPS_FOLDER, WORKER_PROCESS, LiveMaps
 from streams.messages import UNDECIDED_CAUSES, MapUpdateRecord
 from streams.settings import Settings
@@ -508,6 +514,28 @@ class MergedCollector(Collector):
         yield from merged.values()
 
 
+class OwnedMapsState(Protocol):
+    @property
+    def restores(self) -> Sized: ...
+
+    def restoring(self) -> int: ...
+
+
+class OwnedMapsCollector(Collector):
+    """The maps partitions the worker's Faust process follows, for its agents'
+    partitions (:class:`~streams.worker.ownedmaps.OwnedMaps`), and what restoring them
+    read."""
+
+    def __init__(self, owned: OwnedMapsState, totals: RestoreTotals) -> None:
+        self.owned = owned
+        self.totals = totals
+
+    def collect(self) -> Iterator[Metric]:
+        yield from restore_families(
+            WORKER_PROCESS, len(self.owned.restores), self.owned.restoring(), self.totals
+        )
+
+
 class WorkerMetrics:
     """The metrics of one worker process; served once :meth:`start` is called, if
     ``MIQPS_METRICS_PORT`` is set."""
@@ -550,6 +578,10 @@ class WorkerMetrics:
         """Count what the observing agent reads into ``pages``."""
         counts = self.agents.observations = ObservationCounts(pages)
         return counts
+
+    def follow_maps(self, owned: OwnedMapsState, totals: RestoreTotals) -> None:
+        """Count the maps partitions the Faust process follows, and their restores."""
+        self._sources.append(OwnedMapsCollector(owned, totals))
 
     def follow_front(self, replacements: Mapping[str, int]) -> None:
         """Count the front's replacements (``FrontProcess.replacements``)."""

@@ -2,12 +2,17 @@
 
 Every worker joins the same Faust consumer group (the app id); the assignor only gives a
 worker the partitions of topics its agents subscribe to, so canonicalize-only and
-probe-only workers can share the group and scale apart.
+probe-only workers can share the group and scale apart. Each assignment sets the maps
+partitions the process follows: those of its agents' partitions
+(:mod:`streams.worker.ownedmaps`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import faust
+from faust.types import TP
 
 from streams.agents import pattern_stats, probe
 from streams.kafka.tables import discard_corrupt_stores
@@ -43,6 +48,13 @@ def create_app(runtime: Runtime) -> faust.App:
     )
     discard_corrupt_stores(app.conf.tabledir)
     runtime.metrics.follow_app(app)
+
+    async def follow_owned_maps(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
+        assigned: set[TP] = args[0]
+        runtime.maps.assigned(assigned)
+
+    app.on_partitions_assigned.connect(follow_owned_maps)
+
     if CANONICALIZE in runtime.roles:
         pattern_stats.register(app, runtime)
     if PROBE in runtime.roles:

@@ -20,6 +20,7 @@ from streams.ops.metrics import WorkerMetrics
 from streams.settings import Settings
 from streams.worker.errorpolicy import BugPolicy, OnBug
 from streams.worker.lifecycle import DEFAULT_STOP_TIMEOUT, DISK_FULL_EXIT_CODE, disk_full_error
+from streams.worker.ownedmaps import OwnedMaps
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,14 @@ class Runtime:
         self.stop_timeout = stop_timeout
         self.on_bug = OnBug(settings.on_bug)
         self.live_maps = worker_live_maps(settings, WORKER_PROCESS)
-        self.feed = MapFeed(settings, self.live_maps, self.fatal)
+        # Only the maps of the domains the agents own (streams/worker/ownedmaps.py).
+        self.feed = MapFeed(settings, self.live_maps, self.fatal, partitioned=True)
+        topics = settings.topics
+        self.maps = OwnedMaps(
+            self.feed, (topics.samples, topics.probe_requests), partitions[topics.maps]
+        )
         self.metrics = WorkerMetrics(settings, self.live_maps)
+        self.metrics.follow_maps(self.maps, self.feed.totals)
         self.front: FrontProcess | None = None
         if CANONICALIZE in roles:
             self.front = FrontProcess(settings, max(1.0, stop_timeout - FRONT_STOP_MARGIN))

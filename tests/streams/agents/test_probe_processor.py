@@ -377,3 +377,35 @@ async def test_observed_pages_spare_fetches_and_decide_as_probing_does(
         assert_valid("map-update", record)
         assert record["observed"] > 0
     assert all(record["observed"] == 0 for record in on_the_wire(probed))
+
+
+async def test_a_run_reads_its_domain_s_map_only_once_its_partition_is_restored(
+    drifting_web: tuple[DriftingSite, str],
+) -> None:
+    """A worker taking the domain's partition: its live maps are empty until the restore
+    delivers the map. Deciding before would learn the domain again as if it had no map,
+    and publish a version 1 over the one it has."""
+    _, proxy = drifting_web
+    async with Fetcher(
+        FetchConfig(proxy=proxy, per_host_rate=500.0, timeout=5.0, max_attempts=1)
+    ) as fetcher:
+        [learned] = await Probing(LiveMaps(3600), fetcher, LearnConfig()).handle(
+            [request(PATTERN, sample_urls())]
+        )
+        assert learned.published is not None
+        restored = asyncio.Event()
+        asked: list[str] = []
+
+        async def maps_held(domain: str) -> None:
+            asked.append(domain)
+            await restored.wait()
+
+        live_maps = LiveMaps(3600)
+        taking = Probing(live_maps, fetcher, LearnConfig(), maps_held=maps_held)
+        run = asyncio.ensure_future(taking.handle([request(PATTERN, sample_urls(offset=20))]))
+        await asyncio.sleep(0.2)
+        assert not run.done() and asked == ["drift.test"]
+        live_maps.apply(learned.published)  # the restore reads the map, then is done
+        restored.set()
+        [outcome] = await asyncio.wait_for(run, 30)
+    assert outcome.skipped == [PATTERN] and outcome.fetches == 0 and outcome.published is None

@@ -20,7 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from miqps.maps import timestamp_seconds
-from streams.front.metrics import MapsHeldCollector, consumer_lag, lag_by_partition
+from streams.front.metrics import (
+    MapsHeldCollector,
+    consumer_lag,
+    lag_by_partition,
+    restore_families,
+)
+from streams.maps.feed import RestoreTotals
 from streams.maps.live import LiveMaps
 from streams.messages import MapUpdateRecord
 from streams.ops.metrics import (
@@ -30,12 +36,15 @@ from streams.ops.metrics import (
     LiveMapsCollector,
     MapUpdateCounts,
     MergedCollector,
+    OwnedMapsCollector,
     WorkerMetrics,
     state_bytes,
 )
 from streams.settings import Settings
+from streams.worker.ownedmaps import OwnedMaps
 from testkit.urlgen import learned_maps
 from tests.streams.ops.test_metrics import free_port, scrape, value
+from tests.streams.worker.test_ownedmaps import TP, Feed
 
 
 def test_the_lag_is_read_for_held_partitions_only() -> None:
@@ -162,6 +171,34 @@ def test_families_of_one_name_from_two_sources_are_exposed_as_one() -> None:
         families = list(text_string_to_metric_families(generate_latest(registry).decode()))
         assert [family.name for family in families] == ["miqps_consumer_lag"]
         assert sorted(sample.value for sample in families[0].samples) == [3, 4]
+
+
+def test_the_front_s_and_the_worker_s_maps_partitions_are_told_apart_by_process() -> None:
+    """Both processes of a worker follow maps partitions; one exposition holds both."""
+    owned = OwnedMaps(Feed(), ("samples",), 4)
+    owned.assigned([TP("samples", 1), TP("samples", 2)])
+    worker = OwnedMapsCollector(owned, RestoreTotals(partitions=1, records=7, seconds=0.5))
+    front = Fixed(*restore_families("front", 4, 1, RestoreTotals(3, 20, 1.5)))
+    registry = CollectorRegistry()
+    registry.register(MergedCollector([front, worker]))
+    found: dict[tuple[str, str], float] = {
+        (sample.name, sample.labels["process"]): sample.value
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    }
+    assert found == {
+        ("miqps_maps_partitions_owned", "front"): 4,
+        ("miqps_maps_partitions_owned", "worker"): 2,
+        ("miqps_maps_partitions_restoring", "front"): 1,
+        ("miqps_maps_partitions_restoring", "worker"): 2,
+        ("miqps_maps_restores_total", "front"): 3,
+        ("miqps_maps_restores_total", "worker"): 1,
+        ("miqps_maps_restore_records_total", "front"): 20,
+        ("miqps_maps_restore_records_total", "worker"): 7,
+        ("miqps_maps_restore_seconds_total", "front"): 1.5,
+        ("miqps_maps_restore_seconds_total", "worker"): 0.5,
+    }
 
 
 def test_the_front_snapshot_arriving_over_a_pipe_is_served_with_an_up_gauge() -> None:
