@@ -32,7 +32,7 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, Message, Producer
 from streams.front.stage import Stage, StageCounters
 from streams.kafka.clients import Headers, produce
 from streams.kafka.partitioning import key_partition
-from streams.messages import BadInput, Source, decode_input
+from streams.messages import BadInput, Source, input_domain
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class DomainRepartitioner(Stage):
         URL's domain and that domain's partition, or, with no readable URL, its own key
         and ``partition`` modulo the count."""
         try:
-            domain = decode_input(value, self.settings.max_message_bytes).url.host.encode()
+            domain = input_domain(value, self.settings.max_message_bytes).encode()
         except BadInput:
             self.counters.unreadable += 1
             return key, partition % self.partitions

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Final, Literal, get_args
 import orjson
 
 from miqps.maps import DomainMap, GateVerdict, InvalidMap, parse_map, utc_now
-from miqps.urls import InvalidURL, NormalizedURL, parse
+from miqps.urls import InvalidURL, NormalizedURL, components, parse
 from streams.messages.codec import BadInput, from_fields, load_json
 
 JSON_STARTS = (ord("{"), ord("["), ord('"'))
@@ -48,29 +48,44 @@ class RawURL:
     @classmethod
     def from_bytes(cls, value: bytes | None, max_bytes: int) -> RawURL:
         """Read one ``urls.raw`` message of at most ``max_bytes``, or raise BadInput."""
-        if value is None:
-            raise BadInput("null value")
-        size = len(value)
-        if size > max_bytes:
-            raise BadInput(f"message of {size} bytes is larger than the {max_bytes}-byte limit")
-        meta: dict[str, Any] | None = None
-        body = value
-        if not body or body[0] in WHITESPACE or body[-1] in WHITESPACE:
-            body = value.strip(WHITESPACE)
-            if not body:
-                raise BadInput("empty message")
-        if body[0] in JSON_STARTS:
-            text, meta = _from_envelope(body)
-        else:
-            try:
-                text = body.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise BadInput(f"not valid UTF-8 (byte {error.start})") from None
+        text, meta = input_text(value, max_bytes)
         try:
             url = parse(text)
         except InvalidURL as error:
             raise BadInput(f"invalid URL: {error.reason}") from None
         return cls(text, url, meta)
+
+
+def input_text(value: bytes | None, max_bytes: int) -> tuple[str, dict[str, Any] | None]:
+    """The URL text and the envelope's other fields of one ``urls.raw`` message of at most
+    ``max_bytes``, or BadInput."""
+    if value is None:
+        raise BadInput("null value")
+    size = len(value)
+    if size > max_bytes:
+        raise BadInput(f"message of {size} bytes is larger than the {max_bytes}-byte limit")
+    body = value
+    if not body or body[0] in WHITESPACE or body[-1] in WHITESPACE:
+        body = value.strip(WHITESPACE)
+        if not body:
+            raise BadInput("empty message")
+    if body[0] in JSON_STARTS:
+        return _from_envelope(body)
+    try:
+        return body.decode("utf-8"), None
+    except UnicodeDecodeError as error:
+        raise BadInput(f"not valid UTF-8 (byte {error.start})") from None
+
+
+def input_domain(value: bytes | None, max_bytes: int) -> str:
+    """The domain of one ``urls.raw`` message's URL, or BadInput where
+    :func:`decode_input` would raise it: only the URL's components are read (the query is
+    not split), which is all that can fail."""
+    text, _ = input_text(value, max_bytes)
+    try:
+        return components(text)[1]
+    except InvalidURL as error:
+        raise BadInput(f"invalid URL: {error.reason}") from None
 
 
 def _from_envelope(body: bytes) -> tuple[str, dict[str, Any] | None]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from dataclasses import fields
 from typing import Any, get_args
 
@@ -30,8 +31,11 @@ from streams.messages import (
     SamplePack,
     Source,
     UrlSample,
+    decode_input,
+    input_domain,
 )
 from testkit.schemas import schema
+from tests.data import PEER_URL_CASES, WPT_URLTESTDATA
 from tests.streams.support import assert_valid
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
@@ -259,3 +263,41 @@ def test_a_map_version_must_hold_a_valid_map_of_its_domain_and_version() -> None
         MapVersion.from_bytes(orjson.dumps({**record, "map": {**record["map"], "version": 0}}))
     with pytest.raises(BadInput, match="produced_by"):
         MapVersion.from_bytes(orjson.dumps({**record, "produced_by": "someone"}))
+
+
+def _input_cases() -> list[bytes]:
+    """Every input and expected href of the WPT URL corpus and the peer suites, as text
+    and in a JSON envelope, with a few messages that are not URLs at all."""
+    texts: list[str] = []
+    for case in json.loads(WPT_URLTESTDATA.read_text(encoding="utf-8")):
+        if isinstance(case, dict):
+            texts += [text for text in (case.get("input"), case.get("href")) if text]
+    for line in PEER_URL_CASES.read_text(encoding="utf-8").splitlines():
+        case = json.loads(line)
+        texts += [text for text in (case["input"], case.get("expected")) if text]
+    values = [text.encode("utf-8", "surrogatepass") for text in texts]
+    values += [orjson.dumps({"url": text, "n": 1}) for text in texts if text.isprintable()]
+    return [*values, b"", b"  ", b"\xff\xfe", b"[1]", b'{"url": 7}', b"x" * 2000]
+
+
+def test_the_hops_domain_is_the_fronts_and_fails_where_the_front_fails() -> None:
+    """The repartition hop reads only a message's domain (:func:`input_domain`): it must be
+    the domain the front reads, and bad input must be bad for both, or a URL would be
+    keyed where its front holds no map."""
+    compared = failed = 0
+    for value in _input_cases():
+        try:
+            domain: str | BadInput = input_domain(value, 1024)
+        except BadInput as error:
+            domain = error
+        try:
+            expected: str | BadInput = decode_input(value, 1024).url.host
+        except BadInput as error:
+            expected = error
+        if isinstance(expected, BadInput):
+            assert isinstance(domain, BadInput) and domain.reason == expected.reason, value
+            failed += 1
+        else:
+            assert domain == expected, value
+        compared += 1
+    assert compared > 1500 and failed > 100, (compared, failed)
