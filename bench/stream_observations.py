@@ -71,6 +71,9 @@ class RunFigures:
     observed: int
     update_fetches: int
     provisional: list[tuple[str, int]]
+    restored: list[str]
+    """Each parameter an audit restored (a drop a newly audited item refuted): domain,
+    name, in how many patterns, and whether before the second pass began."""
     merged: list[str]
     """Each output of a canonical URL that stands for two pages, and the map updates of its
     pattern."""
@@ -238,7 +241,10 @@ def run(
             outputs = TopicReader(settings, settings.topics.canonical)
             updates = TopicReader(settings, settings.topics.map_updates)
             produced = 0
+            second_pass = ""
             for number in (1, 2):
+                if number == 2:
+                    second_pass = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 sending = threading.Thread(
                     target=stream_pass, args=(settings, corpus, number, args.rate), daemon=True
                 )
@@ -290,6 +296,11 @@ def run(
         for doc in by_pass[2]
         if (doc["kept"] or doc["dropped"]) and doc["status"] != "learned"
     )
+    restores: Counter[tuple[str, str, bool]] = Counter()
+    for audit in audits:
+        if audit["accepted"] and audit["request_reason"] == "audit":
+            for name in set(audit["kept_after"]) - set(audit["kept_before"] or ()):
+                restores[audit["domain"], name, audit["at"] < second_pass] += 1
     return RunFigures(
         share=share,
         observations_sent=len(observations),
@@ -299,6 +310,11 @@ def run(
         observed=sum(int(audit.get("observed", 0)) for audit in audits),
         update_fetches=sum(int(audit.get("fetches", 0)) for audit in audits),
         provisional=provisional.most_common(args.show),
+        restored=[
+            f"{domain} {name}: {count} patterns, "
+            f"{'before' if before else 'after'} the second pass began"
+            for (domain, name, before), count in sorted(restores.items())
+        ],
         merged=merged,
     )
 
@@ -333,6 +349,10 @@ def report(runs: Sequence[RunFigures], distinct: int) -> None:
             print(f"\nprovisional in the second pass, {figures.share:.0%} observed (URLs):")
             for name, count in figures.provisional:
                 print(f"  {count:>5}  {name}")
+        if figures.restored:
+            print(f"\nrestored by audits, {figures.share:.0%} observed:")
+            for line in figures.restored:
+                print(f"  {line}")
         if figures.merged:
             print(f"\nfalse merges, {figures.share:.0%} observed:")
             for line in figures.merged:
