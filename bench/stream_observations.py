@@ -36,29 +36,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from miqps.observations import InvalidObservation, observation_record
-from miqps.urls import InvalidURL, parse
 from simweb.corpus import CorpusURL, generate_corpus
 from simweb.server import SimWeb
 from simweb.sites import FAMILIES, Site, build_sites
 from streams.kafka.admin import ensure_topics
 from streams.settings import LearningPolicy, Settings
 from testkit.localbroker import free_port
+from testkit.observations import crawl_observations
+from testkit.quality import PassFigures, stream_pass_figures
 from testkit.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
-
-
-@dataclass
-class PassFigures:
-    urls: int
-    learned: float
-    raw: int
-    canonical: int
-    ideal: int
-    false_merges: int
 
 
 @dataclass
@@ -77,31 +66,6 @@ class RunFigures:
     merged: list[str]
     """Each output of a canonical URL that stands for two pages, and the map updates of its
     pattern."""
-
-
-def crawl(web: SimWeb, urls: Sequence[str]) -> list[tuple[bytes, bytes]]:
-    """Fetch each of ``urls`` once through the simulated web, redirects followed, and
-    return the (key, value) of its observation, as the Scrapy add-on writes them."""
-    records: list[tuple[bytes, bytes]] = []
-    with httpx.Client(proxy=web.proxy_url, timeout=10, trust_env=False) as client:
-        for url in urls:
-            try:
-                response = client.get(
-                    url, headers={"Accept-Encoding": "identity"}, follow_redirects=True
-                )
-                value = observation_record(
-                    url,
-                    response.status_code,
-                    response.content,
-                    final_url=str(response.url),
-                    redirects=len(response.history),
-                    content_type=response.headers.get("Content-Type", ""),
-                )
-                key = parse(url).host.encode()
-            except (httpx.HTTPError, InvalidObservation, InvalidURL):
-                continue
-            records.append((key, value))
-    return records
 
 
 def metric(port: int, name: str, **labels: str) -> float | None:
@@ -131,27 +95,6 @@ def stream_pass(settings: Settings, corpus: Sequence[CorpusURL], number: int, ra
         if ahead > 0:
             time.sleep(ahead)
     return len(values)
-
-
-def pass_figures(
-    docs: list[dict[str, Any]], truth: dict[str, str]
-) -> tuple[PassFigures, list[str]]:
-    with_query = [doc for doc in docs if doc["kept"] or doc["dropped"]]
-    learned = sum(1 for doc in with_query if doc["status"] == "learned")
-    pages_of: defaultdict[str, set[str]] = defaultdict(set)
-    for doc in docs:
-        if doc["url"] in truth:
-            pages_of[doc["canonical_url"]].add(truth[doc["url"]])
-    merged = sorted(url for url, pages in pages_of.items() if len(pages) > 1)
-    figures = PassFigures(
-        urls=len(docs),
-        learned=learned / max(len(with_query), 1),
-        raw=len({doc["url"] for doc in docs}),
-        canonical=len({doc["canonical_url"] for doc in docs}),
-        ideal=len({truth[doc["url"]] for doc in docs if doc["url"] in truth}),
-        false_merges=len(merged),
-    )
-    return figures, merged
 
 
 def merge_lines(
@@ -210,7 +153,7 @@ def run(
         worker = WorkerProcess(settings, "canonicalize,probe", state / "worker.log")
         outputs = updates = None
         try:
-            observations = crawl(web, crawled)
+            observations = crawl_observations(web, crawled)
             if observations:
                 produce(
                     settings,
@@ -288,7 +231,7 @@ def run(
     audits = [orjson.loads(value) for _, value, _ in updates.records if value]
     passes, merged = [], []
     for number in (1, 2):
-        figures, names = pass_figures(by_pass[number], truth)
+        figures, names = stream_pass_figures(by_pass[number], truth)
         passes.append(figures)
         merged.extend(merge_lines(number, by_pass[number], set(names), truth, audits))
     provisional: Counter[str] = Counter(

@@ -1,4 +1,5 @@
-"""The stream-observations benchmark's crawl and per-pass figures, without a broker: its
+"""The crawl the stream-observations benchmark sends (:mod:`testkit.observations`) and its
+per-pass figures (:func:`testkit.quality.stream_pass_figures`), without a broker: the
 observations are what the stream reads, and a canonical URL of two pages is a false merge."""
 
 from __future__ import annotations
@@ -7,11 +8,12 @@ from typing import Any
 
 import orjson
 
-from bench.stream_observations import crawl, pass_figures
 from miqps.observations import read_observation
 from simweb.corpus import generate_corpus
 from simweb.server import SimWeb
 from simweb.sites import build_sites
+from testkit.observations import crawl_observations
+from testkit.quality import stream_pass_figures
 from tests.streams.support import assert_valid
 
 
@@ -20,7 +22,7 @@ def test_crawl_sends_each_page_as_an_observation_keyed_by_its_domain() -> None:
     corpus = generate_corpus(sites, 40, seed=3)
     urls = sorted({item.url for item in corpus})[:30]
     with SimWeb(sites, seed=3, rate_limit_per_second=0, flaky_rate=0) as web:
-        records = crawl(web, urls)
+        records = crawl_observations(web, urls)
         assert web.requests_total() >= len(urls)
     assert len(records) == len(urls)
     redirected = 0
@@ -56,7 +58,7 @@ def test_pass_figures_count_learned_urls_and_canonical_urls_of_two_pages() -> No
         "http://s/p?id=2&ref=b": "item2",
         "http://s/p?id=2": "item2",
     }
-    figures, merged = pass_figures(docs, truth)
+    figures, merged = stream_pass_figures(docs, truth)
     assert figures.learned == 2 / 4
     assert (figures.raw, figures.canonical, figures.ideal) == (4, 3, 3)
     assert figures.false_merges == 1
