@@ -1,7 +1,8 @@
 """How a canonicalizer scores on the simulated web against its ground truth: the figures of
 ``bench.quality``'s table (collapse, redundant URLs removed, false merges, missed
-duplicates), the per-parameter oracle, the baselines and the per-trap rows. The benchmark
-prints them; the tests check the oracle and the scoring with the same code."""
+duplicates), the per-parameter oracle, the baselines and the per-trap rows, and the figures
+of one pass of a stream's output. The benchmarks print them; the tests check the oracle and
+the scoring with the same code."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from miqps.fetch import FetchConfig, Fetcher
 from miqps.learner import LearnConfig, Learner
@@ -227,3 +229,39 @@ def trap_rows(
         distinct = len({entry.url for entry in subset})
         lines.append(f"| {trap} | {distinct} | {merges} | {missed} |")
     return "\n".join(lines)
+
+
+@dataclass
+class PassFigures:
+    """One pass of URLs through the stream, against the simulated web's ground truth."""
+
+    urls: int
+    learned: float
+    raw: int
+    canonical: int
+    ideal: int
+    false_merges: int
+
+
+def stream_pass_figures(
+    docs: list[dict[str, Any]], truth: dict[str, str]
+) -> tuple[PassFigures, list[str]]:
+    """The figures of one pass's ``urls.canonical`` records (``docs``), with ``truth`` the
+    page each URL shows, and the canonical URLs that stand for more than one page. A URL's
+    record counts as learned when its pattern was; only URLs with a query count."""
+    with_query = [doc for doc in docs if doc["kept"] or doc["dropped"]]
+    learned = sum(1 for doc in with_query if doc["status"] == "learned")
+    pages_of: defaultdict[str, set[str]] = defaultdict(set)
+    for doc in docs:
+        if doc["url"] in truth:
+            pages_of[doc["canonical_url"]].add(truth[doc["url"]])
+    merged = sorted(url for url, pages in pages_of.items() if len(pages) > 1)
+    figures = PassFigures(
+        urls=len(docs),
+        learned=learned / max(len(with_query), 1),
+        raw=len({doc["url"] for doc in docs}),
+        canonical=len({doc["canonical_url"] for doc in docs}),
+        ideal=len({truth[doc["url"]] for doc in docs if doc["url"] in truth}),
+        false_merges=len(merged),
+    )
+    return figures, merged
