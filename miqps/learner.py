@@ -185,7 +185,8 @@ class _ShapePool:
     walled: bool = False
     refuted: dict[str, set[str]] = field(default_factory=dict)
     choice: set[str] = field(default_factory=set)
-    # Names whose evidence so far is all "unchanged": not part of what identifies an item.
+    # Names whose evidence so far is all "unchanged": not part of what identifies an item,
+    # unless they are aliases of each other (see _aliases).
     leaning_neutral: set[str] = field(default_factory=set)
     tested: dict[str, set[_ItemKey]] = field(default_factory=dict)
     tested_values: dict[str, set[tuple[_ItemKey, str]]] = field(default_factory=dict)
@@ -247,6 +248,31 @@ class _ShapePool:
 
 
 _ItemKey = tuple[str, tuple[str, ...]]
+
+
+def _aliases(urls: Sequence[NormalizedURL], names: Collection[str], few: int) -> set[str]:
+    """The names among ``names`` that are two names for one identifier, such as a product
+    number given as ``id`` and ``pid``: over the URLs carrying both, their values go one to
+    one, in more than ``few`` pairs (a choice's few values, or tracking's, are not an
+    identifier's), and some pair comes back (a token new on every URL, such as a click id,
+    names no item). Each alias alone leaves a page unchanged, as its twin still names the
+    item; an item key without both would take many items for one, count the evidence of a
+    parameter tried on them as one item, and find the shape tried out after a few."""
+    found: set[str] = set()
+    ordered = sorted(names)
+    for index, first in enumerate(ordered):
+        for second in ordered[index + 1 :]:
+            carried = [
+                (url.value_of(first), url.value_of(second))
+                for url in urls
+                if first in url.names and second in url.names
+            ]
+            pairs = set(carried)
+            if few < len(pairs) < len(carried) and len({a for a, _ in pairs}) == len(pairs) == len(
+                {b for _, b in pairs}
+            ):
+                found.update((first, second))
+    return found
 
 
 def item_key(url: NormalizedURL, name: str, neutral: Collection[str] = ()) -> _ItemKey:
@@ -478,9 +504,8 @@ class Learner:
                 pool.evidence[name].changed += 1
             else:
                 pool.unconfirmed.append(sample)
-        pool.leaning_neutral = {
-            name for name, e in pool.evidence.items() if not e.changed and e.unchanged
-        }
+        leaning = {name for name, e in pool.evidence.items() if not e.changed and e.unchanged}
+        pool.leaning_neutral = leaning - _aliases(pool.urls, leaning, self.config.choice_values)
         items: dict[str, set[_ItemKey]] = {name: set() for name in pool.evidence}
         for name in pool.tested:
             pool.tested[name] = set()

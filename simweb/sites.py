@@ -33,6 +33,7 @@ TRAPS = (
     "print-other-item",
     "ab-layout",
     "minority-variant",
+    "alias-pair",
     "choice-noise",
     "terse-error",
 )
@@ -377,6 +378,8 @@ def route_traps(site: Site, route: Route) -> frozenset[str]:
         traps.add("ab-layout")
     if any(p.item_share < 1.0 for p in route.params):
         traps.add("minority-variant")
+        if sum(p.role is Role.ALIAS for p in route.params) >= 2:
+            traps.add("alias-pair")
     if any(n.style == "choice" and n.name not in route.by_name for n in site.noise):
         traps.add("choice-noise")
     if site.missing_key is MissingKey.TERSE and route.key:

@@ -612,6 +612,37 @@ def test_a_parameter_that_changes_a_tenth_of_the_items_is_kept() -> None:
     assert all(len(shown) == 1 for shown in pages.values()), pages
 
 
+class _AliasedItemShop(_ItemShopGoingHome):
+    """``_ItemShop`` whose product number comes as ``id``, as ``pid``, or as both."""
+
+    @staticmethod
+    def page(url: str) -> str:
+        query = dict(parse_qsl(urlsplit(url).query))
+        number = query.get("id", query.get("pid"))
+        if number is None:
+            return "missing"
+        size = query.get("size", "") if number.endswith("0") else ""
+        return f"item {number} {size}".strip()
+
+
+def test_a_size_beside_two_aliases_of_the_product_number_merges_no_two_pages() -> None:
+    """``id`` and ``pid`` name one product: each alone leaves a page unchanged, so items
+    counted without either are many products taken for one. The shape must not look tried
+    out after a few of them: ``size``, which changes the apparel tenth only, is kept."""
+    texts = [
+        f"/p?id={n}&pid={n}&size={SIZES[(n + k) % 6]}" for n in range(1, 61) for k in (0, 2, 4)
+    ]
+    learned, canonicalizer = _learn_item_shop(texts, _AliasedItemShop)
+    decision = learned.patterns["/p?id&pid&size"]
+    assert "size" in decision.kept, decision.to_json()
+    assert {"id", "pid"} & decision.kept, decision.to_json()
+    pages: dict[str, set[str]] = defaultdict(set)
+    for text in texts:
+        url = "http://items.test" + text
+        pages[canonicalizer.canonicalize(url)].add(_AliasedItemShop.page(url))
+    assert all(len(shown) == 1 for shown in pages.values()), pages
+
+
 def test_a_choice_like_parameter_that_changes_no_item_is_dropped_on_many_items() -> None:
     """A small value set repeating across items (``tab``) that changes nothing still goes,
     once it left enough distinct items unchanged; the map and ``--json`` say how many."""
