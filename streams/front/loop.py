@@ -34,7 +34,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from miqps.audit import AuditRule
 from miqps.canonical import Status
@@ -70,6 +77,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 COUNT_FLUSH_SECONDS = 1.0
+RESUME_SEEK_SECONDS = 10.0
 SAMPLES_PER_MESSAGE = 500
 
 
@@ -154,6 +162,10 @@ class CanonicalizerFront(Stage):
             self.owned_maps = OwnedPartitions(incremental=False)
         self.restoring: dict[int, Restore] = {}
         """Input partitions paused until their maps partition is restored."""
+        self.paused: set[int] = set()
+        """Input partitions paused and not resumed since. librdkafka keeps a partition's
+        pause across a rebalance that revokes and assigns it again (librdkafka#1849), so
+        one whose maps were restored while it was not assigned must still be resumed."""
 
     @property
     def group_id(self) -> str:
@@ -197,10 +209,18 @@ class CanonicalizerFront(Stage):
         waiting = [p for p in partitions if p.partition in self.restoring]
         if waiting:
             consumer.pause(waiting)
+            self.paused.update(p.partition for p in waiting)
             log.info(
                 "canonicalizer: partitions %s wait for their maps to be restored",
                 sorted(p.partition for p in waiting),
             )
+        still_paused = [
+            p
+            for p in partitions
+            if p.partition in self.paused and p.partition not in self.restoring
+        ]
+        if still_paused:
+            self._resume(consumer, still_paused)
 
     def _move_maps(self, moves: Moves) -> None:
         if moves.give_up:
@@ -225,11 +245,30 @@ class CanonicalizerFront(Stage):
         assigned = {p.partition for p in consumer.assignment() if p.topic == topic}
         resumed = [TopicPartition(topic, p) for p in sorted(restored) if p in assigned]
         if resumed:
-            consumer.resume(resumed)
-            log.info(
-                "canonicalizer: partitions %s resumed, their maps restored",
-                [p.partition for p in resumed],
+            self._resume(consumer, resumed)
+
+    def _resume(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Resume ``partitions``, paused since they were assigned, from their committed
+        offsets: a pause right after the assignment can make librdkafka drop the
+        assignment's start, and the partition then never fetches (librdkafka#2190); a
+        seek starts it again. Nothing of them was read while they were paused."""
+        consumer.resume(partitions)
+        self.paused.difference_update(p.partition for p in partitions)
+        try:
+            for committed in consumer.committed(partitions, RESUME_SEEK_SECONDS):
+                offset = committed.offset if committed.offset >= 0 else OFFSET_BEGINNING
+                consumer.seek(TopicPartition(committed.topic, committed.partition, offset))
+        except KafkaException as error:
+            log.warning(
+                "canonicalizer: partitions %s resumed without a seek to their committed "
+                "offsets (%s)",
+                [p.partition for p in partitions],
+                error,
             )
+        log.info(
+            "canonicalizer: partitions %s resumed, their maps restored",
+            [p.partition for p in partitions],
+        )
 
     def _revoked(self, partitions: list[TopicPartition]) -> None:
         if self.owned_maps is not None:

@@ -41,6 +41,13 @@ class RecordingConsumer:
     def resume(self, partitions: list[TopicPartition]) -> None:
         self._call("resume", partitions)
 
+    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        return [TopicPartition(p.topic, p.partition, 100 + p.partition) for p in partitions]
+
+    def seek(self, partition: TopicPartition) -> None:
+        assert partition.offset == 100 + partition.partition, "to the committed offset"
+        self._call("seek", [partition])
+
     def assignment(self) -> list[TopicPartition]:
         return [TopicPartition(RAW, p) for p in sorted(self.assigned)]
 
@@ -86,7 +93,7 @@ def test_eager_new_partitions_wait_for_their_maps_and_kept_ones_do_not() -> None
     assert consumer.taken() == [("assign", [0, 1, 2, 3]), ("pause", [0, 1, 2, 3])]
     assert requests(feed) == [(0, True), (1, True), (2, True), (3, True)]
     restore(canonicalizer, consumer, 0, 2)
-    assert consumer.taken() == [("resume", [0, 2])]
+    assert consumer.taken() == [("resume", [0, 2]), ("seek", [0]), ("seek", [2])]
     assert sorted(canonicalizer.restoring) == [1, 3] and feed.followed == {0, 1, 2, 3}
 
     # A second member joins: all is revoked, [0, 1] comes back; 1 still waits for its maps.
@@ -99,13 +106,20 @@ def test_eager_new_partitions_wait_for_their_maps_and_kept_ones_do_not() -> None
     assert sorted(canonicalizer.restoring) == [1] and feed.followed == {0, 1}
 
     # 1 is restored while nothing is assigned (between an eager revocation and the next
-    # assignment): nothing to resume, and it is not paused when it comes back.
+    # assignment): nothing to resume then, but librdkafka keeps its pause across the
+    # rebalance, so it is resumed, from its committed offset, when it comes back.
     canonicalizer._on_revoke(consumer, partitions(0, 1))  # type: ignore[arg-type]
     consumer.revoked([0, 1])
     restore(canonicalizer, consumer, 1)
     assert consumer.taken() == []
     canonicalizer._on_assign(consumer, partitions(0, 1, 3))  # type: ignore[arg-type]
-    assert consumer.taken() == [("assign", [0, 1, 3]), ("pause", [3])]
+    assert consumer.taken() == [
+        ("assign", [0, 1, 3]),
+        ("pause", [3]),
+        ("resume", [1]),
+        ("seek", [1]),
+    ]
+    assert canonicalizer.paused == {3}
     assert requests(feed) == [(3, True)]
 
 
@@ -115,7 +129,7 @@ def test_incremental_callbacks_move_only_the_partitions_they_name() -> None:
     canonicalizer._on_assign(consumer, partitions(0, 1))  # type: ignore[arg-type]
     assert consumer.taken() == [("incremental_assign", [0, 1]), ("pause", [0, 1])]
     restore(canonicalizer, consumer, 0, 1)
-    assert consumer.taken() == [("resume", [0, 1])]
+    assert consumer.taken() == [("resume", [0, 1]), ("seek", [0]), ("seek", [1])]
     canonicalizer._on_assign(consumer, partitions(2))  # type: ignore[arg-type]
     assert consumer.taken() == [("incremental_assign", [2]), ("pause", [2])]
     assert requests(feed) == [(0, True), (1, True), (2, True)]
