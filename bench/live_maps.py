@@ -33,8 +33,9 @@ state directory per worker) read the maps and canonicalize every URL. Reported p
 - with ``--join-third``: a third worker started at the first output; the restores of the
   partitions it took, and the seconds from its start to its last restore;
 - the seconds from publishing one more version of the most frequent domain's map, after
-  the URLs, to the last ``map live`` line of that version in the workers' logs (its owner's
-  processes; every front with unkeyed input).
+  the URLs, to the ``map live`` line of that version in each process that logged one (the
+  front and the Faust process following the domain's partition; every front with unkeyed
+  input).
 
 Then, in this process, the cost of a cold domain: a URL of a domain whose map is not held
 yet (read from the store and compiled), against a URL of a domain held, over 2,000 maps.
@@ -159,7 +160,8 @@ class Sampled:
     started: float
     peak_sum: int = 0
     peaks: list[int] = field(default_factory=list)
-    """Each process's own peak when the sum of them was highest, the Faust process first."""
+    """Each process's own peak when the sum of them was highest: the Faust process, then
+    its children (the multiprocessing helper and the front, as ``/proc`` lists them)."""
     metrics_port: int = 0
     mismatches: int | None = None
     disk: int = 0
@@ -181,7 +183,8 @@ class Outcome:
     rate: float
     restored_rate: float | None
     """URLs/s once every maps partition was restored (domain-keyed input)."""
-    live_seconds: float | None
+    live: list[tuple[str, float]]
+    """Each process that logged the new map version live, and after how many seconds."""
     joined: Sampled | None
 
 
@@ -286,28 +289,28 @@ def rate_after(at: float, seen: list[tuple[float, int]]) -> float | None:
 
 def live_latency(
     settings: Settings, workers: list[Sampled], latest: DomainMap, timeout: float = 120.0
-) -> float | None:
-    """Seconds from publishing ``latest`` to the last ``map live`` line of its version in
-    the workers' logs, once no new one came for 3 s; None if none came."""
+) -> list[tuple[str, float]]:
+    """Publish ``latest``; the seconds until each process logged it live (``map live``),
+    once no new line came for 3 s, the first first."""
     produce(settings, settings.topics.maps, [latest.dumps().encode()], [latest.domain.encode()])
     published = time.time()
     deadline = time.monotonic() + timeout
-    last: float | None = None
+    found: dict[str, float] = {}
     while time.monotonic() < deadline:
-        times = [
-            line.at
-            for one in workers
-            for line in log_lines(one.worker.log_text())
-            if (match := LIVE.search(line.text))
-            and match["domain"] == latest.domain
-            and int(match["version"]) == latest.version
-        ]
-        if times:
-            last = max(times)
-            if time.time() - last > 3.0:
-                break
+        for one in workers:
+            for line in log_lines(one.worker.log_text()):
+                match = LIVE.search(line.text)
+                if (
+                    match
+                    and match["domain"] == latest.domain
+                    and int(match["version"]) == latest.version
+                ):
+                    process = "Faust" if line.pid == one.worker.pid else "front"
+                    found.setdefault(f"{one.name} {process}", line.at - published)
+        if found and time.time() - published - max(found.values()) > 3.0:
+            break
         time.sleep(0.5)
-    return None if last is None else last - published
+    return sorted(found.items(), key=lambda item: item[1])
 
 
 def run_workers(
@@ -338,7 +341,7 @@ def run_workers(
     joined: Sampled | None = None
     seen: list[tuple[float, int]] = []
     first: tuple[float, int] | None = None
-    live: float | None = None
+    live: list[tuple[str, float]] = []
     try:
         deadline = time.monotonic() + args.timeout
         next_count = 0.0
@@ -476,12 +479,16 @@ def measure(base: Settings, args: argparse.Namespace, domains: int, root: Path) 
             else f"; once every maps partition was restored {outcome.restored_rate:,.0f} "
             f"({outcome.restored_rate / baseline:.3f} x)"
         )
-        live = "not seen" if outcome.live_seconds is None else f"after {outcome.live_seconds:.2f}s"
+        live = (
+            ", ".join(f"{seconds:.2f}s in {name}" for name, seconds in outcome.live)
+            if outcome.live
+            else "not seen within 120s"
+        )
         workers = f"{args.workers} workers" if args.workers > 1 else "1 worker"
         print(
             f"  {name}, {workers}: {outcome.rate:9,.0f} URLs/s = "
             f"{outcome.rate / baseline:.3f} x passthrough{restored}; "
-            f"a new version of {latest.domain}'s map live {live}",
+            f"a new version of {latest.domain}'s map live: {live}",
             flush=True,
         )
         for one in outcome.workers:
