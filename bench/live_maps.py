@@ -2,22 +2,40 @@
 disk (``MIQPS_MAPS_CACHE_DOMAINS``, default) against every map held in memory (``0``), in
 the same run.
 
-    .venv/bin/python -m bench.live_maps [--domains 20000,50000] [--urls 300000] [--cache 4096]
+    .venv/bin/python -m bench.live_maps [--domains 20000,50000] [--urls 300000] [--modes 4096,0]
+                                        [--workers 1] [--inputs unkeyed|keyed|hop] [--uniform]
+                                        [--join-third]
 
 Needs a broker (``KAFKA_BOOTSTRAP_SERVERS``, default the local one). For each domain count,
 on topics of its own: the maps of that many learned domains (``--patterns`` patterns each,
 with evidence, as ``bench.maps_load`` writes them) are published to a fresh maps topic, and
-``--urls`` URLs of their patterns, the domains drawn from a Zipf law (s = ``--zipf``), to
-``urls.raw``. A confluent-kafka passthrough copies the URLs once (the baseline rate of the
-run); then, for each mode, one ``miqps worker --agents canonicalize`` (with an app id and
-output topic of its own) reads every map and canonicalizes every URL. Reported per mode:
+``--urls`` URLs of their patterns, the domains drawn from a Zipf law (s = ``--zipf``) or,
+with ``--uniform``, uniformly, to ``urls.raw``: with no key (``--inputs unkeyed``, the
+default), keyed by their domain (``keyed``: ``MIQPS_INPUT_KEYED_BY_DOMAIN``, produced with
+murmur2 as Java's clients place keys), or with no key and re-keyed by the worker's
+repartition hop (``hop``: ``MIQPS_REPARTITION_INPUT``). A confluent-kafka passthrough copies
+the URLs once (the baseline rate of the run); then, for each mode, ``--workers`` ``miqps
+worker --agents canonicalize`` processes (one consumer group and output topic per mode, a
+state directory per worker) read the maps and canonicalize every URL. Reported per mode:
 
-- the resident memory of the worker's process tree (the Faust process, the front, the
-  multiprocessing helper), sampled every 0.2 s: the highest sum seen, and the sum of each
-  process's own peak (``VmHWM``, an upper bound);
-- the seconds until the map feeds of both processes had read the topic (from their logs);
-- URLs/s from the first output to the last, and that rate over the passthrough's;
-- the bytes of the maps on disk (``MIQPS_STATE_DIR/live-maps``).
+- per worker, the resident memory of its process tree (the Faust process, the front, the
+  multiprocessing helper), sampled every 0.2 s: the highest sum seen, and each process's
+  own peak (``VmHWM``) then;
+- per worker, how its map feeds read the topic (from its log): the seconds until every
+  map was live (a feed of every partition), or each partition's restore (a feed of its
+  partitions only: records, domain maps, seconds);
+- per worker with domain-keyed input, ``miqps_input_key_mismatches_total`` (its metrics
+  server, on a free port);
+- URLs/s of all the workers together from the first output to the last, that rate over the
+  passthrough's, and, with domain-keyed input, the rate once every maps partition was
+  restored;
+- the bytes of the maps on disk (``MIQPS_STATE_DIR/live-maps``);
+- with ``--join-third``: a third worker started at the first output; the restores of the
+  partitions it took, and the seconds from its start to its last restore;
+- the seconds from publishing one more version of the most frequent domain's map, after
+  the URLs, to the ``map live`` line of that version in each process that logged one (the
+  front and the Faust process following the domain's partition; every front with unkeyed
+  input).
 
 Then, in this process, the cost of a cold domain: a URL of a domain whose map is not held
 yet (read from the store and compiled), against a URL of a domain held, over 2,000 maps.
@@ -31,12 +49,15 @@ import argparse
 import os
 import random
 import re
+import socket
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from itertools import accumulate
 from pathlib import Path
 
@@ -59,17 +80,135 @@ from streams.settings import Settings
 from testkit.tools import WorkerProcess, delete_topics, produce
 
 FEED_READY = re.compile(r"map feed: (\d+) domain maps live after ([\d.]+)s")
+"""A feed of every maps partition (the front with input of any key)."""
+LOG_LINE = re.compile(r"^\[(?P<at>[\d-]+ [\d:,]+)\] \[(?P<pid>\d+)\] \[\w+\] (?P<text>.*)$")
+RESTORED = re.compile(
+    r"map feed: \S+\[(?P<partition>\d+)\] restored: (?P<records>\d+) records, "
+    r"(?P<domains>\d+) domain maps, in (?P<seconds>[\d.]+)s"
+)
+"""A feed of its partitions only, per partition taken."""
+RESUMED = re.compile(r"canonicalizer: partitions .* resumed")
+LIVE = re.compile(r"map live: (?P<domain>\S+) v(?P<version>\d+)")
+INPUTS = {
+    "unkeyed": {},
+    "keyed": {"input_keyed_by_domain": True},
+    "hop": {"repartition_input": True},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    at: float
+    """Wall-clock seconds."""
+    pid: int
+    text: str
+
+
+def log_lines(text: str) -> Iterator[LogLine]:
+    for line in text.splitlines():
+        match = LOG_LINE.match(line)
+        if match:
+            at = datetime.strptime(match["at"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            yield LogLine(at, int(match["pid"]), match["text"])
+
+
+@dataclass(frozen=True, slots=True)
+class Restore:
+    process: str
+    """``worker`` (the Faust process) or ``front``."""
+    partition: int
+    records: int
+    domains: int
+    seconds: float
+    at: float
+
+
+def restores(worker: WorkerProcess) -> list[Restore]:
+    found = []
+    for line in log_lines(worker.log_text()):
+        match = RESTORED.search(line.text)
+        if match:
+            found.append(
+                Restore(
+                    "worker" if line.pid == worker.pid else "front",
+                    int(match["partition"]),
+                    int(match["records"]),
+                    int(match["domains"]),
+                    float(match["seconds"]),
+                    line.at,
+                )
+            )
+    return found
+
+
+def feeds_text(worker: WorkerProcess) -> str:
+    """How the worker's map feeds read the maps topic, from its log."""
+    parts = [f"all live after {s}s" for _, s in FEED_READY.findall(worker.log_text())]
+    parts += [
+        f"{one.process} [{one.partition}] {one.domains} maps in {one.seconds:.1f}s"
+        for one in restores(worker)
+    ]
+    return "; ".join(parts) or "no feed line"
+
+
+@dataclass(slots=True)
+class Sampled:
+    """One worker and its memory, sampled."""
+
+    name: str
+    worker: WorkerProcess
+    started: float
+    peak_sum: int = 0
+    peaks: list[int] = field(default_factory=list)
+    """Each process's own peak when the sum of them was highest: the Faust process, then
+    its children (the multiprocessing helper and the front, as ``/proc`` lists them)."""
+    metrics_port: int = 0
+    mismatches: int | None = None
+    disk: int = 0
+
+    def sample(self) -> None:
+        try:
+            sizes = rss_by_process(self.worker.pid)
+        except (FileNotFoundError, ProcessLookupError):  # a process of the tree ended
+            return
+        if sizes:
+            self.peak_sum = max(self.peak_sum, sum(rss for rss, _ in sizes))
+            if sum(peak for _, peak in sizes) >= sum(self.peaks):
+                self.peaks = [peak for _, peak in sizes]
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    peak_sum_mib: float
-    sum_of_peaks_mib: float
-    peaks_mib: list[float]
-    """Each process's own peak, the Faust process first."""
-    feeds_ready: list[float]
+    workers: list[Sampled]
     rate: float
-    disk_mib: float
+    restored_rate: float | None
+    """URLs/s once every maps partition was restored (domain-keyed input)."""
+    live: list[tuple[str, float]]
+    """Each process that logged the new map version live, and after how many seconds."""
+    joined: Sampled | None
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def key_mismatches(port: int) -> int | None:
+    """``miqps_input_key_mismatches_total`` summed over its reasons, from the metrics
+    server on ``port``; None if it does not serve them."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return None
+    values = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("miqps_input_key_mismatches_total")
+    ]
+    return int(sum(values)) if values else None
 
 
 def url_templates(domain: DomainMap, limit: int = 4) -> list[str]:
@@ -84,14 +223,20 @@ def url_templates(domain: DomainMap, limit: int = 4) -> list[str]:
     return templates or [f"https://{domain.domain}/p/{{n}}?id={{v}}"]
 
 
-def publish_maps(settings: Settings, domains: int, patterns: int, seed: int) -> list[list[str]]:
-    """Publish ``domains`` learned maps; return, per domain, URL templates of its patterns."""
+def publish_maps(
+    settings: Settings, domains: int, patterns: int, seed: int
+) -> tuple[list[list[str]], DomainMap]:
+    """Publish ``domains`` learned maps; return, per domain, URL templates of its patterns,
+    and the first domain's map."""
     rng = random.Random(seed)
     templates: list[list[str]] = []
+    first: list[DomainMap] = []
 
     def documents() -> Iterator[bytes]:
         for number in range(domains):
             domain = domain_map(rng, number, patterns)
+            if not first:
+                first.append(domain)
             templates.append(url_templates(domain))
             yield domain.dumps().encode()
 
@@ -101,13 +246,17 @@ def publish_maps(settings: Settings, domains: int, patterns: int, seed: int) -> 
         documents(),
         (f"shop{number}.example".encode() for number in range(domains)),
     )
-    return templates
+    return templates, first[0]
 
 
 def zipf_urls(templates: list[list[str]], count: int, s: float, seed: int) -> list[str]:
+    """``count`` URLs, their domains drawn from a Zipf law of exponent ``s`` (0: uniformly)."""
     rng = random.Random(seed)
-    weights = list(accumulate(1 / (rank + 1) ** s for rank in range(len(templates))))
-    chosen = rng.choices(range(len(templates)), cum_weights=weights, k=count)
+    if s:
+        weights = list(accumulate(1 / (rank + 1) ** s for rank in range(len(templates))))
+        chosen = rng.choices(range(len(templates)), cum_weights=weights, k=count)
+    else:
+        chosen = rng.choices(range(len(templates)), k=count)
     return [
         rng.choice(templates[number]).format(n=rng.randrange(1, 10_000), v=rng.randrange(1, 50))
         for number in chosen
@@ -118,68 +267,147 @@ def folder_bytes(folder: Path) -> int:
     return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
 
 
-def run_worker(
-    settings: Settings, cache: int, expected: int, root: Path, timeout: float
+def start_worker(mode: Settings, cache: int, root: Path, name: str) -> Sampled:
+    port = free_port()
+    worker = WorkerProcess(
+        replace(mode, state_dir=root / name),
+        "canonicalize",
+        root / f"{name}.log",
+        {"MIQPS_MAPS_CACHE_DOMAINS": str(cache), "MIQPS_METRICS_PORT": str(port)},
+    )
+    worker.start()
+    return Sampled(name, worker, time.time(), metrics_port=port)
+
+
+def rate_after(at: float, seen: list[tuple[float, int]]) -> float | None:
+    """URLs/s from ``at`` to the last output, from the outputs ``seen`` over time."""
+    after = [(when, count) for when, count in seen if when >= at]
+    if len(after) < 2 or after[-1][0] <= after[0][0]:
+        return None
+    return (after[-1][1] - after[0][1]) / (after[-1][0] - after[0][0])
+
+
+def live_latency(
+    settings: Settings, workers: list[Sampled], latest: DomainMap, timeout: float = 120.0
+) -> list[tuple[str, float]]:
+    """Publish ``latest``; the seconds until each process logged it live (``map live``),
+    once no new line came for 3 s, the first first."""
+    produce(settings, settings.topics.maps, [latest.dumps().encode()], [latest.domain.encode()])
+    published = time.time()
+    deadline = time.monotonic() + timeout
+    found: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        for one in workers:
+            for line in log_lines(one.worker.log_text()):
+                match = LIVE.search(line.text)
+                if (
+                    match
+                    and match["domain"] == latest.domain
+                    and int(match["version"]) == latest.version
+                ):
+                    process = "Faust" if line.pid == one.worker.pid else "front"
+                    found.setdefault(f"{one.name} {process}", line.at - published)
+        if found and time.time() - published - max(found.values()) > 3.0:
+            break
+        time.sleep(0.5)
+    return sorted(found.items(), key=lambda item: item[1])
+
+
+def run_workers(
+    settings: Settings,
+    args: argparse.Namespace,
+    cache: int,
+    expected: int,
+    root: Path,
+    latest: DomainMap,
 ) -> Outcome:
-    """One canonicalizer worker on ``settings``' inputs with ``cache``: its memory while it
-    reads the maps and canonicalizes ``expected`` URLs, and its rate."""
+    """``args.workers`` canonicalizer workers on ``settings``' inputs with ``cache``: their
+    memory while they read the maps and canonicalize ``expected`` URLs, and their rate."""
     label = f"cache{cache}"
     mode = replace(
         settings,
         app_id=f"{settings.app_id}-{label}",
-        topics=replace(settings.topics, canonical=f"{settings.topics.canonical}.{label}"),
+        topics=replace(
+            settings.topics,
+            canonical=f"{settings.topics.canonical}.{label}",
+            by_domain=f"{settings.topics.by_domain}.{label}",
+        ),
         state_dir=root / label,
     )
     ensure_topics(mode)
-    worker = WorkerProcess(
-        mode, "canonicalize", root / f"{label}.log", {"MIQPS_MAPS_CACHE_DOMAINS": str(cache)}
-    )
+    names = [label] if args.workers == 1 else [f"{label}-w{n + 1}" for n in range(args.workers)]
     watch = Consumer(consumer_config(mode, f"bench-watch-{uuid.uuid4().hex}"))
-    peak_sum = sum_of_peaks = 0
-    peaks: list[int] = []
+    workers = [start_worker(mode, cache, root, name) for name in names]
+    joined: Sampled | None = None
+    seen: list[tuple[float, int]] = []
     first: tuple[float, int] | None = None
-    disk = 0
-    worker.start()
+    live: list[tuple[str, float]] = []
     try:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + args.timeout
         next_count = 0.0
         while True:
-            try:
-                sizes = rss_by_process(worker.pid)
-            except (FileNotFoundError, ProcessLookupError):  # a process of the tree ended
-                sizes = []
-            if sizes:
-                peak_sum = max(peak_sum, sum(rss for rss, _ in sizes))
-                if sum(peak for _, peak in sizes) >= sum_of_peaks:
-                    sum_of_peaks = sum(peak for _, peak in sizes)
-                    peaks = [peak for _, peak in sizes]
+            for one in workers:
+                one.sample()
             now = time.perf_counter()
             if now >= next_count:
                 count = high_watermarks(watch, mode.topics.canonical)
+                seen.append((time.time(), count))
                 next_count = now + 0.5
                 if first is None and count > 0:
                     first = (now, count)
+                    if args.join_third:
+                        joined = start_worker(mode, cache, root, f"{label}-joined")
+                        workers.append(joined)
                 if count >= expected:
                     break
-            if time.monotonic() > deadline or not worker.alive():
-                raise RuntimeError(f"outputs missing; see {worker.log_path}")
+            if time.monotonic() > deadline or not all(one.worker.alive() for one in workers):
+                raise RuntimeError(f"outputs missing; see {root}")
             time.sleep(0.2)
         last = time.perf_counter()
-        live_maps = mode.state_dir / LIVE_MAPS_FOLDER
-        disk = folder_bytes(live_maps) if live_maps.exists() else 0
+        if joined is not None:
+            wait_for_restores(joined, workers, deadline)
+        for one in workers:
+            if mode.domain_keyed_input:
+                one.mismatches = key_mismatches(one.metrics_port)
+            live_maps = root / one.name / LIVE_MAPS_FOLDER
+            one.disk = folder_bytes(live_maps) if live_maps.exists() else 0
+        live = live_latency(mode, workers, latest)
     finally:
         watch.close()
-        worker.stop()
+        for one in workers:
+            one.worker.stop()
     assert first is not None
-    ready = [float(seconds) for _, seconds in FEED_READY.findall(worker.log_text())]
+    restored_rate = None
+    if mode.domain_keyed_input:
+        resumed = [
+            line.at
+            for one in workers
+            if one is not joined
+            for line in log_lines(one.worker.log_text())
+            if RESUMED.search(line.text)
+        ]
+        restored_rate = rate_after(max(resumed), seen) if resumed else None
     return Outcome(
-        peak_sum / 1024,
-        sum_of_peaks / 1024,
-        [peak / 1024 for peak in peaks],
-        ready,
+        workers,
         (expected - first[1]) / max(last - first[0], 1e-9),
-        disk / 2**20,
+        restored_rate,
+        live,
+        joined,
     )
+
+
+def wait_for_restores(joined: Sampled, workers: list[Sampled], deadline: float) -> None:
+    """Sample until the joined worker's two processes restored a partition each and no
+    restore came for 10 s."""
+    while time.monotonic() < deadline and joined.worker.alive():
+        for one in workers:
+            one.sample()
+        found = restores(joined.worker)
+        if {one.process for one in found} == {"worker", "front"} and (
+            time.time() - max(one.at for one in found) > 10.0
+        ):
+            return
+        time.sleep(0.2)
 
 
 def cold_domain_cost(root: Path, patterns: int) -> tuple[float, float]:
@@ -205,19 +433,36 @@ def cold_domain_cost(root: Path, patterns: int) -> tuple[float, float]:
     return cold * 1e6, warm * 1e6
 
 
+def worker_text(one: Sampled) -> str:
+    mismatches = "" if one.mismatches is None else f"; key mismatches {one.mismatches}"
+    return (
+        f"    {one.name:<16} peak RSS {one.peak_sum / 1024:7.0f} MiB (each process's peak "
+        f"{' + '.join(f'{peak / 1024:.0f}' for peak in one.peaks)}); maps on disk "
+        f"{one.disk / 2**20:.0f} MiB{mismatches}; maps: {feeds_text(one.worker)}"
+    )
+
+
 def measure(base: Settings, args: argparse.Namespace, domains: int, root: Path) -> None:
     settings = isolated_settings(
-        base, f"bench-lm{domains}", root / "state", partitions=args.partitions
+        base,
+        f"bench-lm{domains}",
+        root / "state",
+        partitions=args.partitions,
+        **INPUTS[args.inputs],
     )
     ensure_topics(settings)
     started = time.monotonic()
-    templates = publish_maps(settings, domains, args.patterns, args.seed)
-    urls = zipf_urls(templates, args.urls, args.zipf, args.seed)
-    produce(settings, settings.topics.raw, (url.encode() for url in urls))
+    templates, latest = publish_maps(settings, domains, args.patterns, args.seed)
+    zipf = 0.0 if args.uniform else args.zipf
+    urls = zipf_urls(templates, args.urls, zipf, args.seed)
+    keys = (parse(url).host.encode() for url in urls) if args.inputs == "keyed" else None
+    produce(settings, settings.topics.raw, (url.encode() for url in urls), keys)
     distinct = len({parse(url).host for url in urls})
+    law = "uniformly" if args.uniform else f"Zipf s={args.zipf}"
     print(
         f"{domains} domains x {args.patterns} patterns published, {len(urls)} URLs of "
-        f"{distinct} of them (Zipf s={args.zipf}), in {time.monotonic() - started:.0f}s",
+        f"{distinct} of them ({law}; {args.inputs} input), "
+        f"in {time.monotonic() - started:.0f}s",
         flush=True,
     )
     copy = f"{settings.topics.raw}.copy"
@@ -225,17 +470,49 @@ def measure(base: Settings, args: argparse.Namespace, domains: int, root: Path) 
     baseline = passthrough(settings, settings.topics.raw, copy, len(urls), settings.batch_size)
     print(f"  confluent-kafka passthrough: {baseline:10,.0f} msgs/s", flush=True)
     for cache in args.modes:
-        outcome = run_worker(settings, cache, len(urls), root / f"d{domains}", args.timeout)
+        latest = replace(latest, version=latest.version + 1)
+        outcome = run_workers(settings, args, cache, len(urls), root / f"d{domains}", latest)
         name = "every map held (cache 0)" if cache == 0 else f"maps on disk, cache {cache}"
+        restored = (
+            ""
+            if outcome.restored_rate is None
+            else f"; once every maps partition was restored {outcome.restored_rate:,.0f} "
+            f"({outcome.restored_rate / baseline:.3f} x)"
+        )
+        live = (
+            ", ".join(f"{seconds:.2f}s in {name}" for name, seconds in outcome.live)
+            if outcome.live
+            else "not seen within 120s"
+        )
+        workers = f"{args.workers} workers" if args.workers > 1 else "1 worker"
         print(
-            f"  {name:<28} peak RSS {outcome.peak_sum_mib:7.0f} MiB (sum of each process's "
-            f"peak {outcome.sum_of_peaks_mib:.0f} = "
-            f"{' + '.join(f'{peak:.0f}' for peak in outcome.peaks_mib)}); maps read in "
-            f"{' and '.join(f'{s:.1f}' for s in outcome.feeds_ready)}s; "
-            f"{outcome.rate:9,.0f} URLs/s = {outcome.rate / baseline:.3f} x passthrough; "
-            f"maps on disk {outcome.disk_mib:.0f} MiB",
+            f"  {name}, {workers}: {outcome.rate:9,.0f} URLs/s = "
+            f"{outcome.rate / baseline:.3f} x passthrough{restored}; "
+            f"a new version of {latest.domain}'s map live: {live}",
             flush=True,
         )
+        for one in outcome.workers:
+            print(worker_text(one), flush=True)
+        if outcome.joined is not None:
+            found = restores(outcome.joined.worker)
+            took = (
+                f"its last restore {max(one.at for one in found) - outcome.joined.started:.1f}s "
+                "after its start"
+                if found
+                else "no restore seen"
+            )
+            print(
+                f"    the joined worker: {took}; restores: "
+                + (
+                    ", ".join(
+                        f"{one.process} [{one.partition}] {one.records} records in "
+                        f"{one.seconds:.2f}s"
+                        for one in found
+                    )
+                    or "none"
+                ),
+                flush=True,
+            )
 
 
 def counts(text: str) -> list[int]:
@@ -256,15 +533,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--urls", type=int, default=300_000)
     parser.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of the domains")
     parser.add_argument(
+        "--uniform", action="store_true", help="draw the URLs' domains uniformly, not by Zipf"
+    )
+    parser.add_argument(
         "--modes",
         type=counts,
         default=[4096, 0],
         help="MIQPS_MAPS_CACHE_DOMAINS of each worker (0: every map held); default 4096,0",
     )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="canonicalizer workers sharing the group"
+    )
+    parser.add_argument(
+        "--inputs",
+        choices=sorted(INPUTS),
+        default="unkeyed",
+        help="URLs with no key, keyed by domain, or re-keyed by the repartition hop",
+    )
+    parser.add_argument(
+        "--join-third",
+        action="store_true",
+        help="start one more worker at the first output and report its restores",
+    )
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--timeout", type=float, default=1800.0)
     args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error("--workers: at least 1")
     base = Settings.from_env()
     with tempfile.TemporaryDirectory(prefix="miqps-live-maps-") as folder:
         root = Path(folder)
