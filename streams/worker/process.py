@@ -38,6 +38,7 @@ class StreamWorker(faust.Worker):
             ),
         )
         self._failing: list[asyncio.Future[None]] = []
+        self._reported_disk_full = False
 
     def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
         super().on_setup_root_logger(logger, level)
@@ -61,12 +62,17 @@ class StreamWorker(faust.Worker):
         self.crash_reason = error
         self.deadline.exit_code = CRASH_EXIT_CODE
         if is_disk_full(error):
-            report_disk_full(error, self.runtime.settings.state_dir)
+            self._report_disk_full(error)
             self.deadline.exit_code = DISK_FULL_EXIT_CODE
         elif is_broker_outage(error):
             self.deadline.restart_after = error
         self._begin_stop()
         return True
+
+    def _report_disk_full(self, error: BaseException) -> None:
+        if not self._reported_disk_full:
+            self._reported_disk_full = True
+            report_disk_full(error, self.runtime.settings.state_dir)
 
     def _begin_stop(self) -> None:
         self.deadline.arm()
@@ -92,6 +98,8 @@ class StreamWorker(faust.Worker):
             code = int(exit_.code or 0)
         reason = self.crash_reason
         if reason is not None and is_disk_full(reason):
+            # Faust's own crash (a table store that cannot be opened) comes here unreported.
+            self._report_disk_full(reason)
             return DISK_FULL_EXIT_CODE
         if reason is not None and not self.stop_requested and is_broker_outage(reason):
             start_again(reason)
