@@ -253,11 +253,13 @@ _ItemKey = tuple[str, tuple[str, ...]]
 def _aliases(urls: Sequence[NormalizedURL], names: Collection[str], few: int) -> set[str]:
     """The names among ``names`` that are two names for one identifier, such as a product
     number given as ``id`` and ``pid``: over the URLs carrying both, their values go one to
-    one, in more than ``few`` pairs (a choice's few values, or tracking's, are not an
-    identifier's), and some pair comes back (a token new on every URL, such as a click id,
-    names no item). Each alias alone leaves a page unchanged, as its twin still names the
-    item; an item key without both would take many items for one, count the evidence of a
-    parameter tried on them as one item, and find the shape tried out after a few."""
+    one, and either they are the same value (two values at least: what a sample pool's few
+    URLs show), or they make more than ``few`` pairs (a choice's few values, or tracking's,
+    are not an identifier's) of which some comes back (a token new on every URL, such as a
+    click id, names no item). Each alias alone leaves a page unchanged, as its twin still
+    names the item; an item key without both would take many items for one, count the
+    evidence of a parameter tried on them as one item, and find the shape tried out after
+    a few."""
     found: set[str] = set()
     ordered = sorted(names)
     for index, first in enumerate(ordered):
@@ -268,9 +270,11 @@ def _aliases(urls: Sequence[NormalizedURL], names: Collection[str], few: int) ->
                 if first in url.names and second in url.names
             ]
             pairs = set(carried)
-            if few < len(pairs) < len(carried) and len({a for a, _ in pairs}) == len(pairs) == len(
-                {b for _, b in pairs}
-            ):
+            one_to_one = len({a for a, _ in pairs}) == len(pairs) == len({b for _, b in pairs})
+            same_values = len(pairs) >= 2 and all(
+                a.partition("=")[2] == b.partition("=")[2] for a, b in pairs
+            )
+            if one_to_one and (few < len(pairs) < len(carried) or same_values):
                 found.update((first, second))
     return found
 

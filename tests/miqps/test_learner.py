@@ -13,10 +13,10 @@ import pytest
 
 from miqps.canonical import Canonicalizer, StaticLayers
 from miqps.fetch import FetchConfig, Fetcher
-from miqps.learner import LearnConfig, Learner
+from miqps.learner import LearnConfig, Learner, _aliases
 from miqps.maps import DomainMap, Layer, anomaly_gate, merge_update
 from miqps.prober import Outcome, PageProber
-from miqps.urls import parse
+from miqps.urls import NormalizedURL, parse
 from simweb.corpus import CorpusURL, generate_corpus
 from simweb.resolve import match_route, page_shown
 from simweb.server import SimWeb
@@ -817,3 +817,26 @@ def test_verifying_the_form_that_elides_a_default_verifies_the_forms_that_remove
     assert decision.kept == {"sort"} and decision.dropped == {"utm_source"}
     assert decision.params["sort"].default_values == ["sort=relevance"]
     assert decision.verification.samples == 1, decision.verification
+
+
+def test_aliases_are_two_names_for_one_identifier_and_nothing_else() -> None:
+    """On a sample pool's few URLs, an identifier given twice has the same value under
+    both names; on a large shape its values go one to one and come back. Tracking pairs
+    (few values) and click ids (new on every URL) are no aliases: kept in the item key,
+    they would count one product as many items."""
+
+    def urls(texts: list[str]) -> list[NormalizedURL]:
+        return [parse("http://s.test/p?" + text) for text in texts]
+
+    few = LearnConfig().choice_values
+    pool = urls([f"id={n}&pid={n}&size=m" for n in (3, 8, 11)] + ["id=4", "pid=9"])
+    assert _aliases(pool, {"id", "pid", "size"}, few) == {"id", "pid"}
+    tracking = urls(
+        [f"id={n}&utm_source={s}&utm_medium={m}" for n in range(40) for s, m in (("g", "cpc"),)]
+        + [f"id={n}&utm_source=fb&utm_medium=social" for n in range(40)]
+    )
+    assert _aliases(tracking, {"utm_source", "utm_medium"}, few) == set()
+    clicks = urls([f"id=1&gclid=g{n}&fbclid=f{n}" for n in range(40)])
+    assert _aliases(clicks, {"gclid", "fbclid"}, few) == set()
+    large = urls([f"sku=A{n}&item={n}" for n in range(20) for _ in range(2)])
+    assert _aliases(large, {"sku", "item"}, few) == {"sku", "item"}
