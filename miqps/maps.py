@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from calendar import timegm
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -423,18 +422,39 @@ def satisfies_schema(document: Any, raw: bytes | str | None = None) -> bool:
     one."""
     if not _schema_validator().is_valid(document):
         return False
-    if (
-        raw is not None
-        and _MAYBE_FRACTIONAL.search(
-            raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace")
-        )
-        is None
+    if raw is not None and not _may_hold_fraction(
+        raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace")
     ):
         return True
     return not _holds_float(document)
 
 
-_MAYBE_FRACTIONAL = re.compile(rb"[:\[,]\s*-?[0-9]+[.eE]")
+_DIGITS_AS_ZERO_EXPONENTS_AS_DOT = bytes.maketrans(b"123456789eE", b"000000000..")
+_BLANKS = frozenset(b" \t\r\n")
+_VALUE_STARTS = frozenset(b":[,")
+
+
+def _may_hold_fraction(raw: bytes) -> bool:
+    """Whether the JSON text ``raw`` may hold a number with a fraction or an exponent: a
+    digit then ``.``, ``e`` or ``E``, where the digits before it start a value (after
+    ``:``, ``[`` or ``,``, blanks and a minus sign). A string such as ``"shop0.example"``
+    is looked at and passed over; a string that only looks like a value (``"a,1.5"``)
+    says yes, and the document is then walked. (A regular expression took a sixth of
+    checking a map.)"""
+    text = raw.translate(_DIGITS_AS_ZERO_EXPONENTS_AS_DOT)
+    at = text.find(b"0.")
+    while at != -1:
+        start = at
+        while start > 0 and text[start - 1] == 0x30:  # the digits before
+            start -= 1
+        if start > 0 and text[start - 1] == 0x2D:  # a minus sign
+            start -= 1
+        while start > 0 and text[start - 1] in _BLANKS:
+            start -= 1
+        if start == 0 or text[start - 1] in _VALUE_STARTS:
+            return True
+        at = text.find(b"0.", at + 1)
+    return False
 
 
 def _holds_float(value: Any) -> bool:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +17,8 @@ from miqps.maps import (
     ParamEvidence,
     PatternDecision,
     Verification,
+    _holds_float,
+    _may_hold_fraction,
     _validator,
     satisfies_schema,
 )
@@ -160,3 +164,38 @@ def test_each_schema_has_one_source() -> None:
     assert not (SCHEMAS / f"{MAP}.schema.json").exists()
     ids = [document["$id"] for document in all_schemas()]
     assert len(ids) == len(set(ids)) and SCHEMA["$id"] in ids
+
+
+NUMBERS = st.integers(-(10**6), 10**6) | st.floats(allow_nan=False, allow_infinity=False)
+TEXTS = st.sampled_from(["shop0.example", "a,1.5", "10.0.0.1", "1e5", "x:2E3", "", "v1.2"])
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    value=st.recursive(
+        NUMBERS | TEXTS | st.booleans() | st.none(),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXTS, inner, max_size=3),
+        max_leaves=8,
+    ),
+    indent=st.sampled_from([None, 1]),
+    separators=st.sampled_from([(",", ":"), (", ", ": "), (" ,\n", " :\t")]),
+)
+def test_a_number_with_a_fraction_or_an_exponent_is_always_found_in_the_text(
+    value: Any, indent: int | None, separators: tuple[str, str]
+) -> None:
+    """The text's quick look may say "maybe" of a text without such a number, never "no"
+    of a text with one, however the JSON is spaced."""
+    raw = json.dumps({"v": value}, indent=indent, separators=separators).encode()
+    if _holds_float(orjson.loads(raw)):
+        assert _may_hold_fraction(raw), raw
+    assert not _may_hold_fraction(orjson.dumps({"domain": "shop0.example", "n": [1, 22]}))
+
+
+def test_a_map_whose_text_holds_a_fractional_number_is_refused_however_it_is_spaced() -> None:
+    for text in (
+        json.dumps({**A_MAP, "version": 3.0}),
+        json.dumps({**A_MAP, "version": 3.0}, indent=2),
+        json.dumps({**A_MAP, "version": 3e0}, separators=(" , ", " :  ")),
+    ):
+        assert not satisfies(orjson.loads(text), text)
+    assert satisfies(A_MAP, json.dumps(A_MAP, indent=1))
