@@ -17,10 +17,10 @@ the stream's live maps call too) follows :func:`settle`, the one definition.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import wraps
+from functools import partial, wraps
 from importlib import resources
 from itertools import count, islice, pairwise
 from operator import itemgetter
@@ -213,16 +213,23 @@ class _CompiledDomain:
 
     ``plans`` maps ``shape?names`` (the names of the pairs in string order) to the indexes
     of the pairs to keep in that order, filled as keys are seen; all of it is rebuilt on
-    every update. ``splits`` holds, per learned pattern, the kept and dropped names of a
-    URL that the first round settles. Given the map's JSON ``document``, it keeps that
-    instead of the map (a fraction of the memory of the object graph) and decodes it
-    whenever :attr:`map` is read.
+    every update. ``splits`` gives, per learned pattern, the kept and dropped names of a
+    URL that the first round settles, made when a URL of the pattern first needs them.
+    ``learned`` names the learned patterns.
+
+    The map itself is held as an object, as its JSON ``document`` (a fraction of the memory
+    of the object graph, decoded whenever :attr:`map` is read), or, for a map read on
+    demand from a source that keeps facts records, as that record alone, the document
+    being read again from the source (``read_document``) when :attr:`map` is.
     """
 
     __slots__ = (
         "_map",
+        "_read_document",
         "document",
+        "learned",
         "plans",
+        "record",
         "rules",
         "splits",
         "table",
@@ -237,27 +244,36 @@ class _CompiledDomain:
         use_prior: bool,
         domain_map: DomainMap | None = None,
         document: bytes | None = None,
+        *,
+        record: bytes | None = None,
+        read_document: Callable[[], bytes | None] | None = None,
     ) -> None:
-        assert domain_map is not None or document is not None
-        self._map = domain_map if document is None else None
+        assert domain_map is not None or document is not None or record is not None
+        self._map = domain_map if document is None and record is None else None
         self.document = document
+        self.record = record
+        self._read_document = read_document
         self.version = facts.version
         self.undecided = facts.undecided
         rules = self.rules = DomainRules.of_facts(facts, layers, use_prior)
         self.plans: dict[str, _Plan] = {}
         self.table = next(_TABLES)
-        self.splits: dict[str, _PatternSplit] = {}
-        for key, pattern in facts.patterns.items():
-            keep = rules.keep[key]
-            names = pattern.kept | pattern.dropped
-            self.splits[key] = _PatternSplit(keep, tuple(sorted(keep)), tuple(sorted(names - keep)))
+        self.learned = rules.learned
+        self.splits: Mapping[str, _PatternSplit] = _PerPattern(
+            self.learned, partial(_split_of, facts.patterns, rules.keep)
+        )
 
     @property
     def map(self) -> DomainMap:
         if self._map is not None:
             return self._map
-        assert self.document is not None
-        return DomainMap.from_json(orjson.loads(self.document))
+        document = self.document
+        if document is None:
+            assert self._read_document is not None
+            document = self._read_document()
+            if document is None:
+                raise LookupError("the map was removed from its source")
+        return DomainMap.from_json(orjson.loads(document))
 
     @property
     def held_map(self) -> DomainMap | None:
@@ -267,8 +283,57 @@ class _CompiledDomain:
     def facts(self) -> MapFacts:
         if self._map is not None:
             return MapFacts.of_map(self._map)
+        if self.record is not None:
+            return MapFacts.of_record(self.record)
         assert self.document is not None
         return MapFacts.of_document(orjson.loads(self.document))
+
+
+_Value = TypeVar("_Value")
+
+
+class _PerPattern(Mapping[str, _Value]):
+    """A value per pattern of ``keys``, made by ``make`` when first asked for and then
+    remembered: a URL meets few of a map's patterns."""
+
+    __slots__ = ("_keys", "_made", "_make")
+
+    def __init__(self, keys: frozenset[str], make: Callable[[str], _Value]) -> None:
+        self._keys = keys
+        self._make = make
+        self._made: dict[str, _Value] = {}
+
+    def __getitem__(self, key: str) -> _Value:
+        made = self._made.get(key)
+        if made is None:
+            if key not in self._keys:
+                raise KeyError(key)
+            made = self._made[key] = self._make(key)
+        return made
+
+    def get(self, key: str, default: Any = None) -> Any:
+        made = self._made.get(key)
+        if made is not None:
+            return made
+        return self[key] if key in self._keys else default
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+def _split_of(
+    patterns: Mapping[str, PatternFacts], keep: Mapping[str, frozenset[str]], key: str
+) -> _PatternSplit:
+    kept = keep[key]
+    pattern = patterns[key]
+    names = pattern.kept | pattern.dropped
+    return _PatternSplit(kept, tuple(sorted(kept)), tuple(sorted(names - kept)))
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
@@ -319,10 +384,11 @@ class DomainRules:
     """What a domain's map says per pattern, once the static layers are applied: the
     names to keep (the map's kept ones and allowlisted ones, minus what the cold-start
     prior drops for lack of evidence) and the ``name=value`` pairs to leave out as
-    confirmed defaults. The one definition of the canonical form, for the command line and
-    for the stream workers alike."""
+    confirmed defaults (empty for a pattern without any). The one definition of the
+    canonical form, for the command line and for the stream workers alike. Each pattern's
+    is made when first asked for."""
 
-    __slots__ = ("default_pairs", "keep", "learned_keep")
+    __slots__ = ("default_pairs", "keep", "learned", "learned_keep")
 
     def __init__(self, domain_map: DomainMap, layers: StaticLayers, use_prior: bool) -> None:
         self._apply(MapFacts.of_map(domain_map), layers, use_prior)
@@ -335,22 +401,38 @@ class DomainRules:
 
     def _apply(self, facts: MapFacts, layers: StaticLayers, use_prior: bool) -> None:
         self.learned_keep = facts.learned_keep
-        allowlist = layers.allowlist
-        self.keep: dict[str, frozenset[str]] = {}
-        self.default_pairs: dict[str, frozenset[str]] = {}
-        for key, pattern in facts.patterns.items():
-            keep = pattern.kept | (allowlist & (pattern.kept | pattern.dropped))
-            unsure = keep & pattern.without_evidence
-            keep -= unsure - unlearned_keep(unsure, layers, use_prior, self.learned_keep)
-            self.keep[key] = keep
-            defaults = frozenset(
-                value
-                for name, values in pattern.defaults.items()
-                if name in keep
-                for value in values
-            )
-            if defaults:
-                self.default_pairs[key] = defaults
+        patterns = facts.patterns
+        keys = self.learned = (
+            patterns.pattern_keys if isinstance(patterns, _RecordPatterns) else frozenset(patterns)
+        )
+        self.keep: Mapping[str, frozenset[str]] = _PerPattern(
+            keys, partial(_keep_of, facts.patterns, layers, use_prior, facts.learned_keep)
+        )
+        self.default_pairs: Mapping[str, frozenset[str]] = _PerPattern(
+            keys, partial(_default_pairs_of, facts.patterns, self.keep)
+        )
+
+
+def _keep_of(
+    patterns: Mapping[str, PatternFacts],
+    layers: StaticLayers,
+    use_prior: bool,
+    learned_keep: frozenset[str],
+    key: str,
+) -> frozenset[str]:
+    pattern = patterns[key]
+    keep = pattern.kept | (layers.allowlist & (pattern.kept | pattern.dropped))
+    unsure = keep & pattern.without_evidence
+    return keep - (unsure - unlearned_keep(unsure, layers, use_prior, learned_keep))
+
+
+def _default_pairs_of(
+    patterns: Mapping[str, PatternFacts], keep: Mapping[str, frozenset[str]], key: str
+) -> frozenset[str]:
+    kept = keep[key]
+    return frozenset(
+        value for name, values in patterns[key].defaults.items() if name in kept for value in values
+    )
 
 
 class PatternFacts(NamedTuple):
@@ -372,9 +454,62 @@ class MapFacts(NamedTuple):
 
     version: int
     undecided: dict[str, str]
-    patterns: dict[str, PatternFacts]
+    patterns: Mapping[str, PatternFacts]
     learned_keep: frozenset[str]
     """The names the domain learned keep pages apart somewhere."""
+    compiled_summary: CompiledSummary | None = None
+    """What the compiled path needs of every pattern, when it was read with the facts
+    (:meth:`of_record`); else made from :attr:`patterns`."""
+
+    def summary(self) -> CompiledSummary:
+        if self.compiled_summary is not None:
+            return self.compiled_summary
+        return _compiled_summary(
+            (key, pattern.kept, pattern.dropped, pattern.decided_at)
+            for key, pattern in self.patterns.items()
+        )
+
+    def record(self) -> bytes:
+        """These facts as a facts record (:meth:`of_record`): a few hundred bytes a map,
+        where its document holds kilobytes of evidence."""
+        return orjson.dumps(
+            [
+                _RECORD_FORMAT,
+                self.version,
+                self.undecided,
+                sorted(self.learned_keep),
+                _finite_or_none(self.summary().oldest_decided),
+                {
+                    key: [
+                        sorted(pattern.kept),
+                        sorted(pattern.dropped),
+                        sorted(pattern.without_evidence),
+                        pattern.defaults,
+                        pattern.decided_at,
+                    ]
+                    for key, pattern in self.patterns.items()
+                },
+            ]
+        )
+
+    @classmethod
+    def of_record(cls, record: bytes) -> MapFacts:
+        """The facts of a facts record (:meth:`record`). A pattern's facts are read from
+        the record when first asked for: a map read on demand holds the record alone."""
+        form, version, undecided, learned_keep, oldest_decided, patterns = orjson.loads(record)
+        if form != _RECORD_FORMAT:
+            raise ValueError(f"a facts record of format {form!r}, not {_RECORD_FORMAT}")
+        summary = CompiledSummary(
+            [(key, tuple(facts[0]) if facts[1] else None) for key, facts in patterns.items()],
+            float("inf") if oldest_decided is None else oldest_decided,
+        )
+        return cls(
+            version,
+            undecided,
+            _RecordPatterns(record, frozenset(patterns)),
+            frozenset(learned_keep),
+            summary,
+        )
 
     @classmethod
     def of_map(cls, domain_map: DomainMap) -> MapFacts:
@@ -401,21 +536,91 @@ class MapFacts(NamedTuple):
         if data.get("schema") != SCHEMA_ID:
             raise ValueError(f"not a {SCHEMA_ID} document")
         learned: set[str] = set()
-        patterns = {
-            key: _pattern_facts(
+        patterns = {}
+        # _pattern_facts, written out: a map read from the maps topic comes through here,
+        # and its every parameter.
+        for key, decision in data["patterns"].items():
+            without_evidence = []
+            defaults = {}
+            for name, evidence in decision["params"].items():
+                layer = evidence["layer"]
+                if layer == Layer.INSUFFICIENT:
+                    without_evidence.append(name)
+                elif layer == Layer.LEARNED and evidence["decision"] == "keep":
+                    learned.add(name)
+                default_values = evidence.get("default_values")
+                if default_values:
+                    defaults[name] = default_values
+            patterns[key] = PatternFacts(
                 frozenset(decision["kept"]),
                 frozenset(decision["dropped"]),
+                frozenset(without_evidence),
+                defaults,
                 str(decision["decided_at"]),
-                (
-                    (name, evidence["decision"], evidence["layer"], evidence.get("default_values"))
-                    for name, evidence in decision["params"].items()
-                ),
-                learned,
             )
-            for key, decision in data["patterns"].items()
-        }
         undecided = {key: str(cause) for key, cause in data.get("undecided", {}).items()}
         return cls(int(data["version"]), undecided, patterns, frozenset(learned))
+
+
+_RECORD_FORMAT = 1
+
+
+class CompiledSummary(NamedTuple):
+    """What the compiled path holds of a map beside its plans: its learned patterns, each
+    with its kept names, sorted, when it drops one (an audit hashes those); and when its
+    oldest decision was made (seconds since the epoch; infinity without one)."""
+
+    learned: list[tuple[str, tuple[str, ...] | None]]
+    oldest_decided: float
+
+
+def _compiled_summary(
+    patterns: Iterable[tuple[str, Iterable[str], Collection[str], str]],
+) -> CompiledSummary:
+    learned = []
+    decided = set()
+    for key, kept, dropped, decided_at in patterns:
+        learned.append((key, tuple(sorted(kept)) if dropped else None))
+        decided.add(decided_at)
+    return CompiledSummary(learned, min(map(timestamp_seconds, decided), default=float("inf")))
+
+
+def _finite_or_none(seconds: float) -> float | None:
+    """``seconds`` as JSON can hold it: infinity (no decision) as null."""
+    return seconds if seconds != float("inf") else None
+
+
+class _RecordPatterns(Mapping[str, PatternFacts]):
+    """The pattern facts of a facts record, each read from the record (a few µs) when
+    first asked for, without holding the record decoded: bytes are no work for the cyclic
+    garbage collector, which walks every object a process holds."""
+
+    __slots__ = ("_made", "_record", "pattern_keys")
+
+    def __init__(self, record: bytes, keys: frozenset[str]) -> None:
+        self._record = record
+        self.pattern_keys = keys
+        self._made: dict[str, PatternFacts] = {}
+
+    def __getitem__(self, key: str) -> PatternFacts:
+        made = self._made.get(key)
+        if made is None:
+            if key not in self.pattern_keys:
+                raise KeyError(key)
+            kept, dropped, without, defaults, decided_at = orjson.loads(self._record)[5][key]
+            made = self._made[key] = PatternFacts(
+                frozenset(kept), frozenset(dropped), frozenset(without), defaults, decided_at
+            )
+        return made
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.pattern_keys
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.pattern_keys)
+
+    def __len__(self) -> int:
+        return len(self.pattern_keys)
 
 
 def _pattern_facts(
@@ -557,6 +762,7 @@ class Canonicalizer:
         self._layers = layers or StaticLayers.default()
         self._use_prior = use_prior
         self._source = maps
+        self._read_facts: Callable[[str], bytes | None] | None = getattr(maps, "facts", None)
         self._cache_domains = max(1, cache_domains)
         self._absent: set[str] = set()
         self._forgotten = 0  # how many times forget() was called
@@ -610,7 +816,13 @@ class Canonicalizer:
         if self._native is not None:
             self._native.core.reset(self._unmapped_table)
         for domain, compiled in list(self._domains.items()):
-            self._install(domain, compiled.facts(), compiled.held_map, compiled.document)
+            self._install(
+                domain,
+                compiled.facts(),
+                compiled.held_map,
+                compiled.document,
+                record=compiled.record,
+            )
 
     def _install_native(
         self, native: _Native, domain: str, compiled: _CompiledDomain, facts: MapFacts
@@ -619,20 +831,16 @@ class Canonicalizer:
         (:meth:`stream_records`) needs of the map: its version, its learned patterns (with
         the names kept of each that drops one, as an audit hashes its items), and when its
         oldest decision was made."""
-        patterns = facts.patterns
-        learned = [
-            (key, tuple(sorted(pattern.kept)) if pattern.dropped else None)
-            for key, pattern in patterns.items()
-        ]
-        decided = {pattern.decided_at for pattern in patterns.values()}
-        oldest = min(map(timestamp_seconds, decided), default=float("inf"))
+        summary = facts.summary()
         table = compiled.table
-        native.core.install(domain, table, compiled.version, learned, oldest)
+        native.core.install(
+            domain, table, compiled.version, summary.learned, summary.oldest_decided
+        )
         if self._source is not None:
             return  # read on demand for a URL, most of a map's patterns will not be met
         # The plans of the keys URLs of the learned patterns have, made now rather than
         # on each one's first URL.
-        for key in patterns:
+        for key in facts.patterns:
             names = split_pattern(key)[1]
             if names:
                 self._add_native_plan(native, domain, table, key, compiled, names)
@@ -645,9 +853,26 @@ class Canonicalizer:
         self._install(domain_map.domain, MapFacts.of_map(domain_map), domain_map, document)
 
     def _install(
-        self, domain: str, facts: MapFacts, domain_map: DomainMap | None, document: bytes | None
+        self,
+        domain: str,
+        facts: MapFacts,
+        domain_map: DomainMap | None,
+        document: bytes | None,
+        *,
+        record: bytes | None = None,
     ) -> None:
-        compiled = _CompiledDomain(facts, self._layers, self._use_prior, domain_map, document)
+        """Compile and hold ``domain``'s map: the map itself, its ``document``, or, read
+        from the source, its facts ``record`` alone (see :class:`_CompiledDomain`)."""
+        source = self._source
+        compiled = _CompiledDomain(
+            facts,
+            self._layers,
+            self._use_prior,
+            domain_map,
+            document,
+            record=record,
+            read_document=partial(source.document, domain) if record and source else None,
+        )
         # The per-URL path looks hosts up as they appear in the URL, port and userinfo
         # included, so it must never find a key holding either.
         if "@" in domain or (":" in domain and not domain.endswith("]")):
@@ -689,10 +914,13 @@ class Canonicalizer:
             return None
         domains = self._domains
         assert isinstance(domains, _DomainsOnDemand)
+        read_facts = self._read_facts
         while True:
             forgotten = self._forgotten
-            document = self._source.document(domain)
-            if document is None:
+            # A source that keeps facts records keeps one for every map it holds.
+            record = read_facts(domain) if read_facts is not None else None
+            document = self._source.document(domain) if read_facts is None else None
+            if record is None and document is None:
                 if len(self._absent) >= _ABSENT_SIZE:
                     self._absent.clear()
                 self._absent.add(domain)
@@ -706,8 +934,11 @@ class Canonicalizer:
                 continue
             if len(domains) >= self._cache_domains + max(1, self._cache_domains // 4):
                 self._make_room(domains)  # the pure-Python path answers one text at a time
-            # The document is held, not its map: decoded only if the map is asked for.
-            self._install(domain, MapFacts.of_document(orjson.loads(document)), None, document)
+            if record is not None:
+                self._install(domain, MapFacts.of_record(record), None, None, record=record)
+            else:  # the document is held, not its map: decoded only if the map is asked for
+                assert document is not None
+                self._install(domain, MapFacts.of_document(orjson.loads(document)), None, document)
             if self._forgotten == forgotten:
                 break
         domains.used.add(domain)  # not yet asked again for the URL that brought it

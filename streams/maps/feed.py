@@ -6,7 +6,7 @@ anything. A feed that is not ``partitioned`` (the canonicalizer front's, unless 
 is keyed by domain) reads every partition, so every front sees every map; ``ready`` is set
 once the topic has been read up to where it ended when the feed started.
 
-Every record is validated (``miqps.maps.parse_map``, and its key must be the map's domain).
+Every record is validated (``miqps.maps.check_map``, and its key must be the map's domain).
 An invalid one is dead-lettered, in the DLQ format with its reason, and the last valid map
 of its domain stays live. Each feed that reads it dead-letters it, so a record can be there
 more than once (once per worker process and restart, and per restore of its partition):
@@ -39,7 +39,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from miqps.maps import InvalidMap, parse_map
+from miqps.maps import InvalidMap, check_map
 from streams.kafka.admin import consumer_config, producer_config
 from streams.kafka.clients import ProduceBlocked, produce, read_to_end
 from streams.maps.live import LiveMaps
@@ -313,7 +313,7 @@ class MapFeed:
                 domain = key.decode("utf-8")
             except UnicodeDecodeError:
                 raise InvalidMap("domain key", "a key that is not UTF-8") from None
-            domain_map = parse_map(value, key=domain)
+            document = check_map(value, key=domain)
         except InvalidMap as error:
             self._reject(
                 error.at(f"{source.topic}[{source.partition}]@{source.offset}"), key, value, source
@@ -322,15 +322,15 @@ class MapFeed:
         if self.partitioned:
             self.live_maps.file_under(source.partition, domain)
         if (
-            self.live_maps.apply(domain_map, value)
+            self.live_maps.apply_document(document, value)
             and self.ready.is_set()
             and source.partition not in self._restoring
         ):
             log.info(
                 "map live: %s v%d (%d patterns)",
-                domain_map.domain,
-                domain_map.version,
-                len(domain_map.patterns),
+                domain,
+                document["version"],
+                len(document["patterns"]),
             )
 
     def _reject(self, error: InvalidMap, key: bytes | None, value: bytes, source: Source) -> None:

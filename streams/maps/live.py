@@ -29,7 +29,13 @@ from typing import Any, Protocol, TypeVar, cast
 
 import orjson
 
-from miqps.canonical import DEFAULT_CACHE_DOMAINS, Canonicalizer, Decision, StaticLayers
+from miqps.canonical import (
+    DEFAULT_CACHE_DOMAINS,
+    Canonicalizer,
+    Decision,
+    MapFacts,
+    StaticLayers,
+)
 from miqps.maps import DomainMap, timestamp_seconds
 from miqps.mapstore import MapStore
 from miqps.urls import NormalizedURL
@@ -166,6 +172,11 @@ class LiveMaps:
             self._maps[domain_map.domain] = live_map(domain_map, self.reverify_after)
             return True
 
+    def apply_document(self, document: Mapping[str, Any], raw: bytes) -> bool:
+        """:meth:`apply` for a map document checked by :func:`~miqps.maps.check_map`
+        (``raw`` its text), as the maps topic brings it."""
+        return self.apply(DomainMap.from_json(document), raw)
+
     def remove(self, domain: str) -> None:
         with self._lock:
             self._maps.pop(domain, None)
@@ -246,13 +257,13 @@ class _Record:
     """Per pattern, when it was decided: as written, and in seconds since the epoch."""
 
     @classmethod
-    def of(cls, domain_map: DomainMap) -> _Record:
+    def of(cls, facts: MapFacts, updated_at: str) -> _Record:
         return cls(
-            domain_map.version,
-            timestamp_seconds(domain_map.updated_at),
+            facts.version,
+            timestamp_seconds(updated_at),
             {
-                key: (decision.decided_at, timestamp_seconds(decision.decided_at))
-                for key, decision in domain_map.patterns.items()
+                key: (pattern.decided_at, timestamp_seconds(pattern.decided_at))
+                for key, pattern in facts.patterns.items()
             },
         )
 
@@ -353,22 +364,51 @@ class StoredLiveMaps(LiveMaps):
         self._patterns = 0
 
     def apply(self, domain_map: DomainMap, document: bytes | None = None) -> bool:
-        domain = domain_map.domain
+        facts = MapFacts.of_map(domain_map)
+        return self._store_map(
+            domain_map.domain,
+            facts,
+            _Record.of(facts, domain_map.updated_at),
+            document if document is not None else domain_map.dumps().encode(),
+            lambda: domain_map,
+        )
+
+    def apply_document(self, document: Mapping[str, Any], raw: bytes) -> bool:
+        """:meth:`apply` without building the map's objects: its facts are read from the
+        document, which is most of what restoring a maps partition costs."""
+        facts = MapFacts.of_document(document)
+        return self._store_map(
+            document["domain"],
+            facts,
+            _Record.of(facts, document.get("updated_at", "")),
+            raw,
+            lambda: DomainMap.from_json(document),
+        )
+
+    def _store_map(
+        self,
+        domain: str,
+        facts: MapFacts,
+        record: _Record,
+        document: bytes,
+        domain_map: Callable[[], DomainMap],
+    ) -> bool:
+        """Store ``domain``'s map (its ``document``, facts and record) unless a newer
+        version, or the same map (``domain_map`` builds it, for a document of the same
+        version stored as another text), is stored already."""
         key = domain.encode()
         with self._lock:
             noted = self.store.note(_RECORD + key)
             previous = _Record.loads(noted) if noted is not None else None
             if previous is not None and (
-                previous.version > domain_map.version
+                previous.version > record.version
                 or (
-                    previous.version == domain_map.version and self._stored_is(domain_map, document)
+                    previous.version == record.version
+                    and self._stored_is(domain, document, domain_map)
                 )
             ):
                 return False
-            record = _Record.of(domain_map)
-            self.store.put(
-                domain, document if document is not None else domain_map.dumps().encode()
-            )
+            self.store.put(domain, document, facts.record())
             self.store.put_note(_RECORD + key, record.dumps())
             self._file_by_age(key, previous, record)
             self._domains += previous is None
@@ -377,13 +417,13 @@ class StoredLiveMaps(LiveMaps):
             self.canonicalizer.forget(domain)
             return True
 
-    def _stored_is(self, domain_map: DomainMap, document: bytes | None) -> bool:
-        stored = self.store.document(domain_map.domain)
+    def _stored_is(self, domain: str, document: bytes, domain_map: Callable[[], DomainMap]) -> bool:
+        stored = self.store.document(domain)
         if stored is None:
             return False
-        if document is not None and stored == document:
+        if stored == document:
             return True
-        return DomainMap.from_json(orjson.loads(stored)) == domain_map
+        return DomainMap.from_json(orjson.loads(stored)) == domain_map()
 
     def _file_by_age(self, key: bytes, previous: _Record | None, record: _Record | None) -> None:
         """File the map of ``key`` by its ``updated_at`` (none without one), in place of

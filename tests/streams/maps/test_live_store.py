@@ -193,7 +193,8 @@ def test_the_oldest_map_follows_replacements_and_removals(stored: StoredLiveMaps
 
 
 class PausingStore(MapStore):
-    """A store whose read of ``pause_for`` waits, after reading, until told to go on."""
+    """A store whose read of ``pause_for``'s map (its facts or its document) waits, after
+    reading, until told to go on."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
@@ -202,12 +203,17 @@ class PausingStore(MapStore):
         self.go_on = threading.Event()
 
     def document(self, domain: str) -> bytes | None:
-        document = super().document(domain)
+        return self._paused(domain, super().document(domain))
+
+    def facts(self, domain: str) -> bytes | None:
+        return self._paused(domain, super().facts(domain))
+
+    def _paused(self, domain: str, value: bytes | None) -> bytes | None:
         if domain == self.pause_for:
             self.pause_for = None
             self.reading.set()
             self.go_on.wait(10)
-        return document
+        return value
 
 
 def test_a_change_waits_for_the_call_under_way_and_the_newer_map_is_live_after(
