@@ -81,7 +81,12 @@ def test_maps_read_on_demand_give_what_maps_held_give(tmp_path: Path, native: bo
         assert different == []
         for domain_map in maps[:5]:
             assert on_demand.map_for(domain_map.domain) == held.map_for(domain_map.domain)
+            assert on_demand.dropping_decisions(domain_map.domain) == held.dropping_decisions(
+                domain_map.domain
+            )
         assert on_demand.maps_held <= 3
+        held.use_prior = on_demand.use_prior = False  # the maps held are compiled again
+        assert on_demand.canonical_texts(texts) == held.canonical_texts(texts)
         on_demand.close()
 
 
