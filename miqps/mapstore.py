@@ -53,7 +53,13 @@ class MapSource(Protocol):
 
 
 def _options(block_cache_bytes: int, *, bulk: bool = False) -> Any:
-    from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options
+    from rocksdict import (
+        BlockBasedIndexType,
+        BlockBasedOptions,
+        Cache,
+        DBCompressionType,
+        Options,
+    )
 
     options = Options(raw_mode=True)
     options.create_if_missing(True)
@@ -61,7 +67,14 @@ def _options(block_cache_bytes: int, *, bulk: bool = False) -> Any:
     table = BlockBasedOptions()
     table.set_block_cache(Cache(block_cache_bytes))
     table.set_bloom_filter(10, False)
+    # Index and filters in partitions, in the block cache, their top levels pinned: with one
+    # index block per file in the cache, maps' data blocks kept evicting it, and every read
+    # of a store of 20,000 maps parsed it again (90-170 µs a read, against 14 here).
     table.set_cache_index_and_filter_blocks(True)
+    table.set_index_type(BlockBasedIndexType.two_level_index_search())
+    table.set_partition_filters(True)
+    table.set_pin_top_level_index_and_filter(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
     options.set_block_based_table_factory(table)
     options.set_max_open_files(256)
     if bulk:
