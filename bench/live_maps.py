@@ -38,7 +38,10 @@ state directory per worker) read the maps and canonicalize every URL. Reported p
   input).
 
 Then, in this process, the cost of a cold domain: a URL of a domain whose map is not held
-yet (read from the store and compiled), against a URL of a domain held, over 2,000 maps.
+yet (read from the store and compiled), against a URL of a domain held, over 2,000 maps;
+and a front's per-batch call on 150,000 URLs over ``--in-process-domains`` stored maps (Zipf,
+s = 1.1), twice, with 4096 maps held and with the default bound, under Python's default
+collector thresholds and under the front process's: URLs/s and maps read from the store.
 
 It prints figures; it asserts no target.
 """
@@ -46,6 +49,7 @@ It prints figures; it asserts no target.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import re
@@ -71,9 +75,11 @@ from bench.stream_throughput import (
     passthrough,
     rss_by_process,
 )
+from miqps.canonical import DEFAULT_CACHE_DOMAINS
 from miqps.maps import DomainMap
 from miqps.mapstore import MapStore
 from miqps.urls import parse
+from streams.front.process import FRONT_GC_THRESHOLDS
 from streams.kafka.admin import consumer_config, ensure_topics
 from streams.maps.live import LIVE_MAPS_FOLDER, StoredLiveMaps
 from streams.settings import Settings
@@ -433,6 +439,50 @@ def cold_domain_cost(root: Path, patterns: int) -> tuple[float, float]:
     return cold * 1e6, warm * 1e6
 
 
+def front_in_process(root: Path, domains: int, patterns: int, urls: int) -> None:
+    """A front's per-batch call (``stream_records``, the compiled path) on ``urls`` URLs
+    of ``domains`` stored maps drawn by Zipf's law, in this process: URLs/s and maps read
+    from the store, per bound of maps held and per collector setting (Python's default
+    thresholds, and the front process's)."""
+    rng = random.Random(5)
+    store = MapStore(root / "in-process")
+    seeding = StoredLiveMaps(3600.0, store, cache_domains=64)
+    templates = []
+    for number in range(domains):
+        one = domain_map(rng, number, patterns)
+        seeding.apply(one)
+        templates.append(url_templates(one))
+    values: list[bytes | None] = [url.encode() for url in zipf_urls(templates, urls, 1.1, seed=6)]
+    distinct = len({value.split(b"/")[2] for value in values if value is not None})
+    print(
+        f"in process: {urls:,} URLs over {domains:,} stored maps ({distinct:,} domains met), "
+        "one front's batches of 1,000 on the compiled path:",
+        flush=True,
+    )
+    default = gc.get_threshold()
+    for cache in (4096, DEFAULT_CACHE_DOMAINS):
+        for name, thresholds in (("default", default), ("front's", FRONT_GC_THRESHOLDS)):
+            live = StoredLiveMaps(3600.0, store, cache_domains=cache)
+            canonicalizer = live.canonicalizer
+            gc.collect()
+            gc.set_threshold(*thresholds)
+            try:
+                for run in ("first", "second"):
+                    reads = canonicalizer.maps_read
+                    started = time.perf_counter()
+                    for at in range(0, len(values), 1000):
+                        canonicalizer.stream_records(values[at : at + 1000], 1 << 20, 0.0, 0, "")
+                    rate = len(values) / (time.perf_counter() - started)
+                    print(
+                        f"    {cache:>6} held, collector {name:<8} {run} pass: {rate:9,.0f} "
+                        f"URLs/s, {canonicalizer.maps_read - reads:,} maps read",
+                        flush=True,
+                    )
+            finally:
+                gc.set_threshold(*default)
+    store.close()
+
+
 def worker_text(one: Sampled) -> str:
     mismatches = "" if one.mismatches is None else f"; key mismatches {one.mismatches}"
     return (
@@ -555,6 +605,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="start one more worker at the first output and report its restores",
     )
+    parser.add_argument(
+        "--in-process-domains",
+        type=int,
+        default=50_000,
+        help="stored maps of the in-process front measured at the end",
+    )
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--timeout", type=float, default=1800.0)
@@ -574,6 +630,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{cold:.0f} µs; of a domain held: {warm:.1f} µs",
                 flush=True,
             )
+            front_in_process(root, args.in_process_domains, args.patterns, 150_000)
         finally:
             for settings in CREATED:
                 delete_topics(settings)

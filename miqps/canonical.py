@@ -186,7 +186,7 @@ _TABLES = count(1)
 # Misses one text may meet on the compiled path (its domain's map, a plan, then the plans
 # it leads to).
 _MAX_MISSES = 16
-DEFAULT_CACHE_DOMAINS = 4096
+DEFAULT_CACHE_DOMAINS = 16384
 """Maps a canonicalizer that reads them on demand holds at most."""
 # Domains remembered as having no map, before the set starts over.
 _ABSENT_SIZE = 1 << 18
@@ -766,6 +766,8 @@ class Canonicalizer:
         self._cache_domains = max(1, cache_domains)
         self._absent: set[str] = set()
         self._forgotten = 0  # how many times forget() was called
+        self.maps_read = 0
+        """Maps read from the source (on demand) since this was made."""
         self._domains: dict[str, _CompiledDomain] = (
             {} if maps is None else _DomainsOnDemand(self._load_on_demand)
         )
@@ -934,6 +936,7 @@ class Canonicalizer:
                 continue
             if len(domains) >= self._cache_domains + max(1, self._cache_domains // 4):
                 self._make_room(domains)  # the pure-Python path answers one text at a time
+            self.maps_read += 1
             if record is not None:
                 self._install(domain, MapFacts.of_record(record), None, None, record=record)
             else:  # the document is held, not its map: decoded only if the map is asked for
