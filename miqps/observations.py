@@ -21,6 +21,10 @@ and 5xx answers, interstitials, client-side shells, unparsable pages and bodies 
 cap are no evidence; they are counted and their URLs fetched as without observations. An
 observed page, fetched hours or days before, answers a comparison only when it shows no
 difference (:mod:`miqps.prober`): a page that changed over time is fetched afresh.
+
+:class:`ObservedPages` holds the latest page of each URL, filed under the part of the stream
+it came from; :class:`RestoredPages` is what a restore of one part read again, merged into
+them without undoing what was observed since.
 """
 
 from __future__ import annotations
@@ -157,42 +161,138 @@ def _url(value: object, field: str) -> NormalizedURL:
 
 @dataclass(frozen=True, slots=True)
 class _Kept:
-    """An observed page, compact: block keys and digests interleaved."""
+    """An observed page, compact: block keys and digests interleaved; ``source`` is the part
+    of the stream it was read from (a partition of ``miqps.observations``)."""
 
     status: int
     final_url: str
     hint: str | None
     redirects: int
     blocks: array[int]
+    source: int
+
+
+def _kept(snapshot: Snapshot, source: int) -> _Kept:
+    return _Kept(
+        snapshot.status,
+        snapshot.final_url,
+        snapshot.canonical_hint,
+        snapshot.redirects,
+        packed_blocks(snapshot.blocks),
+        source,
+    )
+
+
+RESTORE_OUTCOMES = ("kept", "no evidence", "invalid")
+
+
+class RestoredPages:
+    """The observations of one ``source`` read again, oldest first: the latest of each URL
+    (a later one that is no evidence drops it, as :meth:`ObservedPages.add` does), at most
+    ``max_pages`` of them, the least recently observed going first; and what was read, by
+    outcome (``invalid``: records that are not observations, counted only). Built apart, then
+    merged by :meth:`ObservedPages.restored`."""
+
+    def __init__(self, source: int, max_pages: int) -> None:
+        self.source = source
+        self.max_pages = max(1, max_pages)
+        self.pages: OrderedDict[str, _Kept] = OrderedDict()
+        self.by_outcome: dict[str, int] = dict.fromkeys(RESTORE_OUTCOMES, 0)
+
+    def add(self, observation: Observation) -> bool:
+        pages = self.pages
+        pages.pop(observation.url, None)
+        if observation.snapshot is None:
+            self.by_outcome["no evidence"] += 1
+            return False
+        pages[observation.url] = _kept(observation.snapshot, self.source)
+        if len(pages) > self.max_pages:
+            pages.popitem(last=False)
+        self.by_outcome["kept"] += 1
+        return True
+
+    def invalid(self) -> None:
+        self.by_outcome["invalid"] += 1
+
+    @property
+    def records(self) -> int:
+        return sum(self.by_outcome.values())
+
+    def __len__(self) -> int:
+        return len(self.pages)
 
 
 class ObservedPages:
     """The latest observation of each URL, for :class:`miqps.prober.PageProber`
     (:class:`miqps.prober.Observations`): at most ``max_pages`` of them, the least
-    recently observed or used going first."""
+    recently observed or used going first.
+
+    Each page is filed under the ``source`` it was read from, so that the pages of a
+    source can be dropped (:meth:`give_up`) and a source's older observations read again
+    and merged (:meth:`restoring`, then :meth:`restored`) while newer ones keep coming."""
 
     def __init__(self, max_pages: int) -> None:
         self.max_pages = max(1, max_pages)
         self._pages: OrderedDict[str, _Kept] = OrderedDict()
+        self._noting: dict[int, set[str]] = {}
 
-    def add(self, observation: Observation) -> bool:
+    def add(self, observation: Observation, source: int = 0) -> bool:
         """Keep ``observation`` in place of its URL's older one; False when it is no
         evidence (the older one is dropped too: it is no longer what the URL gives)."""
+        noting = self._noting.get(source)
+        if noting is not None:
+            noting.add(observation.url)
         pages = self._pages
         pages.pop(observation.url, None)
         snapshot = observation.snapshot
         if snapshot is None:
             return False
-        pages[observation.url] = _Kept(
-            snapshot.status,
-            snapshot.final_url,
-            snapshot.canonical_hint,
-            snapshot.redirects,
-            packed_blocks(snapshot.blocks),
-        )
+        pages[observation.url] = _kept(snapshot, source)
         if len(pages) > self.max_pages:
             pages.popitem(last=False)
         return True
+
+    def restoring(self, source: int) -> None:
+        """A restore of ``source`` begins: from now on, note the URLs :meth:`add` sets or
+        drops from it, newer than anything the restore reads."""
+        self._noting[source] = set()
+
+    def restored(self, restored: RestoredPages) -> int:
+        """Merge the pages of a restore begun by :meth:`restoring`, but for the URLs
+        observed since (their newer observation stands), in the order they were observed,
+        under the bound; returns how many were merged. Nothing is merged when the source
+        was given up meanwhile."""
+        noted = self._noting.pop(restored.source, None)
+        if noted is None:
+            return 0
+        pages = self._pages
+        merged = 0
+        for url, kept in restored.pages.items():
+            if url in noted:
+                continue
+            pages.pop(url, None)
+            pages[url] = kept
+            merged += 1
+            if len(pages) > self.max_pages:
+                pages.popitem(last=False)
+        return merged
+
+    def abandon(self, source: int) -> None:
+        """A restore of ``source`` ends without pages (it failed): stop noting."""
+        self._noting.pop(source, None)
+
+    def give_up(self, source: int) -> int:
+        """Drop the pages of ``source`` (and any restore of it under way); returns how
+        many were dropped."""
+        self._noting.pop(source, None)
+        doomed = [url for url, kept in self._pages.items() if kept.source == source]
+        for url in doomed:
+            del self._pages[url]
+        return len(doomed)
+
+    def held(self, source: int) -> int:
+        """Pages of ``source`` held."""
+        return sum(1 for kept in self._pages.values() if kept.source == source)
 
     def holds(self, url: str) -> bool:
         return url in self._pages

@@ -1,6 +1,8 @@
 """The probing agent: probe requests -> ``miqps.maps`` (whole domain map, and its version on
 ``miqps.map-history``) + ``miqps.map-updates``, taking pages from the observations a crawler
-sent (:mod:`streams.agents.observe`) before it fetches them.
+sent (:mod:`streams.agents.observe`) before it fetches them; a learning run first waits,
+for a while at most, for the restore of its domain's observations partition
+(:mod:`streams.agents.observe_restore`).
 
 A run reads its domain's map only once the maps partition of the domain is restored in
 this process (:meth:`~streams.worker.ownedmaps.OwnedMaps.held`), so a domain learned before
@@ -114,8 +116,7 @@ def register(app: faust.App, runtime: Runtime) -> None:
 
     bugs = runtime.bug_policy()
     pages = ObservedPages(settings.observed_pages) if settings.observed_pages else None
-    if pages is not None:
-        observe.register(app, runtime, pages, dead_letter)
+    restores = observe.register(app, runtime, pages, dead_letter) if pages is not None else None
 
     @app.agent(requests_topic, name="probe", concurrency=1)
     async def probe(agent_stream: faust.StreamT[bytes]) -> None:
@@ -131,6 +132,7 @@ def register(app: faust.App, runtime: Runtime) -> None:
                 audit_share=settings.audit_share,
                 observations=pages,
                 maps_held=runtime.maps.held,
+                observations_held=restores.held if restores is not None else None,
             )
             scheduler = DomainScheduler(probing, publish, acks, bugs.run)
             runtime.metrics.follow_probing(ProbeAgentState(scheduler, acks.__len__, fetcher.stats))

@@ -86,11 +86,15 @@ class Probing:
         audit_share: float = DEFAULT_AUDIT_SHARE,
         observations: Observations | None = None,
         maps_held: Callable[[str], Awaitable[None]] | None = None,
+        observations_held: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         """``maps_held(domain)`` returns once the live maps hold ``domain``'s map if it has
-        one (its maps partition restored); awaited before a run reads the map."""
+        one (its maps partition restored); awaited before a run reads the map.
+        ``observations_held(domain)`` returns once the observations of ``domain``'s
+        partition are restored, or after a while; awaited before a learning run."""
         self.live_maps = live_maps
         self.maps_held = maps_held
+        self.observations_held = observations_held
         self.fetcher = fetcher
         self.observations = observations
         """Pages a crawler fetched (``miqps.observations``): learning takes a URL's first
@@ -211,6 +215,8 @@ class Probing:
             pattern: Request(info.basis, info.urls_seen) for pattern, info in work.patterns.items()
         }
         current = await self.held_current(work.domain)
+        if self.observations_held is not None and self.observations is not None:
+            await self.observations_held(work.domain)
         update = await update_map(
             Learner(
                 PageProber(self.fetcher, observations=self.observations),

@@ -7,6 +7,8 @@
   check that everything was delivered, and only then store the consumer's offsets.
 - :func:`read_to_end`: every record of a topic from the beginning up to where it ended
   when the read began (``miqps maps``, the map feed's catch-up).
+- :func:`read_partition`: the records of one partition from its beginning up to a given
+  offset (the restore of an observations partition, up to the group's committed offset).
 - :func:`leave_and_close`: close a group member without a rebalance callback inside
   ``close()``, where librdkafka can block for ever while the callback holds the GIL.
 """
@@ -17,7 +19,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from confluent_kafka import (
@@ -206,6 +208,53 @@ def read_to_end(
                 del remaining[partition]
         if not messages:
             _drop_reached(consumer, topic, remaining)
+
+
+def read_partition(
+    consumer: Consumer,
+    topic: str,
+    partition: int,
+    end: int,
+    *,
+    timeout: float = 60.0,
+    stopping: Callable[[], bool] | None = None,
+) -> Iterator[Message]:
+    """Assign ``topic[partition]`` alone to ``consumer`` from its beginning (what retention
+    still holds) and yield its records before offset ``end``, or before where the partition
+    ends now if that is sooner (records with an error are logged and skipped). Ends early
+    when ``stopping()`` says so; raises :class:`TimeoutError` when ``timeout`` seconds pass
+    without a record before the end."""
+    where = TopicPartition(topic, partition)
+    low, high = consumer.get_watermark_offsets(where, timeout=timeout)
+    end = min(end, high)
+    if end <= low:
+        return
+    consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+    deadline = time.monotonic() + timeout
+    try:
+        while not (stopping is not None and stopping()):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}[{partition}]: no record for {timeout:g}s before {end}")
+            messages = consumer.consume(500, 0.2)
+            if messages:
+                deadline = time.monotonic() + timeout
+            for message in messages:
+                if message.error() is not None:
+                    log.warning("%s[%d]: %s", topic, partition, message.error())
+                    continue
+                offset = message.offset() or 0
+                if offset >= end:
+                    return
+                yield message
+                if offset + 1 >= end:
+                    return
+            if not messages:
+                # Offsets can have gaps (transaction markers, compaction).
+                [position] = consumer.position([where])
+                if position.offset >= end:
+                    return
+    finally:
+        consumer.unassign()
 
 
 def read_compacted(

@@ -103,12 +103,22 @@ class MapUpdateCounts:
 class ObservationCounts:
     """Observations the observing agent read, by outcome: ``kept`` (held as evidence),
     ``no evidence`` (a page a probe would find inconclusive: 429 or 5xx, an interstitial,
-    a shell, a body over the cap) and ``invalid`` (dead-lettered); and the pages held."""
+    a shell, a body over the cap) and ``invalid`` (dead-lettered); and the pages held.
+
+    And the restores of its partitions (:mod:`streams.agents.observe_restore`): records
+    read again, by the same outcomes (``invalid`` ones counted, not dead-lettered again),
+    partitions restored, the seconds they took, and the partitions being restored."""
 
     pages: Sized
     by_outcome: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(("kept", "no evidence", "invalid"), 0)
     )
+    restored: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(("kept", "no evidence", "invalid"), 0)
+    )
+    restores: int = 0
+    restore_seconds: float = 0.0
+    restoring: Callable[[], int] = lambda: 0
 
     def families(self) -> list[Metric]:
         held = GaugeMetricFamily(
@@ -124,6 +134,29 @@ class ObservationCounts:
                 self.by_outcome,
             ),
             held,
+            labelled_counter(
+                "miqps_observations_restored",
+                "Observations read again by the restores of the observing agent's partitions, "
+                "by outcome (invalid ones are not dead-lettered again)",
+                "outcome",
+                self.restored,
+            ),
+            CounterMetricFamily(
+                "miqps_observations_restores",
+                "Partitions of the observations topic restored: read from their beginning up "
+                "to the committed offset when the observing agent was assigned them",
+                value=self.restores,
+            ),
+            CounterMetricFamily(
+                "miqps_observations_restore_seconds",
+                "Seconds the restores of observations partitions took, summed",
+                value=self.restore_seconds,
+            ),
+            GaugeMetricFamily(
+                "miqps_observations_partitions_restoring",
+                "Partitions of the observations topic being restored",
+                value=self.restoring(),
+            ),
         ]
 
 

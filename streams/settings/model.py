@@ -357,7 +357,8 @@ class Settings:
     observed_pages: int = setting(
         "MIQPS_OBSERVED_PAGES",
         "observed pages (`miqps.observations`) the probing worker holds in memory, the "
-        "least recently observed or used going first (0: none read)",
+        "least recently observed or used going first, and reads again from each partition "
+        "it is assigned (0: none read)",
         100_000,
         minimum=0,
     )

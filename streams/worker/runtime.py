@@ -62,6 +62,8 @@ class Runtime:
             self.metrics.follow_front(self.front.replacements)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_fatal: Callable[[BaseException], None] | None = None
+        self.on_stop: list[Callable[[], None]] = []
+        """What else stops with the worker's threads (from a thread of its own)."""
 
     def bind(
         self, loop: asyncio.AbstractEventLoop, on_fatal: Callable[[BaseException], None]
@@ -133,6 +135,8 @@ class ThreadsService(mode.Service):
 
     async def on_stop(self) -> None:
         self.runtime.metrics.stop()
+        for stop in self.runtime.on_stop:
+            await asyncio.to_thread(stop)
         if self.runtime.front is not None:
             await asyncio.to_thread(self.runtime.front.stop)
         await asyncio.to_thread(self.runtime.feed.stop)

@@ -16,7 +16,7 @@ class DriftingSite:
     ``lang`` is shown, ``default_lang`` when absent, and so is ``start`` (``0``). With
     ``wall`` every URL shows the same login wall (but for a request number, which is
     noise); with ``ids_ignored`` every ``id`` shows item 0; with ``down`` every answer is
-    503."""
+    503. ``fetched`` lists the URLs asked of the proxy, in order."""
 
     ref_matters: bool = False
     wall: bool = False
@@ -24,6 +24,7 @@ class DriftingSite:
     down: bool = False
     default_lang: str = "en"
     requests: int = 0
+    fetched: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def page(self, url: str) -> tuple[int, bytes]:
@@ -59,6 +60,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     site: DriftingSite
 
     def do_GET(self) -> None:
+        with self.site.lock:
+            self.site.fetched.append(self.path)
         status, body = self.site.page(self.path)
         self.send_response(status)
         self.send_header("Content-Type", "text/html; charset=utf-8")

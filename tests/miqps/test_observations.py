@@ -8,7 +8,9 @@ import pytest
 from miqps.content import page_document, snapshot_of
 from miqps.observations import (
     InvalidObservation,
+    Observation,
     ObservedPages,
+    RestoredPages,
     observation_record,
     read_observation,
 )
@@ -126,3 +128,75 @@ def test_the_pages_held_are_bounded_and_the_latest_observation_of_a_url_stands()
     down = orjson.dumps({"url": "http://shop.test/p?id=2", "status": 503, "body": "down"})
     assert not pages.add(read_observation(down, max_bytes=CAP))
     assert not pages.holds("http://shop.test/p?id=2")  # no longer what the URL gives
+
+
+def observed(item: int, text: str = "", status: int = 200) -> Observation:
+    """An observation of item ``item``'s URL; ``text`` tells two observations of it apart."""
+    url = f"http://shop.test/p?id={item}"
+    body = PAGE.replace(b"Description", f"{text} Description".encode())
+    return read_observation(observation_record(url, status, body), max_bytes=CAP)
+
+
+def page_text(pages: ObservedPages, item: int) -> str:
+    outcome = pages.observed(f"http://shop.test/p?id={item}")
+    assert outcome is not None and outcome.snapshot is not None
+    return repr(outcome.snapshot.blocks)
+
+
+def test_a_restore_keeps_the_latest_observation_of_each_url_under_the_bound() -> None:
+    restored = RestoredPages(2, max_pages=3)
+    for item in range(5):
+        assert restored.add(observed(item, "old"))
+    assert restored.add(observed(3, "new"))  # observed again: the latest, kept the longest
+    assert not restored.add(observed(4, status=503))  # no longer what the URL gives
+    restored.invalid()
+    assert list(restored.pages) == [f"http://shop.test/p?id={n}" for n in (2, 3)]
+    assert restored.by_outcome == {"kept": 6, "no evidence": 1, "invalid": 1}
+    assert restored.records == 8
+
+    pages = ObservedPages(3)
+    assert pages.add(observed(9), source=0)
+    pages.restoring(2)
+    assert pages.restored(restored) == 2
+    assert len(pages) == 3 and pages.held(2) == 2 and pages.held(0) == 1
+    newest, oldest = ObservedPages(1), ObservedPages(1)
+    newest.add(observed(3, "new"))
+    oldest.add(observed(3, "old"))
+    assert page_text(pages, 3) == page_text(newest, 3) != page_text(oldest, 3)
+
+
+def test_what_is_observed_during_a_restore_stands_over_what_it_reads_again() -> None:
+    restored = RestoredPages(1, max_pages=10)
+    for item in range(3):
+        restored.add(observed(item, "older"))
+    pages = ObservedPages(10)
+    pages.restoring(1)
+    pages.add(observed(0, "newer"), source=1)  # read live while the restore ran
+    pages.add(observed(1, status=503), source=1)  # no evidence now: the older page is not
+    assert pages.restored(restored) == 1
+    assert pages.holds("http://shop.test/p?id=2") and not pages.holds("http://shop.test/p?id=1")
+    newer = ObservedPages(1)
+    newer.add(observed(0, "newer"))
+    assert page_text(pages, 0) == page_text(newer, 0)
+    # The next restore of the partition notes nothing from before it.
+    pages.restoring(1)
+    again = RestoredPages(1, max_pages=10)
+    again.add(observed(0, "older"))
+    assert pages.restored(again) == 1
+
+
+def test_a_source_given_up_has_its_pages_dropped_and_its_restore_merges_nothing() -> None:
+    pages = ObservedPages(10)
+    for item in range(4):
+        pages.add(observed(item), source=item % 2)
+    pages.restoring(1)
+    restored = RestoredPages(1, max_pages=10)
+    restored.add(observed(7))
+    assert pages.give_up(1) == 2
+    assert pages.restored(restored) == 0  # given up while it ran
+    assert len(pages) == 2 and pages.held(0) == 2 and not pages.holds("http://shop.test/p?id=7")
+    pages.restoring(0)
+    pages.abandon(0)  # a restore that failed
+    failed = RestoredPages(0, max_pages=10)
+    failed.add(observed(8))
+    assert pages.restored(failed) == 0 and not pages.holds("http://shop.test/p?id=8")
