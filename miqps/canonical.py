@@ -438,13 +438,15 @@ def _default_pairs_of(
 class PatternFacts(NamedTuple):
     """What the canonical form reads of one pattern's decision: its kept and dropped
     names, the names whose evidence was too thin to decide on, each name's confirmed
-    default values (only names that have some), and when it was decided."""
+    default values (only names that have some), when it was decided, and the URLs seen
+    of it then (what an audit request says of the decision)."""
 
     kept: frozenset[str]
     dropped: frozenset[str]
     without_evidence: frozenset[str]
     defaults: dict[str, Sequence[str]]
     decided_at: str
+    urls_seen: int = 0
 
 
 class MapFacts(NamedTuple):
@@ -486,6 +488,7 @@ class MapFacts(NamedTuple):
                         sorted(pattern.without_evidence),
                         pattern.defaults,
                         pattern.decided_at,
+                        pattern.urls_seen,
                     ]
                     for key, pattern in self.patterns.items()
                 },
@@ -519,6 +522,7 @@ class MapFacts(NamedTuple):
                 decision.kept,
                 decision.dropped,
                 decision.decided_at,
+                decision.urls_seen,
                 (
                     (name, evidence.decision, evidence.layer, evidence.default_values)
                     for name, evidence in decision.params.items()
@@ -557,6 +561,7 @@ class MapFacts(NamedTuple):
                 frozenset(without_evidence),
                 defaults,
                 str(decision["decided_at"]),
+                int(decision.get("urls_seen", 0)),
             )
         undecided = {key: str(cause) for key, cause in data.get("undecided", {}).items()}
         return cls(int(data["version"]), undecided, patterns, frozenset(learned))
@@ -585,6 +590,15 @@ def _compiled_summary(
     return CompiledSummary(learned, min(map(timestamp_seconds, decided), default=float("inf")))
 
 
+def _dropping_in_record(record: bytes) -> dict[str, DecisionSummary]:
+    """:func:`~miqps.maps.dropping_summaries` of the map whose facts record is ``record``."""
+    return {
+        key: DecisionSummary(frozenset(kept), frozenset(dropped), decided_at, urls_seen)
+        for key, (kept, dropped, _, _, decided_at, urls_seen) in orjson.loads(record)[5].items()
+        if dropped
+    }
+
+
 def _finite_or_none(seconds: float) -> float | None:
     """``seconds`` as JSON can hold it: infinity (no decision) as null."""
     return seconds if seconds != float("inf") else None
@@ -607,9 +621,9 @@ class _RecordPatterns(Mapping[str, PatternFacts]):
         if made is None:
             if key not in self.pattern_keys:
                 raise KeyError(key)
-            kept, dropped, without, defaults, decided_at = orjson.loads(self._record)[5][key]
+            kept, dropped, without, defaults, at, seen = orjson.loads(self._record)[5][key]
             made = self._made[key] = PatternFacts(
-                frozenset(kept), frozenset(dropped), frozenset(without), defaults, decided_at
+                frozenset(kept), frozenset(dropped), frozenset(without), defaults, at, seen
             )
         return made
 
@@ -627,6 +641,7 @@ def _pattern_facts(
     kept: frozenset[str],
     dropped: frozenset[str],
     decided_at: str,
+    urls_seen: int,
     evidence: Iterable[tuple[str, str, str, Sequence[str] | None]],
     learned: set[str],
 ) -> PatternFacts:
@@ -641,7 +656,7 @@ def _pattern_facts(
             learned.add(name)
         if default_values:
             defaults[name] = default_values
-    return PatternFacts(kept, dropped, frozenset(without_evidence), defaults, decided_at)
+    return PatternFacts(kept, dropped, frozenset(without_evidence), defaults, decided_at, urls_seen)
 
 
 def unlearned_keep(
@@ -987,6 +1002,8 @@ class Canonicalizer:
         compiled = self._domains.get(domain) or self._unreachable.get(domain)
         if compiled is None:
             return None
+        if compiled.record is not None:
+            return compiled.version, _dropping_in_record(compiled.record)
         if compiled.document is not None:
             patterns = orjson.loads(compiled.document)["patterns"]
         else:
