@@ -210,6 +210,7 @@ class MapFeed:
                 self._keep_store(self._store)
             if self.partitioned:
                 self._follow_partitions(consumer, producer)
+                self._note_offsets(every=True)
                 return
             started = time.monotonic()
             read = 0
@@ -221,6 +222,7 @@ class MapFeed:
                 if read % NOTE_EVERY_RECORDS == 0:
                     self._note_offsets()
             if self._stopping.is_set():
+                self._note_offsets(every=True)
                 return
             self._set_ready(started, read)
             self._note_offsets()
@@ -230,8 +232,8 @@ class MapFeed:
                 self._note_offsets()
                 if producer is not None:
                     producer.poll(0)
+            self._note_offsets(every=True)
         finally:
-            self._note_offsets(every=True, failing=True)
             consumer.close()
             if producer is not None:
                 producer.flush(5.0)
@@ -295,7 +297,7 @@ class MapFeed:
         self._as_of[partition] = now
         return None
 
-    def _note_offsets(self, *, every: bool = False, failing: bool = False) -> None:
+    def _note_offsets(self, *, every: bool = False) -> None:
         """With a kept store, note where each partition read has its next record: those
         with records applied since the last note, and every one at times
         (:data:`OFFSETS_NOTED_EVERY`) or when ``every``. A partition read up to its end is
@@ -321,12 +323,7 @@ class MapFeed:
                 self._as_of[partition] = now
             notes[partition] = StoredOffset(self._next[partition], self._as_of[partition])
         self._unnoted.clear()
-        try:
-            store.note_offsets(notes)
-        except Exception:
-            if not failing:
-                raise
-            log.warning("map feed: the stored offsets could not be noted", exc_info=True)
+        store.note_offsets(notes)
 
     def _follow_partitions(self, consumer: Consumer, producer: Producer | None) -> None:
         log.info("map feed: following only the maps partitions of the input partitions held")

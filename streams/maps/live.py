@@ -515,7 +515,7 @@ class StoredLiveMaps(LiveMaps):
     def note_offsets(self, offsets: Mapping[int, StoredOffset]) -> None:
         """Note where the feed reads each partition next: once every record before it is
         applied, never before (a crash between the two makes the next start apply some
-        records again, which changes nothing: ``tests/streams/maps/test_live_store.py``
+        records again, which changes nothing: ``tests/streams/maps/test_kept.py``
         replays every suffix)."""
         for partition, offset in offsets.items():
             self.store.put_note(_offset_note(partition), offset.dumps())
