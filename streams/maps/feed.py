@@ -18,8 +18,8 @@ partition's maps are removed and it is read from its beginning (one log line). I
 Every record is validated (``miqps.maps.check_map``, and its key must be the map's domain).
 An invalid one is dead-lettered, in the DLQ format with its reason, and the last valid map
 of its domain stays live. Each feed that reads it dead-letters it, so a record can be there
-more than once (once per worker process and restart, and per restore of its partition):
-its topic, partition and offset identify it.
+more than once (once per worker process, and per restore that reads it again): its topic,
+partition and offset identify it.
 
 A ``partitioned`` feed follows only the maps partitions it is asked for
 (:meth:`MapFeed.follow`): a canonicalizer front with ``MIQPS_INPUT_KEYED_BY_DOMAIN`` asks
