@@ -9,12 +9,14 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from miqps.maps import DomainMap
 from miqps.mapstore import MapStore
+from streams.kafka.clients import _assign
 from streams.maps.feed import MapFeed
 from streams.maps.kept import (
     Resume,
@@ -272,3 +274,49 @@ def test_a_partitioned_feed_resumes_its_partitions_and_drops_those_not_followed(
     feed.follow([1])
     feed._take_requests(FakeConsumer({1: (0, 0)}))  # type: ignore[arg-type]
     assert len(stored) == 3
+
+
+@dataclass
+class FakeTopics:
+    """What :func:`streams.kafka.clients.read_to_end` asks of a consumer before it reads."""
+
+    watermarks: dict[int, tuple[int, int]]
+    assigned: list[tuple[int, int]] = field(default_factory=list)
+
+    def list_topics(self, topic: str, timeout: float = 0.0) -> object:
+        metadata = SimpleNamespace(error=None, partitions=dict.fromkeys(self.watermarks))
+        return SimpleNamespace(topics={topic: metadata})
+
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float = 0.0
+    ) -> tuple[int, int]:
+        return self.watermarks[partition.partition]
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self.assigned = [(p.partition, p.offset) for p in partitions]
+
+
+def test_a_feed_of_every_partition_resumes_each_at_its_stored_offset(
+    stored: StoredLiveMaps,
+) -> None:
+    """The front's feed with input of any key: each partition of the kept store resumes
+    where it stopped, one whose offset is not good is read from its beginning, its maps
+    removed, and only partitions with records left to read are waited for."""
+    stored.keep_if_of(ORIGIN)
+    writer = MapFeed(Settings(), stored, dead_letter=lambda k, v: None)
+    for number in range(4):
+        domain = f"d{number}.example"
+        writer.apply_record(
+            domain.encode(), product_map(1, domain).dumps().encode(), Source(TOPIC, number, 0)
+        )
+    assert [stored.filed_under(p) for p in range(4)] == [1, 1, 1, 1]  # filed, unpartitioned
+    stored.note_offsets({0: StoredOffset(1, 1e12), 1: StoredOffset(1, 1e12)})
+    stored.note_offsets({2: StoredOffset(9, 1e12)})
+    feed = MapFeed(Settings(), stored, dead_letter=lambda k, v: None)
+    consumer = FakeTopics({0: (0, 1), 1: (0, 6), 2: (0, 3), 3: (0, 1)})
+    pending = _assign(consumer, TOPIC, 1.0, None, feed._start_at)  # type: ignore[arg-type]
+    assert consumer.assigned == [(0, 1), (1, 1), (2, OFFSET_BEGINNING), (3, OFFSET_BEGINNING)]
+    assert pending == {1: 6, 2: 3, 3: 1}
+    assert feed.resumed == {0, 1}
+    assert stored.map_for("d2.example") is None and stored.map_for("d3.example") is None
+    assert len(stored) == 2
