@@ -172,6 +172,19 @@ class MapStore:
                 break
             yield key[len(_NOTE) :]
 
+    def notes(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """The key and value of every note that starts with ``prefix``, in byte order."""
+        for key, value in self._db.items(from_key=_NOTE + prefix):
+            assert isinstance(key, bytes) and isinstance(value, bytes)  # a store in raw mode
+            if not key.startswith(_NOTE + prefix):
+                break
+            yield key[len(_NOTE) :], value
+
+    def clear(self) -> None:
+        """Delete everything the store holds: maps, meta and notes (one range deletion;
+        RocksDB reclaims the space as it compacts)."""
+        self._db.delete_range(b"", b"\xff")
+
     def flush(self) -> None:
         self._db.flush()
 

@@ -227,7 +227,7 @@ class CanonicalizerFront(Stage):
             self.feed.unfollow(moves.give_up)
             for partition in moves.give_up:
                 self.restoring.pop(partition, None)
-        if moves.take:
+        if moves.take or moves.first:
             self.restoring.update(self.feed.follow(moves.take))
 
     def _before_consume(self, consumer: Consumer) -> None:

@@ -222,8 +222,8 @@ def restore_families(
         ),
         CounterMetricFamily(
             "miqps_maps_restores",
-            "Maps partitions a process of the worker restored (read from their beginning) "
-            "when it took them",
+            "Maps partitions a process of the worker restored when it took them (read from "
+            "their beginning, or from the offset its kept store noted)",
             labels=["process"],
         ),
         CounterMetricFamily(

@@ -25,6 +25,8 @@ class Moves:
     """Partitions to follow from their beginning (restored before their inputs are read)."""
     give_up: frozenset[int]
     """Partitions to stop following, removing the maps of the domains they brought."""
+    first: bool = False
+    """The first assignment: what it takes (even nothing) is what a kept store keeps."""
 
 
 NO_MOVES = Moves(frozenset(), frozenset())
@@ -36,18 +38,21 @@ class OwnedPartitions:
     def __init__(self, incremental: bool) -> None:
         self.incremental = incremental
         self.owned: set[int] = set()
+        self.assignments = 0
 
     def assigned(self, partitions: Iterable[int]) -> Moves:
         """The input partitions of an assignment: all of them (eager), or the ones added
         (incremental)."""
         assigned = set(partitions)
         take = frozenset(assigned - self.owned)
+        self.assignments += 1
+        first = self.assignments == 1
         if self.incremental:
             self.owned |= assigned
-            return Moves(take, frozenset())
+            return Moves(take, frozenset(), first)
         give_up = frozenset(self.owned - assigned)
         self.owned = assigned
-        return Moves(take, give_up)
+        return Moves(take, give_up, first)
 
     def revoked(self, partitions: Iterable[int]) -> Moves:
         """The input partitions of a revocation (or a loss). Eager, the whole assignment

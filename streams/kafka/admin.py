@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
+from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
 from streams.kafka.copartition import count_to_create, domain_keyed_topics
@@ -192,3 +194,45 @@ def wait_for_partitions(admin: AdminClient, names: list[str], timeout: float) ->
                 raise RuntimeError(f"topics not available: {', '.join(absent)}")
             return counts
         time.sleep(0.2)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicFacts:
+    """What says which topic a reader's state is of (:func:`topic_facts`)."""
+
+    cluster_id: str
+    topic_id: str | None
+    """The id Kafka gave the topic when it created it; None when the broker gives none."""
+    partitions: int
+    delete_retention_ms: int | None
+    """How long the topic keeps a tombstone once compacted (None when not a number)."""
+
+
+NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+"""The all-zero topic id, as confluent-kafka prints it: a broker without topic ids."""
+
+
+def topic_facts(settings: Settings, topic: str, timeout: float = 30.0) -> TopicFacts:
+    """The cluster id, topic id, partition count and ``delete.retention.ms`` of ``topic``.
+    Raises :class:`KafkaException` (or :class:`RuntimeError` for a missing topic) when the
+    broker does not say, within ``timeout`` seconds each."""
+    admin = AdminClient(admin_config(settings))
+    metadata = admin.list_topics(topic, timeout=timeout)
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        raise RuntimeError(f"topic {topic} does not exist")
+    described = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)
+    topic_id = str(described[topic].result(timeout).topic_id)
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    [configs] = admin.describe_configs([resource], request_timeout=timeout).values()
+    retention = configs.result(timeout).get("delete.retention.ms")
+    try:
+        retention_ms = int(retention.value) if retention is not None else None
+    except (TypeError, ValueError):
+        retention_ms = None
+    return TopicFacts(
+        str(metadata.cluster_id),
+        None if topic_id == NO_TOPIC_ID else topic_id,
+        len(found.partitions),
+        retention_ms,
+    )

@@ -5,8 +5,9 @@
 - :class:`DeliveryReports`: the producer's ``on_delivery`` callback, keeping every error.
 - :func:`checkpoint`: the at-least-once step at the end of a batch: flush the producer,
   check that everything was delivered, and only then store the consumer's offsets.
-- :func:`read_to_end`: every record of a topic from the beginning up to where it ended
-  when the read began (``miqps maps``, the map feed's catch-up).
+- :func:`read_to_end`: every record of a topic from the beginning (or from where the
+  caller says, per partition) up to where it ended when the read began (``miqps maps``,
+  the map feed's catch-up).
 - :func:`read_partition`: the records of one partition from its beginning up to a given
   offset (the restore of an observations partition, up to the group's committed offset).
 - :func:`leave_and_close`: close a group member without a rebalance callback inside
@@ -174,6 +175,11 @@ def checkpoint(
     return True
 
 
+StartAt = Callable[[int, int, int], int | None]
+"""Where to read a partition from, given (partition, low watermark, high watermark): an
+offset between the two, or None for its beginning."""
+
+
 def read_to_end(
     consumer: Consumer,
     topic: str,
@@ -181,15 +187,17 @@ def read_to_end(
     timeout: float | None = None,
     stopping: threading.Event | None = None,
     key: bytes | None = None,
+    start_at: StartAt | None = None,
 ) -> Iterator[Message]:
     """Assign every partition of ``topic`` (only the one ``key`` goes to, if given) to
-    ``consumer`` from the beginning and yield its records up to where each partition ended
-    when the read began (records with an error are logged and skipped). The consumer stays
-    assigned, so the caller can go on following the topic. Ends early when ``stopping`` is
-    set; raises :class:`TimeoutError` when ``timeout`` seconds pass without a record
-    (None: no limit), so a large topic read at any pace is read whole."""
+    ``consumer`` from the beginning (or where ``start_at`` says) and yield its records up
+    to where each partition ended when the read began (records with an error are logged
+    and skipped). The consumer stays assigned, so the caller can go on following the topic.
+    Ends early when ``stopping`` is set; raises :class:`TimeoutError` when ``timeout``
+    seconds pass without a record (None: no limit), so a large topic read at any pace is
+    read whole."""
     metadata_wait = 30.0 if timeout is None else timeout
-    remaining = _assign_from_beginning(consumer, topic, metadata_wait, key)
+    remaining = _assign(consumer, topic, metadata_wait, key, start_at)
     deadline = None if timeout is None else time.monotonic() + timeout
     while remaining and not (stopping is not None and stopping.is_set()):
         if deadline is not None and time.monotonic() > deadline:
@@ -272,25 +280,35 @@ def read_compacted(
         consumer.close()
 
 
-def _assign_from_beginning(
-    consumer: Consumer, topic: str, timeout: float, key: bytes | None = None
+def _assign(
+    consumer: Consumer,
+    topic: str,
+    timeout: float,
+    key: bytes | None = None,
+    start_at: StartAt | None = None,
 ) -> dict[int, int]:
-    """Assign every partition of ``topic`` (only ``key``'s, if given) from its beginning;
-    return the high watermark of each partition that holds anything at all."""
+    """Assign every partition of ``topic`` (only ``key``'s, if given) from its beginning,
+    or from where ``start_at`` says; return the high watermark of each partition that
+    holds anything to read."""
     metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
     if metadata is None or metadata.error is not None or not metadata.partitions:
         raise RuntimeError(f"topic {topic} does not exist")
     partitions = sorted(metadata.partitions)
     if key is not None:
         partitions = [key_partition(key, len(partitions))]
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    assigned: list[TopicPartition] = []
     pending: dict[int, int] = {}
     for partition in partitions:
         low, high = consumer.get_watermark_offsets(
             TopicPartition(topic, partition), timeout=timeout
         )
-        if high > low:
+        start = start_at(partition, low, high) if start_at is not None else None
+        assigned.append(
+            TopicPartition(topic, partition, OFFSET_BEGINNING if start is None else start)
+        )
+        if high > (low if start is None else start):
             pending[partition] = high
+    consumer.assign(assigned)
     return pending
 
 

@@ -1,24 +1,37 @@
 """A worker process follows the compacted ``miqps.maps`` topic into its :class:`LiveMaps`.
 
-Each feed reads from the beginning with its own consumer (no group, no commits), so a
-restarted worker rebuilds its maps from the topic before it canonicalizes or decides
-anything. A feed that is not ``partitioned`` (the canonicalizer front's, unless the input
-is keyed by domain) reads every partition, so every front sees every map; ``ready`` is set
-once the topic has been read up to where it ended when the feed started.
+Each feed reads with its own consumer (no group, no commits), so a restarted worker has
+its maps from the topic before it canonicalizes or decides anything. A feed that is not
+``partitioned`` (the canonicalizer front's, unless the input is keyed by domain) reads
+every partition, so every front sees every map; ``ready`` is set once the topic has been
+read up to where it ended when the feed started.
+
+Live maps on disk (:class:`StoredLiveMaps`) are kept across restarts (:mod:`streams.maps.kept`):
+before it reads anything, the feed empties the store unless it is of the same maps topic
+(cluster, name, topic id, partition count), with one log line saying why. Each partition
+is then read from where the store says the last run stopped (the stored offset, noted
+after the records before it are applied), when it is still between the partition's low
+and high watermarks and younger than the topic's ``delete.retention.ms``; otherwise the
+partition's maps are removed and it is read from its beginning (one log line). In memory
+(:class:`LiveMaps`) every partition is read from its beginning.
 
 Every record is validated (``miqps.maps.check_map``, and its key must be the map's domain).
 An invalid one is dead-lettered, in the DLQ format with its reason, and the last valid map
 of its domain stays live. Each feed that reads it dead-letters it, so a record can be there
-more than once (once per worker process and restart, and per restore of its partition):
-its topic, partition and offset identify it.
+more than once (once per worker process, and per restore that reads it again): its topic,
+partition and offset identify it.
 
 A ``partitioned`` feed follows only the maps partitions it is asked for
 (:meth:`MapFeed.follow`): a canonicalizer front with ``MIQPS_INPUT_KEYED_BY_DOMAIN`` asks
 for the numbers of its input partitions, the worker's Faust process for those of its
 agents' partitions (:mod:`streams.worker.ownedmaps`), since a domain is in the same
 partition of each. Each partition taken is read from its beginning up to where it ended
-then (a :class:`Restore`), and each domain is filed under the partition that brought it, so
-that :meth:`MapFeed.unfollow` removes the maps of a partition given up.
+then (a :class:`Restore`; from its stored offset, with a kept store), and each domain is
+filed under the partition that brought it, so that :meth:`MapFeed.unfollow` removes the
+maps of a partition given up, and its stored offset. The first :meth:`MapFeed.follow`
+(the process's first assignment, even an empty one) says which partitions a kept store
+keeps: the maps and offsets of the others are removed, since another process follows them
+now.
 """
 
 from __future__ import annotations
@@ -40,9 +53,10 @@ from confluent_kafka import (
 )
 
 from miqps.maps import InvalidMap, check_map
-from streams.kafka.admin import consumer_config, producer_config
+from streams.kafka.admin import consumer_config, producer_config, topic_facts
 from streams.kafka.clients import ProduceBlocked, produce, read_to_end
-from streams.maps.live import LiveMaps
+from streams.maps.kept import StoredOffset, StoreOrigin, resume_from
+from streams.maps.live import LiveMaps, StoredLiveMaps
 from streams.messages import DeadLetter, Source, Stage
 from streams.settings import Settings
 
@@ -56,18 +70,27 @@ SendDeadLetter = Callable[[bytes | None, bytes], None]
 
 
 WATERMARK_SECONDS = 30.0
+OFFSETS_NOTED_EVERY = 60.0
+"""Seconds between two notes of the stored offsets of partitions read up to their end with
+nothing new: each note says they were caught up then (:class:`StoredOffset`)."""
+NOTE_EVERY_RECORDS = 500
+"""Records of a catch-up between two notes of where it is."""
 
 
 @dataclass(slots=True)
 class Restore:
-    """One maps partition read from its beginning up to where it ended when it was taken.
-    The feed's thread fills it in and sets :attr:`done` at the end."""
+    """One maps partition read from its beginning (or, with a kept store, from its stored
+    offset) up to where it ended when it was taken. The feed's thread fills it in and sets
+    :attr:`done` at the end."""
 
     partition: int
     started: float = field(default_factory=time.monotonic)
     end: int = -1
     """The partition's end offset when the read began (-1 until then)."""
+    resumed_from: int | None = None
+    """The stored offset the read began at; None: from the beginning."""
     records: int = 0
+    """Records read (with a kept store, only those after its stored offset)."""
     domains: int = 0
     """Domains filed under the partition once it is restored."""
     seconds: float = 0.0
@@ -106,8 +129,23 @@ class MapFeed:
         self.totals = RestoreTotals()
         self._requests: list[tuple[int, Restore | None]] = []
         self._requests_lock = threading.Lock()
+        self._keep_only: frozenset[int] | None = None
+        self._first_followed = False
         self._following: set[int] = set()
         self._restoring: dict[int, Restore] = {}
+        self._store = live_maps if isinstance(live_maps, StoredLiveMaps) else None
+        # A kept store files every domain under its partition, so that a partition whose
+        # stored offset is not good can be read again alone.
+        self._files = partitioned or self._store is not None
+        self._delete_retention_ms: int | None = None
+        self._next: dict[int, int] = {}
+        """With a kept store, per partition read: the offset after the last record applied."""
+        self._as_of: dict[int, float] = {}
+        """Per partition not yet read to its end: the ``as_of`` of its stored offset."""
+        self._unnoted: set[int] = set()
+        self._note_all_at = 0.0
+        self.resumed: set[int] = set()
+        """The partitions last read from their stored offset (a kept store)."""
         self.ready = threading.Event()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="miqps-map-feed", daemon=True)
@@ -124,11 +162,15 @@ class MapFeed:
         return self.ready.wait(timeout)
 
     def follow(self, partitions: Iterable[int]) -> dict[int, Restore]:
-        """Partitioned: start following ``partitions`` from their beginning (from any
-        thread); each one's :class:`Restore` is done once it is read up to where it ended
-        when the feed took it."""
+        """Partitioned: start following ``partitions`` from their beginning, or their
+        stored offset (from any thread); each one's :class:`Restore` is done once it is read
+        up to where it ended when the feed took it. The first call says which partitions
+        a kept store keeps: the maps and offsets of any other are removed."""
         restores = {partition: Restore(partition) for partition in sorted(partitions)}
         with self._requests_lock:
+            if not self._first_followed:
+                self._first_followed = True
+                self._keep_only = frozenset(restores)
             for partition, restore in restores.items():
                 self._requests.append((partition, restore))
                 self.followed.add(partition)
@@ -164,24 +206,124 @@ class MapFeed:
             producer = Producer(producer_config(self.settings))
             self.dead_letter = self._producing_to_dlq(producer)
         try:
+            if self._store is not None:
+                self._keep_store(self._store)
             if self.partitioned:
                 self._follow_partitions(consumer, producer)
+                self._note_offsets(every=True)
                 return
             started = time.monotonic()
-            for message in read_to_end(consumer, topic, stopping=self._stopping):
+            read = 0
+            for message in read_to_end(
+                consumer, topic, stopping=self._stopping, start_at=self._start_at
+            ):
                 self._apply_message(message, producer)
+                read += 1
+                if read % NOTE_EVERY_RECORDS == 0:
+                    self._note_offsets()
             if self._stopping.is_set():
+                self._note_offsets(every=True)
                 return
-            self._set_ready(started)
+            self._set_ready(started, read)
+            self._note_offsets()
             while not self._stopping.is_set():
                 for message in consumer.consume(500, 0.2):
                     self._apply_message(message, producer)
+                self._note_offsets()
                 if producer is not None:
                     producer.poll(0)
+            self._note_offsets(every=True)
         finally:
             consumer.close()
             if producer is not None:
                 producer.flush(5.0)
+
+    def _keep_store(self, store: StoredLiveMaps) -> None:
+        """Keep the store's maps if they are of this maps topic, or empty it (one line says
+        why). A topic the broker does not describe counts as another one."""
+        topic = self.settings.topics.maps
+        try:
+            facts = topic_facts(self.settings, topic, WATERMARK_SECONDS)
+        except (KafkaException, RuntimeError) as error:
+            origin = StoreOrigin("", topic, None, 0)
+            why = store.keep_if_of(origin)
+            log.warning(
+                "map feed: %s not described (%s); the live-map store is emptied%s",
+                topic,
+                error,
+                f" ({why})" if why else "",
+            )
+            return
+        self._delete_retention_ms = facts.delete_retention_ms
+        origin = StoreOrigin(facts.cluster_id, topic, facts.topic_id, facts.partitions)
+        why = store.keep_if_of(origin)
+        if why is not None:
+            log.info("map feed: the live-map store in %s is emptied: %s", store.store.path, why)
+        elif len(store):
+            log.info(
+                "map feed: the live-map store in %s is kept: %d domain maps of %s",
+                store.store.path,
+                len(store),
+                topic,
+            )
+
+    def _start_at(self, partition: int, low: int, high: int) -> int | None:
+        """Where to read ``partition`` from (its offsets ``low``..``high``): its stored
+        offset (:func:`~streams.maps.kept.resume_from`), or its beginning (None), its maps
+        removed first."""
+        store = self._store
+        if store is None:
+            return None
+        now = time.time()
+        stored = store.stored_offset(partition)
+        resume = resume_from(stored, low, high, now, self._delete_retention_ms)
+        self._unnoted.discard(partition)
+        if stored is not None and resume.offset is not None:
+            self._next[partition] = resume.offset
+            self._as_of[partition] = stored.as_of
+            self.resumed.add(partition)
+            return resume.offset
+        self.resumed.discard(partition)
+        removed = store.forget_partition(partition)
+        if resume.why is not None:
+            log.info(
+                "map feed: %s[%d] is read from its beginning, its %d domain maps removed: %s",
+                self.settings.topics.maps,
+                partition,
+                removed,
+                resume.why,
+            )
+        self._next[partition] = low
+        self._as_of[partition] = now
+        return None
+
+    def _note_offsets(self, *, every: bool = False) -> None:
+        """With a kept store, note where each partition read has its next record: those
+        with records applied since the last note, and every one at times
+        (:data:`OFFSETS_NOTED_EVERY`) or when ``every``. A partition read up to its end is
+        noted as caught up now; one not yet, as of its read's beginning."""
+        store = self._store
+        if store is None:
+            return
+        now = time.time()
+        if every or now >= self._note_all_at:
+            self._unnoted.update(self._next)
+            self._note_all_at = now + OFFSETS_NOTED_EVERY
+        if not self._unnoted:
+            return
+        notes: dict[int, StoredOffset] = {}
+        for partition in self._unnoted:
+            following = partition in self._following if self.partitioned else True
+            if partition not in self._next or not following:
+                continue
+            caught_up = (
+                partition not in self._restoring if self.partitioned else self.ready.is_set()
+            )
+            if caught_up:
+                self._as_of[partition] = now
+            notes[partition] = StoredOffset(self._next[partition], self._as_of[partition])
+        self._unnoted.clear()
+        store.note_offsets(notes)
 
     def _follow_partitions(self, consumer: Consumer, producer: Producer | None) -> None:
         log.info("map feed: following only the maps partitions of the input partitions held")
@@ -200,12 +342,34 @@ class MapFeed:
                         self._restored(restore)
             if self._restoring:
                 self._restore_reached(consumer)
+            self._note_offsets()
             if producer is not None:
                 producer.poll(0)
+
+    def _keep_followed(self, partitions: frozenset[int]) -> None:
+        """At the first follow: remove the maps and offsets of the partitions a kept store
+        holds that are not among ``partitions`` (another process follows them now)."""
+        store = self._store
+        if store is None:
+            return
+        origin = store.origin()
+        stale = sorted(store.stored_partitions(origin.partitions if origin else 0) - partitions)
+        if stale:
+            removed = sum(store.forget_partition(partition) for partition in stale)
+            log.info(
+                "map feed: %s partitions %s of the kept store are not followed; their %d "
+                "domain maps removed",
+                self.settings.topics.maps,
+                ", ".join(str(partition) for partition in stale),
+                removed,
+            )
 
     def _take_requests(self, consumer: Consumer) -> None:
         with self._requests_lock:
             requests, self._requests = self._requests, []
+            keep_only, self._keep_only = self._keep_only, None
+        if keep_only is not None:
+            self._keep_followed(keep_only)
         topic = self.settings.topics.maps
         for index, (partition, restore) in enumerate(requests):
             if restore is not None:
@@ -227,16 +391,22 @@ class MapFeed:
                 consumer.incremental_unassign([TopicPartition(topic, partition)])
                 self._following.discard(partition)
                 self._restoring.pop(partition, None)
+            self._next.pop(partition, None)
+            self._as_of.pop(partition, None)
             if restore is None:
                 removed = self.live_maps.forget_partition(partition)
                 log.info(
                     "map feed: %s[%d] given up; %d domain maps removed", topic, partition, removed
                 )
                 continue
-            consumer.incremental_assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+            start = self._start_at(partition, low, high)
+            consumer.incremental_assign(
+                [TopicPartition(topic, partition, OFFSET_BEGINNING if start is None else start)]
+            )
             self._following.add(partition)
             restore.end = high
-            if high > low:
+            restore.resumed_from = start
+            if high > (low if start is None else start):
                 self._restoring[partition] = restore
             else:
                 self._restored(restore)
@@ -260,20 +430,26 @@ class MapFeed:
         totals.records += restore.records
         totals.seconds += restore.seconds
         log.info(
-            "map feed: %s[%d] restored: %d records, %d domain maps, in %.2fs",
+            "map feed: %s[%d] restored: %d records, %d domain maps, in %.2fs%s",
             self.settings.topics.maps,
             restore.partition,
             restore.records,
             restore.domains,
             restore.seconds,
+            "" if restore.resumed_from is None else f", from offset {restore.resumed_from}",
         )
+        self._unnoted.add(restore.partition)  # caught up now
         restore.done.set()
 
     def _apply_message(self, message: Message, producer: Producer | None) -> None:
         if message.error() is not None:
             log.warning("map feed: %s", message.error())
             return
-        self.apply_record(message.key(), message.value(), _source(message))
+        source = _source(message)
+        self.apply_record(message.key(), message.value(), source)
+        if self._store is not None:
+            self._next[source.partition] = source.offset + 1
+            self._unnoted.add(source.partition)
         if producer is not None:
             producer.poll(0)
 
@@ -288,11 +464,15 @@ class MapFeed:
 
         return send
 
-    def _set_ready(self, started: float) -> None:
+    def _set_ready(self, started: float, read: int) -> None:
         log.info(
-            "map feed: %d domain maps live after %.1fs",
+            "map feed: %d domain maps live after %.1fs: %d records read%s",
             len(self.live_maps),
             time.monotonic() - started,
+            read,
+            f", {len(self.resumed)} of {len(self._next)} partitions from their stored offsets"
+            if self._store is not None
+            else "",
         )
         self.ready.set()
 
@@ -303,7 +483,7 @@ class MapFeed:
             if key is not None:
                 domain = key.decode("utf-8", "replace")
                 self.live_maps.remove(domain)
-                if self.partitioned:
+                if self._files:
                     self.live_maps.unfile(source.partition, domain)
             return
         try:
@@ -319,7 +499,7 @@ class MapFeed:
                 error.at(f"{source.topic}[{source.partition}]@{source.offset}"), key, value, source
             )
             return
-        if self.partitioned:
+        if self._files:
             self.live_maps.file_under(source.partition, domain)
         if (
             self.live_maps.apply_document(document, value)

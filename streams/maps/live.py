@@ -12,7 +12,8 @@ Two ways to hold them:
   ``MIQPS_MAPS_CACHE_DOMAINS=0``;
 - :class:`StoredLiveMaps` keeps every map on disk, in a :class:`~miqps.mapstore.MapStore`
   of the process's own, and holds only what the domains met last need: each worker process
-  by default (:func:`worker_live_maps`).
+  by default (:func:`worker_live_maps`). The store is kept across restarts, with the maps
+  topic it is of and where the feed reads each maps partition next (:mod:`streams.maps.kept`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial, wraps
+from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
 import orjson
@@ -37,8 +39,9 @@ from miqps.canonical import (
     StaticLayers,
 )
 from miqps.maps import DomainMap, timestamp_seconds
-from miqps.mapstore import MapStore
+from miqps.mapstore import INDEX_FORMAT, MapStore
 from miqps.urls import NormalizedURL
+from streams.maps.kept import StoredOffset, StoreOrigin, why_emptied
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,14 @@ _BY_AGE = b"u:"
 # A domain filed under the maps partition that brought it: b"p:" + partition (4 bytes,
 # big-endian) + domain.
 _BY_PARTITION = b"p:"
+# Where the feed reads a maps partition next: b"o:" + partition (4 bytes) -> StoredOffset.
+_OFFSET = b"o:"
+_FORMAT = "format"
+_STORE_FORMAT = str(INDEX_FORMAT).encode()
+"""What the store's documents and facts records are written as: the format of a maps
+file's index, which holds the same (a store of another one is emptied at start)."""
+_ORIGIN = "origin"
+"""The store's meta: the maps topic it holds the maps of (a :class:`StoreOrigin`)."""
 
 
 class Decide(Protocol):
@@ -360,8 +371,16 @@ class StoredLiveMaps(LiveMaps):
         self.store = store
         self.cache_domains = max(1, cache_domains)
         self._recent: OrderedDict[str, LiveMap] = OrderedDict()
-        self._domains = 0
-        self._patterns = 0
+        self._domains, self._patterns = self._count()
+
+    def _count(self) -> tuple[int, int]:
+        """The domains and patterns of the maps the store holds (a store kept from the
+        process's last run holds some)."""
+        domains = patterns = 0
+        for _, raw in self.store.notes(_RECORD):
+            domains += 1
+            patterns += len(orjson.loads(raw)[2])
+        return domains, patterns
 
     def apply(self, domain_map: DomainMap, document: bytes | None = None) -> bool:
         facts = MapFacts.of_map(domain_map)
@@ -458,12 +477,64 @@ class StoredLiveMaps(LiveMaps):
         return sum(1 for _ in self.store.note_keys(_partition_note(partition, "")))
 
     def forget_partition(self, partition: int) -> int:
+        """Remove the maps of the domains filed under ``partition``, and its stored
+        offset; return how many. In this order, so that a crash half-way leaves the
+        partition to be read from its beginning, or still filed (and removed at the next
+        start, when not followed then)."""
+        self.store.delete_note(_offset_note(partition))
         prefix = _partition_note(partition, "")
         keys = list(self.store.note_keys(prefix))
         for key in keys:
-            self.store.delete_note(key)
             self.remove(key[len(prefix) :].decode())
+            self.store.delete_note(key)
         return len(keys)
+
+    def origin(self) -> StoreOrigin | None:
+        """The maps topic the store holds the maps of, if it says."""
+        return StoreOrigin.loads(self.store.meta(_ORIGIN))
+
+    def keep_if_of(self, origin: StoreOrigin) -> str | None:
+        """Keep what the store holds if it is of the maps topic ``origin``; otherwise empty
+        it. Either way the store is then of ``origin``. Returns why it was emptied (None
+        when kept, or when it held nothing)."""
+        with self._lock:
+            why = why_emptied(self.origin(), origin)
+            if why is None and self.store.meta(_FORMAT) != _STORE_FORMAT:
+                why = "its maps are stored in another format (of another version of miqps)"
+            if why is not None and self.store.first_note(b"") is None:
+                why = None  # a new store
+            if why is not None:
+                if self.canonicalizer.maps_held:
+                    for domain in self.store.domains():
+                        self.canonicalizer.forget(domain)
+                self.store.clear()
+                self._recent.clear()
+                self._domains = self._patterns = 0
+            self.store.set_meta(_ORIGIN, origin.dumps())
+            self.store.set_meta(_FORMAT, _STORE_FORMAT)
+            return why
+
+    def stored_offset(self, partition: int) -> StoredOffset | None:
+        """Where the feed reads ``partition`` next, as noted (None: from its beginning)."""
+        raw = self.store.note(_offset_note(partition))
+        return StoredOffset.loads(raw) if raw is not None else None
+
+    def note_offsets(self, offsets: Mapping[int, StoredOffset]) -> None:
+        """Note where the feed reads each partition next: once every record before it is
+        applied, never before (a crash between the two makes the next start apply some
+        records again, which changes nothing: ``tests/streams/maps/test_kept.py``
+        replays every suffix)."""
+        for partition, offset in offsets.items():
+            self.store.put_note(_offset_note(partition), offset.dumps())
+
+    def stored_partitions(self, partitions: int) -> set[int]:
+        """The partitions below ``partitions`` with a stored offset or a domain filed."""
+        return {
+            partition
+            for partition in range(partitions)
+            if self.store.note(_offset_note(partition)) is not None
+            or self.store.first_note(_partition_note(partition, "")) is not None
+        }
 
     def get(self, domain: str) -> LiveMap | None:
         with self._lock:
@@ -507,19 +578,51 @@ def _partition_note(partition: int, domain: str) -> bytes:
     return _BY_PARTITION + struct.pack(">I", partition) + domain.encode()
 
 
+def _offset_note(partition: int) -> bytes:
+    return _OFFSET + struct.pack(">I", partition)
+
+
 def worker_live_maps(settings: Settings, process: str) -> LiveMaps:
     """The live maps of one process of a worker (``process``: ``front`` or ``worker``).
 
     With ``MIQPS_MAPS_CACHE_DOMAINS`` above 0, they are kept on disk in
-    ``MIQPS_STATE_DIR/live-maps/<process>``, emptied first: the map feed reads each
-    maps partition it follows from its beginning anyway. With 0, every map is held in memory."""
+    ``MIQPS_STATE_DIR/live-maps/<process>``, as the process's last run left them: its map
+    feed checks that they are of the same maps topic, and resumes each partition where it
+    stopped (:class:`~streams.maps.feed.MapFeed`). A store that does not open (its files
+    corrupt or cut short, as a crash or a full disk can leave them) is removed, with one
+    warning, and built again from the topic. With 0, every map is held in memory."""
     cache = settings.maps_cache_domains
     reverify_after = settings.policy.reverify_after
     if cache == 0:
         return LiveMaps(reverify_after)
     folder = settings.state_dir / LIVE_MAPS_FOLDER / process
-    if folder.exists():
-        shutil.rmtree(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    log.info("live maps: kept in %s, at most %d domains' held in memory", folder, cache)
-    return StoredLiveMaps(reverify_after, MapStore(folder), cache)
+    try:
+        live = _open_stored(folder, reverify_after, cache)
+    except Exception as error:  # rocksdict raises Exception for every RocksDB error
+        log.warning(
+            "live maps: the store in %s does not open (%s); removed, to be built again from %s",
+            folder,
+            error,
+            settings.topics.maps,
+        )
+        shutil.rmtree(folder, ignore_errors=True)
+        live = _open_stored(folder, reverify_after, cache)
+    log.info(
+        "live maps: kept in %s (%d domain maps there), at most %d domains' held in memory",
+        folder,
+        len(live),
+        cache,
+    )
+    return live
+
+
+def _open_stored(folder: Path, reverify_after: float, cache: int) -> StoredLiveMaps:
+    """The live maps of the store in ``folder``, counted; the store is closed again when
+    that fails (RocksDB would not open it twice in one process)."""
+    store = MapStore(folder)
+    try:
+        return StoredLiveMaps(reverify_after, store, cache)
+    except BaseException:
+        store.close()
+        raise

@@ -78,7 +78,7 @@ class OwnedMaps:
             for partition in moves.give_up:
                 self.restores.pop(partition, None)
             self.feed.unfollow(moves.give_up)
-        if moves.take:
+        if moves.take or moves.first:
             self.restores.update(self.feed.follow(moves.take))
         if moves.give_up or moves.take:
             log.info(

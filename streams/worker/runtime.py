@@ -141,4 +141,5 @@ class ThreadsService(mode.Service):
             await asyncio.to_thread(self.runtime.front.stop)
         await asyncio.to_thread(self.runtime.feed.stop)
         # The live maps' store stays open: agents may still read it until the process
-        # exits, and the next start empties it anyway.
+        # exits. What the feed wrote is in RocksDB's write-ahead log, which the next start
+        # replays: the store is kept (streams/maps/kept.py).

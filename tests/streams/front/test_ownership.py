@@ -9,13 +9,13 @@ import pytest
 from streams.front.ownership import Moves, OwnedPartitions, incremental_assignment
 
 
-def moves(take: set[int], give_up: set[int]) -> Moves:
-    return Moves(frozenset(take), frozenset(give_up))
+def moves(take: set[int], give_up: set[int], *, first: bool = False) -> Moves:
+    return Moves(frozenset(take), frozenset(give_up), first)
 
 
 def test_eager_rebalances_take_and_give_up_only_what_moved() -> None:
     owned = OwnedPartitions(incremental=False)
-    assert owned.assigned([0, 1, 2, 3]) == moves({0, 1, 2, 3}, set())
+    assert owned.assigned([0, 1, 2, 3]) == moves({0, 1, 2, 3}, set(), first=True)
     # A second member joins: everything is revoked, then half comes back.
     assert owned.revoked([0, 1, 2, 3]) == moves(set(), set())
     assert owned.owned == {0, 1, 2, 3}
@@ -32,7 +32,7 @@ def test_eager_rebalances_take_and_give_up_only_what_moved() -> None:
 
 def test_incremental_rebalances_name_only_what_moves() -> None:
     owned = OwnedPartitions(incremental=True)
-    assert owned.assigned([0, 1, 2, 3]) == moves({0, 1, 2, 3}, set())
+    assert owned.assigned([0, 1, 2, 3]) == moves({0, 1, 2, 3}, set(), first=True)
     assert owned.revoked([2, 3]) == moves(set(), {2, 3})
     assert owned.assigned([]) == moves(set(), set())
     assert owned.owned == {0, 1}
@@ -40,6 +40,14 @@ def test_incremental_rebalances_name_only_what_moves() -> None:
     assert owned.revoked([3, 7]) == moves(set(), {3})  # 7 was never held
     assert owned.revoked([0, 1]) == moves(set(), {0, 1})
     assert owned.owned == set()
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_the_first_assignment_says_so_even_when_empty(incremental: bool) -> None:
+    """What it takes, even nothing, is what a kept live-map store keeps."""
+    owned = OwnedPartitions(incremental)
+    assert owned.assigned([]) == moves(set(), set(), first=True)
+    assert owned.assigned([2]) == moves({2}, set())
 
 
 @pytest.mark.parametrize(

@@ -243,7 +243,9 @@ def test_a_change_waits_for_the_call_under_way_and_the_newer_map_is_live_after(
     stored.close()
 
 
-def test_each_worker_process_keeps_its_maps_in_a_folder_emptied_at_start(tmp_path: Path) -> None:
+def test_each_worker_process_keeps_its_maps_in_a_folder_of_its_own_across_restarts(
+    tmp_path: Path,
+) -> None:
     settings = Settings(state_dir=tmp_path, policy=LearningPolicy(reverify_after=30.0))
     assert settings.maps_cache_domains == DEFAULT_CACHE_DOMAINS
     rng = random.Random(9)
@@ -253,15 +255,67 @@ def test_each_worker_process_keeps_its_maps_in_a_folder_emptied_at_start(tmp_pat
     assert first.store.path == tmp_path / LIVE_MAPS_FOLDER / "front"
     assert first.cache_domains == DEFAULT_CACHE_DOMAINS
     first.apply(domain_map)
+    summary = first.summary()
     other = worker_live_maps(settings, "worker")  # a folder of its own: both open at once
     assert len(other) == 0
     first.close()
     other.close()
+    # The next start finds what the last one left (its feed then checks that it is of the
+    # same maps topic, and resumes each partition where it stopped).
     again = worker_live_maps(settings, "front")
-    assert again.map_for(domain_map.domain) is None and len(again) == 0
+    assert again.map_for(domain_map.domain) == domain_map and len(again) == 1
+    assert again.summary() == summary and summary.domains == 1
     again.close()
     in_memory = worker_live_maps(settings.with_overrides(maps_cache_domains=0), "front")
     assert type(in_memory) is LiveMaps
+
+
+def test_a_kept_store_counts_its_maps_when_it_opens(tmp_path: Path) -> None:
+    _, maps = many_maps(random.Random(41), 20)
+    held = LiveMaps(10.0)
+    stored = StoredLiveMaps(10.0, MapStore(tmp_path / "s"), CACHE)
+    for domain_map in maps:
+        held.apply(domain_map)
+        stored.apply(domain_map)
+    for domain_map in maps[::5]:
+        held.remove(domain_map.domain)
+        stored.remove(domain_map.domain)
+    newer = replace(
+        maps[1], version=maps[1].version + 1, patterns=dict(list(maps[1].patterns.items())[:1])
+    )
+    held.apply(newer)
+    stored.apply(newer)
+    stored.close()
+    reopened = StoredLiveMaps(10.0, MapStore(tmp_path / "s"), CACHE)
+    try:
+        assert len(reopened) == len(held) > 0
+        assert reopened.summary() == held.summary()
+    finally:
+        reopened.close()
+
+
+def test_a_live_map_store_that_does_not_open_is_removed_and_started_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings(state_dir=tmp_path)
+    rng = random.Random(10)
+    domain_map = random_maps(rng, random_urls(rng, 200))[0]
+    first = worker_live_maps(settings, "worker")
+    first.apply(domain_map)
+    first.close()
+    folder = tmp_path / LIVE_MAPS_FOLDER / "worker"
+    (folder / "CURRENT").write_bytes(b"garbage")
+    with caplog.at_level("WARNING", "streams.maps.live"):
+        again = worker_live_maps(settings, "worker")
+    try:
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1 and f"the store in {folder} does not open" in warnings[0]
+        assert "removed, to be built again from miqps.maps" in warnings[0]
+        assert len(again) == 0 and again.map_for(domain_map.domain) is None
+        again.apply(domain_map)
+        assert again.map_for(domain_map.domain) == domain_map
+    finally:
+        again.close()
 
 
 @pytest.mark.parametrize("kind", ["memory", "stored"])
