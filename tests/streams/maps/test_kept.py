@@ -16,6 +16,7 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from miqps.maps import DomainMap
 from miqps.mapstore import MapStore
+from miqps.urls import NormalizedURL, parse
 from streams.kafka.clients import _assign
 from streams.maps.feed import MapFeed
 from streams.maps.kept import (
@@ -153,9 +154,7 @@ def test_a_store_written_in_another_format_is_emptied(tmp_path: Path) -> None:
     live.close()
 
 
-def _product_url(domain: str) -> tuple[object, str]:
-    from miqps.urls import parse
-
+def _product_url(domain: str) -> tuple[NormalizedURL, str]:
     text = f"https://{domain}/p?id=7&itemid=1&utm_source=x"
     return parse(text), text
 
