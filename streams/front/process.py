@@ -79,9 +79,9 @@ def run_front(
     logging.basicConfig(level=loglevel, format=LOG_FORMAT)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     rate_limit_handlers()
-    # The cyclic collector ran every 700 new containers, and each of its runs walked the
-    # maps held: a front meeting more domains than it holds spent about 40% of its time
-    # there (python -m bench.live_maps). Every 100,000 leaves the garbage of a few batches.
+    # Python's default runs the cyclic collector every 700 new containers, each run walking
+    # the maps held: about 40% of a front's time when it meets more domains than it holds
+    # (python -m bench.live_maps). Every 100,000 leaves the garbage of a few batches.
     gc.set_threshold(*FRONT_GC_THRESHOLDS)
     stopping = threading.Event()
     failed: list[BaseException] = []
