@@ -296,17 +296,17 @@ class _PerPattern(Mapping[str, _Value]):
     """A value per pattern of ``keys``, made by ``make`` when first asked for and then
     remembered: a URL meets few of a map's patterns."""
 
-    __slots__ = ("_keys", "_made", "_make")
+    __slots__ = ("_made", "_make", "pattern_keys")
 
     def __init__(self, keys: frozenset[str], make: Callable[[str], _Value]) -> None:
-        self._keys = keys
+        self.pattern_keys = keys
         self._make = make
         self._made: dict[str, _Value] = {}
 
     def __getitem__(self, key: str) -> _Value:
         made = self._made.get(key)
         if made is None:
-            if key not in self._keys:
+            if key not in self.pattern_keys:
                 raise KeyError(key)
             made = self._made[key] = self._make(key)
         return made
@@ -315,16 +315,16 @@ class _PerPattern(Mapping[str, _Value]):
         made = self._made.get(key)
         if made is not None:
             return made
-        return self[key] if key in self._keys else default
+        return self[key] if key in self.pattern_keys else default
 
     def __contains__(self, key: object) -> bool:
-        return key in self._keys
+        return key in self.pattern_keys
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._keys)
+        return iter(self.pattern_keys)
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self.pattern_keys)
 
 
 def _split_of(
@@ -403,7 +403,7 @@ class DomainRules:
         self.learned_keep = facts.learned_keep
         patterns = facts.patterns
         keys = self.learned = (
-            patterns.pattern_keys if isinstance(patterns, _RecordPatterns) else frozenset(patterns)
+            patterns.pattern_keys if isinstance(patterns, _PerPattern) else frozenset(patterns)
         )
         self.keep: Mapping[str, frozenset[str]] = _PerPattern(
             keys, partial(_keep_of, facts.patterns, layers, use_prior, facts.learned_keep)
@@ -509,7 +509,7 @@ class MapFacts(NamedTuple):
         return cls(
             version,
             undecided,
-            _RecordPatterns(record, frozenset(patterns)),
+            _PerPattern(frozenset(patterns), partial(_pattern_in_record, record)),
             frozenset(learned_keep),
             summary,
         )
@@ -604,37 +604,12 @@ def _finite_or_none(seconds: float) -> float | None:
     return seconds if seconds != float("inf") else None
 
 
-class _RecordPatterns(Mapping[str, PatternFacts]):
-    """The pattern facts of a facts record, each read from the record (a few µs) when
-    first asked for, without holding the record decoded: bytes are no work for the cyclic
-    garbage collector, which walks every object a process holds."""
-
-    __slots__ = ("_made", "_record", "pattern_keys")
-
-    def __init__(self, record: bytes, keys: frozenset[str]) -> None:
-        self._record = record
-        self.pattern_keys = keys
-        self._made: dict[str, PatternFacts] = {}
-
-    def __getitem__(self, key: str) -> PatternFacts:
-        made = self._made.get(key)
-        if made is None:
-            if key not in self.pattern_keys:
-                raise KeyError(key)
-            kept, dropped, without, defaults, at, seen = orjson.loads(self._record)[5][key]
-            made = self._made[key] = PatternFacts(
-                frozenset(kept), frozenset(dropped), frozenset(without), defaults, at, seen
-            )
-        return made
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.pattern_keys
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.pattern_keys)
-
-    def __len__(self) -> int:
-        return len(self.pattern_keys)
+def _pattern_in_record(record: bytes, key: str) -> PatternFacts:
+    """The facts of pattern ``key`` in the facts record ``record``, read from the record (a
+    few µs): a map read on demand holds its record as bytes, which are no work for the cyclic
+    garbage collector, where decoded it would be a hundred objects to walk."""
+    kept, dropped, without, defaults, at, seen = orjson.loads(record)[5][key]
+    return PatternFacts(frozenset(kept), frozenset(dropped), frozenset(without), defaults, at, seen)
 
 
 def _pattern_facts(
