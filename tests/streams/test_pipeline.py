@@ -392,8 +392,11 @@ def test_two_workers_in_a_group_give_the_same_canonical_set_as_one(
             return all(assigned not in ("", "[]") for assigned in latest)
 
         wait_until(split_between_two, 90, "both workers to get partitions")
-        produce(one, one.topics.raw, values)
-        produce(two, two.topics.raw, values)
+        # Keyed by sequence number so that every partition, and so both workers, get URLs:
+        # unkeyed, the sticky partitioner may put all 6,000 in one worker's partitions.
+        keys = [str(number).encode() for number in range(len(values))]
+        produce(one, one.topics.raw, values, keys)
+        produce(two, two.topics.raw, values, keys)
         assert single.wait_for(len(values), 180), len(single.records)
         assert pair.wait_for(len(values), 180), len(pair.records)
         single.poll(1.0)
