@@ -298,10 +298,15 @@ class _PerPattern(Mapping[str, _Value]):
 
     __slots__ = ("_made", "_make", "pattern_keys")
 
-    def __init__(self, keys: frozenset[str], make: Callable[[str], _Value]) -> None:
+    def __init__(
+        self,
+        keys: frozenset[str],
+        make: Callable[[str], _Value],
+        made: dict[str, _Value] | None = None,
+    ) -> None:
         self.pattern_keys = keys
         self._make = make
-        self._made: dict[str, _Value] = {}
+        self._made: dict[str, _Value] = made if made is not None else {}
 
     def __getitem__(self, key: str) -> _Value:
         made = self._made.get(key)
@@ -496,9 +501,12 @@ class MapFacts(NamedTuple):
         )
 
     @classmethod
-    def of_record(cls, record: bytes) -> MapFacts:
+    def of_record(cls, record: bytes, wanted: str | None = None) -> MapFacts:
         """The facts of a facts record (:meth:`record`). A pattern's facts are read from
-        the record when first asked for: a map read on demand holds the record alone."""
+        the record when first asked for: a map read on demand holds the record alone.
+        Those of pattern ``wanted`` (the one the URL that needs the map is in) are read
+        now, from the record decoded here: reading the record again for them was a third
+        of the cost of a cold domain, and holding it decoded until then costs more."""
         form, version, undecided, learned_keep, oldest_decided, patterns = orjson.loads(record)
         if form != _RECORD_FORMAT:
             raise ValueError(f"a facts record of format {form!r}, not {_RECORD_FORMAT}")
@@ -509,7 +517,15 @@ class MapFacts(NamedTuple):
         return cls(
             version,
             undecided,
-            _PerPattern(frozenset(patterns), partial(_pattern_in_record, record)),
+            _PerPattern(
+                frozenset(patterns),
+                partial(_pattern_in_record, record),
+                (
+                    {wanted: _pattern_of_record(patterns[wanted])}
+                    if wanted is not None and wanted in patterns
+                    else None
+                ),
+            ),
             frozenset(learned_keep),
             summary,
         )
@@ -608,7 +624,11 @@ def _pattern_in_record(record: bytes, key: str) -> PatternFacts:
     """The facts of pattern ``key`` in the facts record ``record``, read from the record (a
     few µs): a map read on demand holds its record as bytes, which are no work for the cyclic
     garbage collector, where decoded it would be a hundred objects to walk."""
-    kept, dropped, without, defaults, at, seen = orjson.loads(record)[5][key]
+    return _pattern_of_record(orjson.loads(record)[5][key])
+
+
+def _pattern_of_record(entry: list[Any]) -> PatternFacts:
+    kept, dropped, without, defaults, at, seen = entry
     return PatternFacts(frozenset(kept), frozenset(dropped), frozenset(without), defaults, at, seen)
 
 
@@ -889,9 +909,10 @@ class Canonicalizer:
         """How many domains' maps are in memory."""
         return len(self._domains) + len(self._unreachable)
 
-    def _load_on_demand(self, domain: str) -> _CompiledDomain | None:
+    def _load_on_demand(self, domain: str, wanted: str | None = None) -> _CompiledDomain | None:
         """Install the source's map of ``domain``, if it has one (else remember that it
-        has none), and make room for it.
+        has none), and make room for it. ``wanted``: the pattern the URL that needs the
+        map is in, when known (see :meth:`MapFacts.of_record`).
 
         Another thread may store a new map and :meth:`forget` the domain while this one
         reads the old map: a map read while any domain was forgotten is read again, so an
@@ -928,7 +949,8 @@ class Canonicalizer:
                 self._make_room(domains)  # the pure-Python path answers one text at a time
             self.maps_read += 1
             if record is not None:
-                self._install(domain, MapFacts.of_record(record), None, None, record=record)
+                facts = MapFacts.of_record(record, wanted)
+                self._install(domain, facts, None, None, record=record)
             else:  # the document is held, not its map: decoded only if the map is asked for
                 assert document is not None
                 self._install(domain, MapFacts.of_document(orjson.loads(document)), None, document)
@@ -1315,7 +1337,11 @@ class Canonicalizer:
         unless that table was replaced since (it then asks again, for the new one)."""
         domain, table, key = miss.domain, miss.table, miss.key
         if table == 0 and domain is not None:  # a domain whose map is not loaded yet
-            self._domains.get(domain)
+            domains = self._domains
+            if isinstance(domains, _DomainsOnDemand) and domain not in domains:
+                self._load_on_demand(domain, key)
+            else:
+                domains.get(domain)
             return
         if domain is None:
             compiled = None

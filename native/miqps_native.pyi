@@ -21,7 +21,8 @@ class Miss:
     """No plan is known yet for ``key`` in the plan table numbered ``table`` (of
     ``domain``, None for the unmapped table): compute it, ``add_plan`` it, ask again.
     With maps loaded on demand, table 0 means ``domain`` has no table yet: ``install`` its
-    map or ``mark_absent`` it, ask again."""
+    map or ``mark_absent`` it, ask again; ``key`` is then the URL's pattern (empty without
+    parameters)."""
 
     @property
     def domain(self) -> str | None: ...

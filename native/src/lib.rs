@@ -112,8 +112,9 @@ enum Answer {
 /// No plan is known yet for `key` (the path shape and `names`, or the names alone for a
 /// domain without a map) in the plan table numbered `table` (of `domain`, None for the
 /// unmapped table): the caller computes it, hands it over with `add_plan`, and asks again.
-/// With maps loaded on demand, table 0 (and no key) means that `domain` has no table yet:
-/// the caller installs its map or marks it absent, and asks again.
+/// With maps loaded on demand, table 0 means that `domain` has no table yet: the caller
+/// installs its map or marks it absent, and asks again; `key` is then the URL's pattern
+/// (empty without parameters) and `names` is empty.
 #[pyclass(module = "miqps_native", frozen, get_all)]
 struct Miss {
     domain: Option<String>,
@@ -299,19 +300,14 @@ impl Core {
         };
         let host = &base[start..slash];
         let plans = self.domains.get(host);
-        match plans {
-            Some(plans) => plans.touched.store(true, Ordering::Relaxed),
-            None if memchr2(b'@', b':', host.as_bytes()).is_some() => return Answer::Slow,
-            None if self.on_demand && !self.absent.contains(host) => {
-                return Answer::Miss(Miss {
-                    domain: Some(host.to_string()),
-                    table: 0,
-                    key: String::new(),
-                    names: Vec::new(),
-                });
+        let unloaded = match plans {
+            Some(plans) => {
+                plans.touched.store(true, Ordering::Relaxed);
+                false
             }
-            None => {}
-        }
+            None if memchr2(b'@', b':', host.as_bytes()).is_some() => return Answer::Slow,
+            None => self.on_demand && !self.absent.contains(host),
+        };
         let base = normalized(base);
         let query = normalized(query);
         let (origin, path) = base.split_at(slash);
@@ -340,6 +336,27 @@ impl Core {
             }
         };
         pairs.extend(matrix.iter().map(|(_, param)| param.as_str()));
+        if unloaded {
+            // The caller loads the domain's map and asks again; the key of the URL's
+            // pattern (none without parameters) lets it read that pattern with the map.
+            let mut key = String::new();
+            if !pairs.is_empty() {
+                pairs.sort_unstable();
+                key = path_shape(&path) + "?";
+                for (index, pair) in pairs.iter().enumerate() {
+                    if index > 0 {
+                        key.push('&');
+                    }
+                    key.push_str(name_of(pair));
+                }
+            }
+            return Answer::Miss(Miss {
+                domain: Some(host.to_string()),
+                table: 0,
+                key,
+                names: Vec::new(),
+            });
+        }
         if let Some(detail) = detail.as_deref_mut() {
             detail.host.clear();
             detail.host.push_str(host);

@@ -83,6 +83,35 @@ def test_a_miss_names_the_plan_table_python_numbered() -> None:
     )
 
 
+def test_a_domain_not_loaded_yet_is_a_miss_naming_the_url_s_pattern() -> None:
+    """With maps loaded on demand, a host without a table is a miss of table 0 that names
+    the URL's pattern (the map's reader decodes that pattern with the map), or no pattern
+    for a URL without parameters; once the domain is marked absent, its URLs take the
+    unmapped table."""
+    assert COMPILED is not None
+    core = COMPILED.core()
+    core.reset(3)
+    core.set_on_demand(True)
+    for text, key in (
+        ("https://shop.example/p/1?b=2&a=1#x", "/p/*?a&b"),
+        ("https://shop.example/p/1;v=9?b=2&a=1", "/p/*?;v&a&b"),
+    ):
+        miss = core.decide_text(text)
+        assert isinstance(miss, COMPILED.miss)
+        assert (miss.domain, miss.table, miss.key, miss.names) == ("shop.example", 0, key, [])
+    bare = core.decide_text("https://shop.example/p/1")
+    assert isinstance(bare, COMPILED.miss)
+    assert (bare.domain, bare.table, bare.key) == ("shop.example", 0, "")
+    core.install("shop.example", 7, 1, [], float("inf"))  # the same key, once it is loaded
+    loaded = core.decide_text("https://shop.example/p/1;v=9?b=2&a=1")
+    assert isinstance(loaded, COMPILED.miss)
+    assert (loaded.table, loaded.key) == (7, "/p/*?;v&a&b")
+    core.mark_absent("elsewhere.example")
+    unmapped = core.decide_text("https://elsewhere.example/p/1?b=2&a=1")
+    assert isinstance(unmapped, COMPILED.miss)
+    assert (unmapped.domain, unmapped.table, unmapped.key) == (None, 3, "a&b")
+
+
 def _pair(maps: Iterable[DomainMap], use_prior: bool = True) -> tuple[Canonicalizer, Canonicalizer]:
     python = Canonicalizer(use_prior=use_prior, native=False)
     native = Canonicalizer(use_prior=use_prior, native=True)
