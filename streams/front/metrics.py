@@ -181,7 +181,8 @@ class FrontCollector(Collector):
 
 class MapsHeldCollector(Collector):
     """``miqps_maps_held``: the domains whose map one process of the worker holds in
-    memory, compiled in its canonicalizer or as a live-map record."""
+    memory, compiled in its canonicalizer or as a live-map record; ``miqps_maps_read``:
+    the maps it read from its store for a domain it did not hold."""
 
     def __init__(self, live_maps: LiveMaps, process: str) -> None:
         self.live_maps = live_maps
@@ -199,6 +200,15 @@ class MapsHeldCollector(Collector):
         family.add_metric([self.process, "compiled"], held.compiled)
         family.add_metric([self.process, "live"], held.live)
         yield family
+        read = CounterMetricFamily(
+            "miqps_maps_read",
+            "Maps a process of the worker read from its store because a URL of a domain "
+            "whose map it did not hold came (a cold domain): with miqps_maps_held at "
+            "MIQPS_MAPS_CACHE_DOMAINS, a rate near the URLs' says the bound is too small",
+            labels=["process"],
+        )
+        read.add_metric([self.process], held.read)
+        yield read
 
 
 def restore_families(

@@ -88,6 +88,9 @@ class HeldMaps:
     """Maps compiled in the canonicalizer."""
     live: int
     """:class:`LiveMap` records (version and re-verification times)."""
+    read: int = 0
+    """Maps read from the store since the start, each when a URL of a domain whose map
+    was not held came (always 0 with every map held)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -560,7 +563,8 @@ class StoredLiveMaps(LiveMaps):
         return self._domains
 
     def held(self) -> HeldMaps:
-        return HeldMaps(self.canonicalizer.maps_held, len(self._recent))
+        canonicalizer = self.canonicalizer
+        return HeldMaps(canonicalizer.maps_held, len(self._recent), canonicalizer.maps_read)
 
     def summary(self) -> MapsSummary:
         oldest = self.store.first_note(_BY_AGE)

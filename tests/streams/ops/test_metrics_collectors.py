@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from miqps.maps import timestamp_seconds
+from miqps.mapstore import MapStore
 from streams.front.metrics import (
     MapsHeldCollector,
     consumer_lag,
@@ -27,7 +28,7 @@ from streams.front.metrics import (
     restore_families,
 )
 from streams.maps.feed import RestoreTotals
-from streams.maps.live import LiveMaps
+from streams.maps.live import LiveMaps, StoredLiveMaps
 from streams.messages import MapUpdateRecord
 from streams.ops.metrics import (
     OTHER_HOSTS,
@@ -142,12 +143,38 @@ def test_maps_held_says_what_a_process_holds_in_memory() -> None:
     live_maps = LiveMaps(3600.0)
     for domain_map in learned_maps([f"https://d{n}.test/p?id=1&gclid=x" for n in range(3)]):
         live_maps.apply(domain_map)
-    [family] = MapsHeldCollector(live_maps, "front").collect()
+    family, read = MapsHeldCollector(live_maps, "front").collect()
     assert family.name == "miqps_maps_held"
     assert {(s.labels["process"], s.labels["form"]): s.value for s in family.samples} == {
         ("front", "compiled"): 3,
         ("front", "live"): 3,
     }
+    assert [(s.name, s.labels, s.value) for s in read.samples] == [
+        ("miqps_maps_read_total", {"process": "front"}, 0)
+    ]
+
+
+def test_maps_read_counts_the_cold_domains_of_maps_on_disk(tmp_path: Path) -> None:
+    """A process whose maps are on disk counts each map it read because a URL of a domain
+    it did not hold came: twice for a domain met again after the bound pushed it out."""
+    live_maps = StoredLiveMaps(3600.0, MapStore(tmp_path / "maps"), cache_domains=1)
+    try:
+        for domain_map in learned_maps([f"https://d{n}.test/p?id=1&gclid=x" for n in range(2)]):
+            live_maps.apply(domain_map)
+        for text in ("https://d0.test/p?id=2", "https://d0.test/p?id=3", "https://d1.test/p?id=2"):
+            live_maps.canonicalizer.canonicalize(text)
+        live_maps.canonicalizer.canonicalize("https://d0.test/p?id=4")
+
+        def read() -> float:
+            families = MapsHeldCollector(live_maps, "front").collect()
+            [sample] = next(f for f in families if f.name == "miqps_maps_read").samples
+            return sample.value
+
+        assert read() == 3
+        live_maps.canonicalizer.canonicalize("https://d0.test/p?id=5")
+        assert read() == 3
+    finally:
+        live_maps.close()
 
 
 class Fixed(Collector):
