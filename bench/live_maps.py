@@ -4,7 +4,7 @@ the same run.
 
     .venv/bin/python -m bench.live_maps [--domains 20000,50000] [--urls 300000] [--modes 4096,0]
                                         [--workers 1] [--inputs unkeyed|keyed|hop] [--uniform]
-                                        [--join-third]
+                                        [--join-third] [--in-process-only]
 
 Needs a broker (``KAFKA_BOOTSTRAP_SERVERS``, default the local one). For each domain count,
 on topics of its own: the maps of that many learned domains (``--patterns`` patterns each,
@@ -38,14 +38,16 @@ state directory per worker) read the maps and canonicalize every URL. Reported p
   input).
 
 Then, in this process, the cost of a cold domain: a URL of a domain whose map is not held
-yet (read from the store and compiled), against a URL of a domain held, over 2,000 maps;
+yet (read from the store and compiled), against a URL of a domain held, over 2,000 maps,
+one URL at a time and in a front's batches;
 and a front's per-batch call on 150,000 URLs over ``--in-process-domains`` stored maps (Zipf,
 s = 1.1), twice, with the default bound of maps held and with 4096, under Python's default
 collector thresholds and under the front process's: URLs/s and maps read from the store,
 and the resident memory the maps held took (the first measured, the default bound, is the
 cleanest: later ones reuse memory freed by earlier ones).
 
-It prints figures; it asserts no target.
+``--in-process-only`` makes only these last measures, without a broker. It prints figures;
+it asserts no target.
 """
 
 from __future__ import annotations
@@ -418,8 +420,10 @@ def wait_for_restores(joined: Sampled, workers: list[Sampled], deadline: float) 
         time.sleep(0.2)
 
 
-def cold_domain_cost(root: Path, patterns: int) -> tuple[float, float]:
-    """µs per URL of a domain whose map is not held (read and compiled), and of one held."""
+def cold_domain_cost(root: Path, patterns: int) -> tuple[float, float, float]:
+    """µs per URL of a domain whose map is not held (read and compiled), and of one held,
+    one URL at a time (``decide``); and per URL of a cold domain in a front's batches of
+    1,000 (``stream_records``, the compiled path)."""
     rng = random.Random(3)
     maps = [domain_map(rng, number, patterns) for number in range(2_000)]
     live = StoredLiveMaps(3600.0, MapStore(root / "cold"), cache_domains=64)
@@ -438,7 +442,15 @@ def cold_domain_cost(root: Path, patterns: int) -> tuple[float, float]:
             live.decide(url, text)
     warm = (time.perf_counter() - started) / (len(urls) // len(held) * len(held))
     live.close()
-    return cold * 1e6, warm * 1e6
+    front = StoredLiveMaps(3600.0, MapStore(root / "cold"), cache_domains=len(urls))
+    values: list[bytes | None] = [url.encode() for url in urls]
+    started = time.perf_counter()
+    for at in range(0, len(values), 1000):
+        front.canonicalizer.stream_records(values[at : at + 1000], 1 << 20, 0.0, 0, "")
+    batched = (time.perf_counter() - started) / len(values)
+    assert front.canonicalizer.maps_read == len(values)
+    front.close()
+    return cold * 1e6, warm * 1e6, batched * 1e6
 
 
 def resident_kib() -> int:
@@ -629,6 +641,11 @@ def main(argv: list[str] | None = None) -> int:
         default=50_000,
         help="stored maps of the in-process front measured at the end",
     )
+    parser.add_argument(
+        "--in-process-only",
+        action="store_true",
+        help="only the measures made in this process (no broker needed)",
+    )
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--timeout", type=float, default=1800.0)
@@ -640,12 +657,13 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(folder)
         print(f"{os.cpu_count()} cores; state and logs in {root}", flush=True)
         try:
-            for domains in args.domains:
+            for domains in [] if args.in_process_only else args.domains:
                 measure(base, args, domains, root)
-            cold, warm = cold_domain_cost(root, args.patterns)
+            cold, warm, batched = cold_domain_cost(root, args.patterns)
             print(
                 f"a URL of a cold domain (its map read from the store and compiled): "
-                f"{cold:.0f} µs; of a domain held: {warm:.1f} µs",
+                f"{cold:.0f} µs; of a domain held: {warm:.1f} µs; of a cold domain in a "
+                f"front's batches of 1,000: {batched:.0f} µs",
                 flush=True,
             )
             front_in_process(root, args.in_process_domains, args.patterns, 150_000)
