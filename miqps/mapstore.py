@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -113,28 +113,15 @@ class MapStore:
         value: bytes | None = self._db.get(_FACTS + domain.encode())
         return value
 
-    def put(
-        self,
-        domain: str,
-        document: bytes,
-        facts: bytes | None = None,
-        *,
-        notes: Iterable[tuple[bytes, bytes | None]] = (),
-    ) -> None:
+    def put(self, domain: str, document: bytes, facts: bytes | None = None) -> None:
         """Keep ``document`` (checked) as ``domain``'s map, with its facts record
-        (``facts``, made from the document when not given), and the owner's ``notes``
-        (key and value, None to delete the note), in one write: all of it or none."""
+        (``facts``, made from the document when not given), in one write."""
         from rocksdict import WriteBatch
 
         key = domain.encode()
         batch = WriteBatch(raw_mode=True)
         batch.put(_DOMAIN + key, document)
         batch.put(_FACTS + key, facts if facts is not None else facts_record(document))
-        for note, value in notes:
-            if value is None:
-                batch.delete(_NOTE + note)
-            else:
-                batch.put(_NOTE + note, value)
         self._db.write(batch)
 
     def delete(self, domain: str) -> None:

@@ -430,8 +430,9 @@ class StoredLiveMaps(LiveMaps):
                 )
             ):
                 return False
-            notes = [(_RECORD + key, record.dumps()), *_by_age_notes(key, previous, record)]
-            self.store.put(domain, document, facts.record(), notes=notes)
+            self.store.put(domain, document, facts.record())
+            self.store.put_note(_RECORD + key, record.dumps())
+            self._file_by_age(key, previous, record)
             self._domains += previous is None
             self._patterns += len(record.decided) - (len(previous.decided) if previous else 0)
             self._recent.pop(domain, None)
@@ -446,6 +447,15 @@ class StoredLiveMaps(LiveMaps):
             return True
         return DomainMap.from_json(orjson.loads(stored)) == domain_map()
 
+    def _file_by_age(self, key: bytes, previous: _Record | None, record: _Record | None) -> None:
+        """File the map of ``key`` by its ``updated_at`` (none without one), in place of
+        where ``previous`` filed it."""
+        if previous is not None and previous.updated_at > 0:
+            self.store.delete_note(_BY_AGE + struct.pack(">d", previous.updated_at) + key)
+        if record is not None and record.updated_at > 0:
+            # Big-endian doubles above 0 sort as the numbers do.
+            self.store.put_note(_BY_AGE + struct.pack(">d", record.updated_at) + key, b"")
+
     def remove(self, domain: str) -> None:
         key = domain.encode()
         with self._lock:
@@ -454,8 +464,7 @@ class StoredLiveMaps(LiveMaps):
                 previous = _Record.loads(noted)
                 self.store.delete(domain)
                 self.store.delete_note(_RECORD + key)
-                for note, _ in _by_age_notes(key, previous, None):
-                    self.store.delete_note(note)
+                self._file_by_age(key, previous, None)
                 self._domains -= 1
                 self._patterns -= len(previous.decided)
             self._recent.pop(domain, None)
@@ -567,20 +576,6 @@ class StoredLiveMaps(LiveMaps):
 
     def close(self) -> None:
         self.store.close()
-
-
-def _by_age_notes(
-    key: bytes, previous: _Record | None, record: _Record | None
-) -> list[tuple[bytes, bytes | None]]:
-    """The notes that file the map of ``key`` by its ``updated_at`` (none without one) in
-    place of where ``previous`` filed it: (key, value), None to delete the note."""
-    notes: list[tuple[bytes, bytes | None]] = []
-    if previous is not None and previous.updated_at > 0:
-        notes.append((_BY_AGE + struct.pack(">d", previous.updated_at) + key, None))
-    if record is not None and record.updated_at > 0:
-        # Big-endian doubles above 0 sort as the numbers do.
-        notes.append((_BY_AGE + struct.pack(">d", record.updated_at) + key, b""))
-    return notes
 
 
 def _partition_note(partition: int, domain: str) -> bytes:
