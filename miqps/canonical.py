@@ -367,22 +367,25 @@ class Closable(Protocol):
 
 class _DomainsOnDemand(dict[str, _CompiledDomain]):
     """The maps a canonicalizer holds when it reads them from a :class:`MapSource`:
-    :meth:`get` of a domain it does not hold loads the domain's map (``load``). ``used``
-    names the domains looked up since the last eviction (the compiled path marks its own)."""
+    :meth:`get` of a domain it does not hold loads the domain's map (``load``, told the
+    pattern ``wanted`` of the URL that needs it when known). ``used`` names the domains
+    looked up since the last eviction (the compiled path marks its own)."""
 
     __slots__ = ("_load", "used")
 
-    def __init__(self, load: Callable[[str], _CompiledDomain | None]) -> None:
+    def __init__(self, load: Callable[[str, str | None], _CompiledDomain | None]) -> None:
         super().__init__()
         self._load = load
         self.used: set[str] = set()
 
-    def get(self, domain: str, default: None = None) -> _CompiledDomain | None:  # type: ignore[override]
+    def get(  # type: ignore[override]
+        self, domain: str, default: None = None, *, wanted: str | None = None
+    ) -> _CompiledDomain | None:
         compiled = dict.get(self, domain)
         if compiled is not None:
             self.used.add(domain)
             return compiled
-        return self._load(domain)
+        return self._load(domain, wanted)
 
 
 class DomainRules:
@@ -1338,10 +1341,8 @@ class Canonicalizer:
         domain, table, key = miss.domain, miss.table, miss.key
         if table == 0 and domain is not None:  # a domain whose map is not loaded yet
             domains = self._domains
-            if isinstance(domains, _DomainsOnDemand) and domain not in domains:
-                self._load_on_demand(domain, key)
-            else:
-                domains.get(domain)
+            assert isinstance(domains, _DomainsOnDemand)  # table 0 is only for maps on demand
+            domains.get(domain, wanted=key)
             return
         if domain is None:
             compiled = None
