@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import logging
 import signal
 import sys
@@ -170,6 +171,8 @@ def _run_faust(
     app = create_app(runtime)
     worker = StreamWorker(app, ThreadsService(runtime), runtime=runtime, loglevel=loglevel)
     runtime.bind(worker.loop, worker.fail)
+    # A crash in native code (RocksDB, librdkafka) leaves a Python stack on stderr.
+    faulthandler.enable(all_threads=True)
     log.info(
         "worker %s: agents %s, topics %s, state in %s; stops within %gs",
         settings.app_id,

@@ -78,6 +78,7 @@ def run_front(
     stack of every thread to stderr."""
     logging.basicConfig(level=loglevel, format=LOG_FORMAT)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    faulthandler.enable(all_threads=True)
     rate_limit_handlers()
     # Python's default runs the cyclic collector every 700 new containers, each run walking
     # the maps held: about 40% of a front's time when it meets more domains than it holds

@@ -1,11 +1,13 @@
 """The worker replaces a canonicalizer front whose whole process froze (a native call that
 never returns while it holds the GIL, so no watchdog inside it can run): seen from the
 worker's process by the missing heartbeat, within ``MIQPS_FRONT_HEARTBEAT_TIMEOUT``, with
-the frozen process's stacks on stderr, counted in a metric, and exactly once kept."""
+the frozen process's stacks on stderr, counted in a metric, and exactly once kept. A
+process of the worker that dies in native code leaves its Python stacks in the log."""
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,3 +98,32 @@ def test_a_front_frozen_holding_the_gil_is_replaced_and_every_input_comes_out_on
     assert {s.labels["reason"]: s.value for s in samples} == {"stuck": 0.0, "frozen": 1.0}
     assert max(ledger.outputs.values()) == 1, "exactly once: no input has two outputs"
     assert len(ledger.outputs) == INPUTS
+
+
+def front_pids(worker_pid: int) -> list[int]:
+    """The worker's canonicalizer front: its child started by ``multiprocessing.spawn``."""
+    found = []
+    for task in Path(f"/proc/{worker_pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+            if b"spawn_main" in command:
+                found.append(int(child))
+    return found
+
+
+@pytest.mark.parametrize("process", ["faust", "front"])
+def test_a_crash_in_native_code_leaves_the_python_stacks_in_the_log(
+    settings: Settings, tmp_path: Path, process: str
+) -> None:
+    worker = WorkerProcess(settings, "canonicalize", tmp_path / "worker.log").start()
+    try:
+        wait_for(lambda: "Worker ready" in worker.log_text(), 90, "the worker")
+        wait_for(lambda: front_pids(worker.pid), 30, "the front")
+        target = worker.pid if process == "faust" else front_pids(worker.pid)[0]
+        os.kill(target, signal.SIGSEGV)
+        wait_for(lambda: not worker.alive(), 60, "the worker to end")
+    finally:
+        worker.stop()
+    log = worker.log_text()
+    assert "Fatal Python error: Segmentation fault" in log, worker.log_digest()
+    assert "most recent call first" in log, worker.log_digest()
