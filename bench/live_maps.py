@@ -39,7 +39,9 @@ state directory per worker) read the maps and canonicalize every URL. Reported p
 
 Then, in this process, the cost of a cold domain: a URL of a domain whose map is not held
 yet (read from the store and compiled), against a URL of a domain held, over 2,000 maps,
-one URL at a time and in a front's batches;
+one URL at a time and in a front's batches; the cost of a map restored (checked and
+stored, wall time and CPU) with RocksDB's write buffer of 4 MiB and with the store's
+default;
 and a front's per-batch call on 150,000 URLs over ``--in-process-domains`` stored maps (Zipf,
 s = 1.1), twice, with the default bound of maps held and with 4096, under Python's default
 collector thresholds and under the front process's: URLs/s and maps read from the store,
@@ -80,8 +82,8 @@ from bench.stream_throughput import (
     rss_by_process,
 )
 from miqps.canonical import DEFAULT_CACHE_DOMAINS
-from miqps.maps import DomainMap
-from miqps.mapstore import MapStore
+from miqps.maps import DomainMap, check_map
+from miqps.mapstore import WRITE_BUFFER_BYTES, MapStore
 from miqps.urls import parse
 from streams.front.process import FRONT_GC_THRESHOLDS
 from streams.kafka.admin import consumer_config, ensure_topics
@@ -453,6 +455,28 @@ def cold_domain_cost(root: Path, patterns: int) -> tuple[float, float, float]:
     return cold * 1e6, warm * 1e6, batched * 1e6
 
 
+def restore_cost(root: Path, patterns: int, maps: int = 20_000) -> dict[int, tuple[float, float]]:
+    """µs of wall time and of CPU (RocksDB's own threads included, its last flush too) per
+    map applied as a maps feed restores one (checked, then stored), over ``maps`` maps of
+    distinct domains, with RocksDB's write buffer of 4 MiB and with the store's default."""
+    rng = random.Random(11)
+    documents = [domain_map(rng, number, patterns).dumps().encode() for number in range(maps)]
+    costs = {}
+    for buffer in (4 << 20, WRITE_BUFFER_BYTES):
+        store = MapStore(root / f"restore-{buffer}", write_buffer_bytes=buffer)
+        live = StoredLiveMaps(3600.0, store, cache_domains=64)
+        started, cpu = time.perf_counter(), time.process_time()
+        for document in documents:
+            live.apply_document(check_map(document), document)
+        store.flush()
+        costs[buffer] = (
+            (time.perf_counter() - started) / maps * 1e6,
+            (time.process_time() - cpu) / maps * 1e6,
+        )
+        store.close()
+    return costs
+
+
 def resident_kib() -> int:
     """This process's resident memory now, in KiB."""
     with open("/proc/self/statm") as statm:
@@ -666,6 +690,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"front's batches of 1,000: {batched:.0f} µs",
                 flush=True,
             )
+            costs = restore_cost(root, args.patterns)
+            base_wall, base_cpu = costs[4 << 20]
+            print("a map restored (checked and stored), per RocksDB write buffer:", flush=True)
+            for buffer, (wall, cpu) in costs.items():
+                print(
+                    f"    {buffer >> 20:>3} MiB: {wall:4.0f} µs ({wall / base_wall:.2f}×), "
+                    f"CPU {cpu:4.0f} µs ({cpu / base_cpu:.2f}×)",
+                    flush=True,
+                )
             front_in_process(root, args.in_process_domains, args.patterns, 150_000)
         finally:
             for settings in CREATED:

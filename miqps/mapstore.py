@@ -52,7 +52,7 @@ class MapSource(Protocol):
         """The map document of ``domain`` (JSON, checked), None without one."""
 
 
-def _options(block_cache_bytes: int, *, bulk: bool = False) -> Any:
+def _options(block_cache_bytes: int, write_buffer_bytes: int) -> Any:
     from rocksdict import (
         BlockBasedIndexType,
         BlockBasedOptions,
@@ -77,11 +77,15 @@ def _options(block_cache_bytes: int, *, bulk: bool = False) -> Any:
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)
     options.set_block_based_table_factory(table)
     options.set_max_open_files(256)
-    if bulk:
-        options.set_write_buffer_size(64 << 20)
-    else:
-        options.set_write_buffer_size(4 << 20)
+    options.set_write_buffer_size(write_buffer_bytes)
     return options
+
+
+WRITE_BUFFER_BYTES = 32 << 20
+"""The memory a store writes into before flushing it to a file (RocksDB's write buffer;
+two at most). Restoring a maps partition writes about 15 KB a map: with 32 MiB, compacting
+the files flushed costs less, and a map restored takes about 0.6× the CPU it takes with 4
+MiB (``python -m bench.live_maps --in-process-only``)."""
 
 
 class MapStore:
@@ -91,17 +95,24 @@ class MapStore:
 
     ``read_only`` opens a store another process may be reading too (an index); otherwise
     the folder is created when missing and only this process may open it.
-    ``block_cache_bytes`` bounds RocksDB's cache of the store's blocks.
+    ``block_cache_bytes`` bounds RocksDB's cache of the store's blocks, and
+    ``write_buffer_bytes`` its buffer of writes (:data:`WRITE_BUFFER_BYTES`).
     """
 
     def __init__(
-        self, path: Path, *, read_only: bool = False, block_cache_bytes: int = 16 << 20
+        self,
+        path: Path,
+        *,
+        read_only: bool = False,
+        block_cache_bytes: int = 16 << 20,
+        write_buffer_bytes: int = WRITE_BUFFER_BYTES,
     ) -> None:
         from rocksdict import AccessType, Rdict
 
         self.path = path
         access = AccessType.read_only() if read_only else AccessType.read_write()
-        self._db = Rdict(str(path), _options(block_cache_bytes), access_type=access)
+        options = _options(block_cache_bytes, write_buffer_bytes)
+        self._db = Rdict(str(path), options, access_type=access)
 
     def document(self, domain: str) -> bytes | None:
         value: bytes | None = self._db.get(_DOMAIN + domain.encode())
@@ -276,7 +287,7 @@ def _build(
 ) -> None:
     from rocksdict import Rdict, WriteBatch, WriteOptions
 
-    db = Rdict(str(folder), _options(8 << 20, bulk=True))
+    db = Rdict(str(folder), _options(8 << 20, 64 << 20))
     unlogged = WriteOptions()
     # A build that stops is thrown away: nothing to recover. (rocksdict's stub types this
     # property as a method.)
