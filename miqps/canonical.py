@@ -556,24 +556,11 @@ class MapFacts(NamedTuple):
     def of_document(cls, data: Mapping[str, Any]) -> MapFacts:
         """The facts of a map document this program wrote (as :meth:`DomainMap.from_json`
         reads one)."""
-        if data.get("schema") != SCHEMA_ID:
-            raise ValueError(f"not a {SCHEMA_ID} document")
+        _check_schema(data)
         learned: set[str] = set()
         patterns = {}
-        # _pattern_facts, written out: a map read from the maps topic comes through here,
-        # and its every parameter.
         for key, decision in data["patterns"].items():
-            without_evidence = []
-            defaults = {}
-            for name, evidence in decision["params"].items():
-                layer = evidence["layer"]
-                if layer == Layer.INSUFFICIENT:
-                    without_evidence.append(name)
-                elif layer == Layer.LEARNED and evidence["decision"] == "keep":
-                    learned.add(name)
-                default_values = evidence.get("default_values")
-                if default_values:
-                    defaults[name] = default_values
+            without_evidence, defaults = _params_in_document(decision["params"], learned)
             patterns[key] = PatternFacts(
                 frozenset(decision["kept"]),
                 frozenset(decision["dropped"]),
@@ -582,8 +569,68 @@ class MapFacts(NamedTuple):
                 str(decision["decided_at"]),
                 int(decision.get("urls_seen", 0)),
             )
-        undecided = {key: str(cause) for key, cause in data.get("undecided", {}).items()}
-        return cls(int(data["version"]), undecided, patterns, frozenset(learned))
+        return cls(int(data["version"]), _undecided_in_document(data), patterns, frozenset(learned))
+
+
+def facts_record_of_document(data: Mapping[str, Any]) -> tuple[bytes, dict[str, str]]:
+    """The facts record (:meth:`MapFacts.record`) of a map document this program wrote, and
+    when each of its patterns was decided: what storing a map needs, in one pass over the
+    document, without the facts' objects (a third of what restoring a map cost)."""
+    _check_schema(data)
+    learned: set[str] = set()
+    patterns = {}
+    decided = {}
+    for key, decision in data["patterns"].items():
+        without_evidence, defaults = _params_in_document(decision["params"], learned)
+        decided_at = decided[key] = str(decision["decided_at"])
+        patterns[key] = [
+            sorted(set(decision["kept"])),
+            sorted(set(decision["dropped"])),
+            sorted(without_evidence),
+            defaults,
+            decided_at,
+            int(decision.get("urls_seen", 0)),
+        ]
+    oldest = min(map(timestamp_seconds, set(decided.values())), default=float("inf"))
+    record = [
+        _RECORD_FORMAT,
+        int(data["version"]),
+        _undecided_in_document(data),
+        sorted(learned),
+        _finite_or_none(oldest),
+        patterns,
+    ]
+    return orjson.dumps(record), decided
+
+
+def _check_schema(data: Mapping[str, Any]) -> None:
+    if data.get("schema") != SCHEMA_ID:
+        raise ValueError(f"not a {SCHEMA_ID} document")
+
+
+def _params_in_document(
+    params: Mapping[str, Any], learned: set[str]
+) -> tuple[list[str], dict[str, Sequence[str]]]:
+    """Of a pattern's parameters in a map document: the names without enough evidence to
+    decide on, and the confirmed default values of those that have some; adds to
+    ``learned`` the names it learned to keep (what :func:`_pattern_facts` reads of a map's
+    objects)."""
+    without_evidence = []
+    defaults = {}
+    for name, evidence in params.items():
+        layer = evidence["layer"]
+        if layer == Layer.INSUFFICIENT:
+            without_evidence.append(name)
+        elif layer == Layer.LEARNED and evidence["decision"] == "keep":
+            learned.add(name)
+        default_values = evidence.get("default_values")
+        if default_values:
+            defaults[name] = default_values
+    return without_evidence, defaults
+
+
+def _undecided_in_document(data: Mapping[str, Any]) -> dict[str, str]:
+    return {key: str(cause) for key, cause in data.get("undecided", {}).items()}
 
 
 _RECORD_FORMAT = 1

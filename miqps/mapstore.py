@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from miqps.canonical import MapFacts
+from miqps.canonical import facts_record_of_document
 from miqps.maps import InvalidMap, check_map, refuse, repeated_domain
 
 INDEX_FORMAT = 2
@@ -211,7 +211,7 @@ class MapStore:
 
 def facts_record(document: bytes) -> bytes:
     """The facts record of a checked map ``document``."""
-    return MapFacts.of_document(orjson.loads(document)).record()
+    return facts_record_of_document(orjson.loads(document))[0]
 
 
 def default_index_path(path: Path) -> Path:
@@ -320,7 +320,7 @@ def _build(
                 lines[key] = number
                 batch.put(_LINE + key, struct.pack("<Q", number))
                 batch.put(_DOMAIN + key, raw)
-                batch.put(_FACTS + key, MapFacts.of_document(document).record())
+                batch.put(_FACTS + key, facts_record_of_document(document)[0])
                 pending += len(raw)
                 if pending >= _BATCH_BYTES:
                     db.write(batch, unlogged)

@@ -37,6 +37,7 @@ from miqps.canonical import (
     Decision,
     MapFacts,
     StaticLayers,
+    facts_record_of_document,
 )
 from miqps.maps import DomainMap, timestamp_seconds
 from miqps.mapstore import INDEX_FORMAT, MapStore
@@ -271,14 +272,12 @@ class _Record:
     """Per pattern, when it was decided: as written, and in seconds since the epoch."""
 
     @classmethod
-    def of(cls, facts: MapFacts, updated_at: str) -> _Record:
+    def of(cls, version: int, decided: Mapping[str, str], updated_at: str) -> _Record:
+        """The record of a map of ``version``, its patterns ``decided`` at those times."""
         return cls(
-            facts.version,
+            version,
             timestamp_seconds(updated_at),
-            {
-                key: (pattern.decided_at, timestamp_seconds(pattern.decided_at))
-                for key, pattern in facts.patterns.items()
-            },
+            {key: (at, timestamp_seconds(at)) for key, at in decided.items()},
         )
 
     @classmethod
@@ -386,23 +385,23 @@ class StoredLiveMaps(LiveMaps):
         return domains, patterns
 
     def apply(self, domain_map: DomainMap, document: bytes | None = None) -> bool:
-        facts = MapFacts.of_map(domain_map)
+        decided = {key: decision.decided_at for key, decision in domain_map.patterns.items()}
         return self._store_map(
             domain_map.domain,
-            facts,
-            _Record.of(facts, domain_map.updated_at),
+            MapFacts.of_map(domain_map).record(),
+            _Record.of(domain_map.version, decided, domain_map.updated_at),
             document if document is not None else domain_map.dumps().encode(),
             lambda: domain_map,
         )
 
     def apply_document(self, document: Mapping[str, Any], raw: bytes) -> bool:
-        """:meth:`apply` without building the map's objects: its facts are read from the
-        document, which is most of what restoring a maps partition costs."""
-        facts = MapFacts.of_document(document)
+        """:meth:`apply` without building the map's objects: its facts record is read from
+        the document, which is most of what restoring a maps partition costs."""
+        facts, decided = facts_record_of_document(document)
         return self._store_map(
             document["domain"],
             facts,
-            _Record.of(facts, document.get("updated_at", "")),
+            _Record.of(int(document["version"]), decided, document.get("updated_at", "")),
             raw,
             lambda: DomainMap.from_json(document),
         )
@@ -410,12 +409,12 @@ class StoredLiveMaps(LiveMaps):
     def _store_map(
         self,
         domain: str,
-        facts: MapFacts,
+        facts: bytes,
         record: _Record,
         document: bytes,
         domain_map: Callable[[], DomainMap],
     ) -> bool:
-        """Store ``domain``'s map (its ``document``, facts and record) unless a newer
+        """Store ``domain``'s map (its ``document``, facts record and record) unless a newer
         version, or the same map (``domain_map`` builds it, for a document of the same
         version stored as another text), is stored already."""
         key = domain.encode()
@@ -430,7 +429,7 @@ class StoredLiveMaps(LiveMaps):
                 )
             ):
                 return False
-            self.store.put(domain, document, facts.record())
+            self.store.put(domain, document, facts)
             self.store.put_note(_RECORD + key, record.dumps())
             self._file_by_age(key, previous, record)
             self._domains += previous is None

@@ -11,9 +11,18 @@ from pathlib import Path
 import orjson
 import pytest
 
-from miqps.canonical import Canonicalizer
-from miqps.maps import DomainMap, InvalidMap, read_maps, write_maps
-from miqps.mapstore import MapStore, index_maps_file
+from miqps.canonical import Canonicalizer, MapFacts, facts_record_of_document
+from miqps.maps import (
+    DomainMap,
+    InvalidMap,
+    Layer,
+    ParamEvidence,
+    PatternDecision,
+    Verification,
+    read_maps,
+    write_maps,
+)
+from miqps.mapstore import MapStore, facts_record, index_maps_file
 from miqps.native import compiled_classes
 from miqps.urls import InvalidURL, parse
 from testkit.urlgen import build_maps, fuzzed_url, generate, learned_looking_maps
@@ -268,3 +277,49 @@ def test_a_map_replaced_while_it_is_read_is_not_installed_over_its_replacement(
     assert mine
     assert reader.canonical_texts(mine) == Canonicalizer(native=native).canonical_texts(mine)
     assert reader.map_for(first.domain) == DomainMap.from_json(orjson.loads(keeping))
+
+
+def _varied_map() -> DomainMap:
+    """A map with what a facts record holds beyond kept and dropped names: names without
+    evidence, default values, names learned to keep, undecided patterns, several times."""
+    evidence = {
+        "id": ParamEvidence("keep", Layer.LEARNED, 3, 3, 0, 0),
+        "size": ParamEvidence("keep", Layer.LEARNED, 3, 2, 1, 0, ["m"]),
+        "ref": ParamEvidence("drop", Layer.LEARNED, 3, 0, 3, 0),
+        "q": ParamEvidence("keep", Layer.INSUFFICIENT, 1, 0, 0, 1),
+    }
+    patterns = {
+        "/p|id,q,ref,size": PatternDecision(
+            frozenset({"size", "id", "q"}),
+            frozenset({"ref"}),
+            evidence,
+            Verification(2, 0, 0, []),
+            "2026-03-01T10:00:00Z",
+            7,
+        ),
+        "/p|id": PatternDecision(
+            frozenset({"id"}),
+            frozenset(),
+            {"id": evidence["id"]},
+            Verification(0, 0, 0, []),
+            "2026-01-02T00:00:00Z",
+        ),
+    }
+    return DomainMap(
+        "varied.test", 4, "2026-03-01T10:00:00Z", patterns, undecided={"/s|x": "no items"}
+    )
+
+
+def test_the_record_stored_from_a_document_is_the_facts_record_of_its_map() -> None:
+    maps = [_varied_map()] + [one for corpus, _ in _corpora() for one in corpus]
+    for domain_map in maps:
+        document = orjson.loads(domain_map.dumps())
+        record, decided = facts_record_of_document(document)
+        assert (
+            record
+            == MapFacts.of_document(document).record()
+            == facts_record(domain_map.dumps().encode())
+        )
+        of_objects = MapFacts.of_map(domain_map).record()
+        assert orjson.loads(record) == orjson.loads(of_objects), domain_map.domain
+        assert decided == {key: one.decided_at for key, one in domain_map.patterns.items()}
