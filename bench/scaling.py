@@ -34,12 +34,12 @@ from streams.kafka.admin import consumer_config, ensure_topics
 from streams.settings import Settings
 from testkit.tools import WorkerProcess, delete_topics, isolated_settings
 
-ASSIGNED = re.compile(r"canonicalizer: assigned partitions \[([\d, ]*)\]")
+ASSIGNED = re.compile(r"canonicalizer: \w+ partitions \[[\d, ]*\]; holds \[([\d, ]*)\]")
 TARGET_RATIO = 0.15
 
 
 def holds_partitions(worker: WorkerProcess) -> bool:
-    """Whether the worker's canonicalizer was last assigned at least one partition."""
+    """Whether the worker's canonicalizer holds at least one partition."""
     assignments = ASSIGNED.findall(worker.log_text())
     return bool(assignments and assignments[-1].strip())
 

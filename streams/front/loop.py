@@ -271,7 +271,11 @@ class CanonicalizerFront(Stage):
         )
 
     def _revoked(self, partitions: list[TopicPartition]) -> None:
-        if self.owned_maps is not None:
+        if self.owned_maps is None:
+            return
+        if self.leaving:
+            self._move_maps(self.owned_maps.left())
+        else:
             self._move_maps(self.owned_maps.revoked(p.partition for p in partitions))
 
     def _periodic_due(self, now: float) -> bool:

@@ -4,10 +4,10 @@ partition of ``urls.raw`` and ``miqps.maps`` (docs/STREAMS.md, "Co-partitioning 
 domain").
 
 A rebalance moves only what moved: a partition kept across it is not read again. Under
-the eager protocol (librdkafka's default, and the front's) every rebalance revokes the
+the cooperative protocol (the front's default, ``MIQPS_FRONT_REBALANCE``) the callbacks
+name only the partitions that move. Under the eager protocol every rebalance revokes the
 whole assignment and then assigns the new one whole, so the maps partitions given up are
-only known at the assignment; under the cooperative protocol the callbacks name only the
-partitions that move.
+only known at the assignment.
 """
 
 from __future__ import annotations
@@ -38,18 +38,24 @@ class OwnedPartitions:
     def __init__(self, incremental: bool) -> None:
         self.incremental = incremental
         self.owned: set[int] = set()
-        self.assignments = 0
+        self._first_made = False
+        self._left = False
 
     def assigned(self, partitions: Iterable[int]) -> Moves:
-        """The input partitions of an assignment: all of them (eager), or the ones added
-        (incremental)."""
+        """The input partitions of an assignment: all of them (eager, or the first after
+        the consumer left the group), or the ones added (incremental).
+
+        The first assignment says what a kept store keeps: eager, even an empty one;
+        incremental, the first that holds a partition, since a member joining a group is
+        first assigned nothing while the partitions it is to take are revoked elsewhere."""
         assigned = set(partitions)
         take = frozenset(assigned - self.owned)
-        self.assignments += 1
-        first = self.assignments == 1
-        if self.incremental:
+        first = not self._first_made and (bool(assigned) or not self.incremental)
+        self._first_made |= first
+        if self.incremental and not self._left:
             self.owned |= assigned
             return Moves(take, frozenset(), first)
+        self._left = False
         give_up = frozenset(self.owned - assigned)
         self.owned = assigned
         return Moves(take, give_up, first)
@@ -63,6 +69,13 @@ class OwnedPartitions:
         give_up = frozenset(self.owned.intersection(partitions))
         self.owned -= give_up
         return Moves(frozenset(), give_up)
+
+    def left(self) -> Moves:
+        """The consumer leaves the group (the front stops, or starts new clients): its
+        partitions are revoked, but it gives nothing up, so that a kept store keeps their
+        maps; the next assignment, whole, says what stays."""
+        self._left = True
+        return NO_MOVES
 
 
 def incremental_assignment(config: Mapping[str, Any]) -> bool:

@@ -61,6 +61,9 @@ MAX_POLL_INTERVAL_MS = 60_000
 """The consumer's ``max.poll.interval.ms``: a stage stuck for this long without taking a
 batch (in a Kafka client call that does not return) loses its partitions to the other
 members of the group instead of holding them for Kafka's default 5 minutes."""
+ASSIGNORS = {"cooperative": "cooperative-sticky", "eager": "range,roundrobin"}
+"""librdkafka's ``partition.assignment.strategy`` for each ``MIQPS_FRONT_REBALANCE``
+(``range,roundrobin`` is librdkafka's default)."""
 STALL_SECONDS = 60.0
 """A stage whose loop has not turned for this long logs where it is stuck."""
 STUCK_SECONDS = 120.0
@@ -169,6 +172,8 @@ class Stage:
         self.stall_seconds = STALL_SECONDS
         self.stuck_seconds = STUCK_SECONDS
         self._in_loop = False
+        self.leaving = False
+        """Whether the consumer is leaving the group (its last revocation is under way)."""
         self.max_poll_interval_ms = MAX_POLL_INTERVAL_MS
         self._stall_reported = 0.0
         # What a metrics exporter adds (streams.front.metrics): consumer settings, such as
@@ -306,20 +311,24 @@ class Stage:
                 self.on_fatal(error)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        taken = {partition.partition for partition in partitions}
         log.info(
-            "%s: assigned partitions %s",
+            "%s: assigned partitions %s; holds %s",
             self.name,
-            sorted(partition.partition for partition in partitions),
+            sorted(taken),
+            sorted(_held(consumer) | taken),
         )
         # Consumption starts over from the group's committed offsets.
         self.uncommitted.forget(partitions)
         self._assigned(consumer, partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        given_up = {partition.partition for partition in partitions}
         log.info(
-            "%s: revoked partitions %s",
+            "%s: revoked partitions %s; holds %s",
             self.name,
-            sorted(partition.partition for partition in partitions),
+            sorted(given_up),
+            sorted(_held(consumer) - given_up),
         )
         # Every batch consumed so far is processed: its outputs and offsets go together
         # before the partitions do.
@@ -368,6 +377,7 @@ class Stage:
                 "session.timeout.ms": 10_000,
                 "heartbeat.interval.ms": 2_000,
                 "max.poll.interval.ms": self.max_poll_interval_ms,
+                "partition.assignment.strategy": ASSIGNORS[settings.front_rebalance],
                 "on_commit": self._on_commit,
                 **self.consumer_options,
             },
@@ -472,7 +482,11 @@ class Stage:
                 log.warning("%s: the producer failed at the stop: %s", self.name, error)
             self._transaction = None
             self._deliveries.errors.clear()
-            leave_and_close(consumer)
+            self.leaving = True
+            try:
+                leave_and_close(consumer)
+            finally:
+                self.leaving = False
             self._in_loop = False
             log.info("%s: %s", self.name, self.uncommitted.describe())
             self._report_stopped()
@@ -538,3 +552,9 @@ class Stage:
         if error is not None and error.fatal():
             raise KafkaException(error)
         log.warning("%s: consumer error: %s", self.name, error)
+
+
+def _held(consumer: Consumer) -> set[int]:
+    """The partitions ``consumer`` is assigned (before a rebalance callback's change: under
+    the cooperative protocol the callbacks name only the partitions that move)."""
+    return {partition.partition for partition in consumer.assignment()}

@@ -426,6 +426,14 @@ class Settings:
         minimum=2,
         maximum=3600,
     )
+    front_rebalance: Literal["cooperative", "eager"] = setting(
+        "MIQPS_FRONT_REBALANCE",
+        "how the canonicalizer fronts of a group share the input partitions when one joins "
+        "or leaves: `cooperative` moves only the partitions that change owner, and the "
+        "others are read on; `eager` revokes every partition and assigns them all again. "
+        "Every front of a group must use the same",
+        "cooperative",
+    )
     on_bug: Literal["stop", "retry"] = setting(
         "MIQPS_ON_BUG",
         "on an unexpected exception (a bug), a worker logs it and `stop`s, or backs off "

@@ -34,7 +34,7 @@ from tests.streams.maps.test_live_store_worker import (
     publish,
     without_first_pattern,
 )
-from tests.streams.ops.test_metrics import scrape, value
+from tests.streams.ops.test_metrics import free_port, scrape, value
 from tests.streams.test_copartitioning import two_canonicalizers, wait_for_two_fronts, wait_until
 
 # 15-25 s here per guarantee, beside a CI run: two workers' start, a rebalance, the CLI
@@ -229,7 +229,123 @@ def dead_letters_name_the_original_input(settings: Settings) -> None:
 
 
 def last_assignment(worker: WorkerProcess) -> set[int]:
-    """The input partitions the worker's front was last assigned, from its log."""
-    found = re.findall(r"canonicalizer: assigned partitions \[([0-9, ]*)\]", worker.log_text())
+    """The input partitions the worker's front holds since its last rebalance callback,
+    from its log."""
+    found = re.findall(
+        r"canonicalizer: \w+ partitions \[[0-9, ]*\]; holds \[([0-9, ]*)\]", worker.log_text()
+    )
     assert found, worker.log_digest()
     return {int(number) for number in found[-1].split(",") if number.strip()}
+
+
+def test_a_third_front_joining_takes_one_partition_and_moves_no_other(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """Under the cooperative protocol (``MIQPS_FRONT_REBALANCE``'s default) a front that
+    joins takes its share from the fronts there, which give up one partition between them,
+    restore nothing and keep reading the others; no input is lost."""
+    settings = isolated_settings(
+        Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap}),
+        "joinmaps",
+        tmp_path / "state",
+        partitions=PARTITIONS,
+    ).with_overrides(input_keyed_by_domain=True)
+    topics = settings.topics
+    ensure_topics(settings)
+    urls, sites = generate(2_000, seed=91)
+    publish(settings, build_maps(sites[:MAPPED_SITES], random.Random(92)))
+    host_of = {url: parse(url).host for url in urls}
+    workers, ports = two_canonicalizers(settings, tmp_path)
+    port = free_port()
+    third = WorkerProcess(
+        settings.with_overrides(metrics_port=port, state_dir=tmp_path / "state-three"),
+        "canonicalize",
+        tmp_path / "worker-three.log",
+    )
+    outputs = TopicReader(settings, topics.canonical)
+    seen: Counter[str] = Counter()
+
+    def logs() -> str:
+        return "\n".join(worker.log_digest() for worker in [*workers, third])
+
+    def all_out(wanted: list[str]) -> None:
+        deadline = time.monotonic() + 120
+        read = sum(seen.values())
+        while any(url not in seen for url in wanted):
+            assert time.monotonic() < deadline, logs()
+            outputs.poll(0.3)
+            for _, record, _ in outputs.records[read:]:
+                seen[orjson.loads(record or b"")["url"]] += 1
+            read = len(outputs.records)
+
+    def produce_keyed(texts: list[str]) -> None:
+        produce(
+            settings,
+            topics.raw,
+            (url.encode() for url in texts),
+            (host_of[url].encode() for url in texts),
+        )
+
+    def figures_when(condition: Any, of_ports: list[int]) -> list[dict[str, float]]:
+        figures: list[dict[str, float]] = []
+
+        def met() -> bool:
+            try:
+                figures[:] = [front_figures(one) for one in of_ports]
+            except OSError:  # a worker that is starting serves no metrics yet
+                return False
+            return bool(condition(figures))
+
+        wait_until(met, 60, lambda: f"{figures}\n{logs()}")
+        return figures
+
+    try:
+        wait_for_two_fronts(settings, workers)
+        produce_keyed(urls[:1_000])
+        all_out(urls[:1_000])
+        before = figures_when(
+            lambda found: all(
+                f["miqps_maps_partitions_owned"] == 2 and f["miqps_maps_partitions_restoring"] == 0
+                for f in found
+            ),
+            ports,
+        )
+        held_before = [last_assignment(worker) for worker in workers]
+        logged_before = [len(worker.log_text()) for worker in workers]
+
+        third.start()
+        after = figures_when(
+            lambda found: (
+                [f["miqps_maps_partitions_owned"] for f in found] in ([1, 2, 1], [2, 1, 1])
+                and found[2]["miqps_maps_partitions_restoring"] == 0
+            ),
+            [*ports, port],
+        )
+        produce_keyed(urls[1_000:])
+        all_out(urls)
+        held_after = [last_assignment(worker) for worker in workers]
+        revoked = [
+            {
+                int(number)
+                for found in re.findall(
+                    r"canonicalizer: revoked partitions \[([0-9, ]*)\]",
+                    worker.log_text()[logged:],
+                )
+                for number in found.split(",")
+                if number.strip()
+            }
+            for worker, logged in zip(workers, logged_before, strict=True)
+        ]
+        print(f"held before the join: {held_before}; after: {held_after}; revoked: {revoked}")
+        assert sum(map(len, revoked)) == 1, logs()
+        assert all(a <= b for a, b in zip(held_after, held_before, strict=True)), logs()
+        for old, new in zip(before, after[:2], strict=True):
+            assert new["miqps_maps_restores_total"] == old["miqps_maps_restores_total"]
+        assert after[2]["miqps_maps_restores_total"] == 1
+        assert all(third.alive() and worker.alive() for worker in workers), logs()
+        assert set(seen) == set(urls)
+    finally:
+        outputs.close()
+        for worker in [*workers, third]:
+            worker.stop()
+        delete_topics(settings)

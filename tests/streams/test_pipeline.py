@@ -387,8 +387,9 @@ def test_two_workers_in_a_group_give_the_same_canonical_set_as_one(
                     line
                     for line in worker.log_text().splitlines()
                     if "canonicalizer: assigned partitions" in line
+                    or "canonicalizer: revoked partitions" in line
                 ]
-                latest.append(lines[-1].rsplit("partitions ", 1)[1] if lines else "")
+                latest.append(lines[-1].rsplit("holds ", 1)[1] if lines else "")
             return all(assigned not in ("", "[]") for assigned in latest)
 
         wait_until(split_between_two, 90, "both workers to get partitions")

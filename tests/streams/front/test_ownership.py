@@ -42,12 +42,32 @@ def test_incremental_rebalances_name_only_what_moves() -> None:
     assert owned.owned == set()
 
 
-@pytest.mark.parametrize("incremental", [False, True])
-def test_the_first_assignment_says_so_even_when_empty(incremental: bool) -> None:
+def test_the_first_eager_assignment_says_so_even_when_empty() -> None:
     """What it takes, even nothing, is what a kept live-map store keeps."""
-    owned = OwnedPartitions(incremental)
+    owned = OwnedPartitions(incremental=False)
     assert owned.assigned([]) == moves(set(), set(), first=True)
     assert owned.assigned([2]) == moves({2}, set())
+
+
+def test_the_first_incremental_assignment_is_the_first_that_holds_a_partition() -> None:
+    """A member joining a cooperative group is first assigned nothing, while what it is to
+    take is revoked from the others: that says nothing of what a kept store keeps."""
+    owned = OwnedPartitions(incremental=True)
+    assert owned.assigned([]) == moves(set(), set())
+    assert owned.assigned([2, 3]) == moves({2, 3}, set(), first=True)
+    assert owned.assigned([1]) == moves({1}, set())
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_leaving_the_group_gives_nothing_up_until_the_next_assignment(incremental: bool) -> None:
+    """A front that stops keeps its partitions' maps (a kept store serves its next start);
+    one that starts new clients takes the next assignment whole."""
+    owned = OwnedPartitions(incremental)
+    assert owned.assigned([0, 1, 2]) == moves({0, 1, 2}, set(), first=True)
+    assert owned.left() == moves(set(), set())
+    assert owned.owned == {0, 1, 2}
+    assert owned.assigned([1, 3]) == moves({3}, {0, 2})
+    assert owned.revoked([3]) == (moves(set(), {3}) if incremental else moves(set(), set()))
 
 
 @pytest.mark.parametrize(
