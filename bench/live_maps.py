@@ -59,7 +59,6 @@ import gc
 import os
 import random
 import re
-import socket
 import sys
 import tempfile
 import time
@@ -89,6 +88,7 @@ from streams.front.process import FRONT_GC_THRESHOLDS
 from streams.kafka.admin import consumer_config, ensure_topics
 from streams.maps.live import LIVE_MAPS_FOLDER, StoredLiveMaps
 from streams.settings import Settings
+from testkit.localbroker import free_port
 from testkit.tools import WorkerProcess, delete_topics, produce
 
 FEED_READY = re.compile(r"map feed: (\d+) domain maps live after ([\d.]+)s")
@@ -198,13 +198,6 @@ class Outcome:
     live: list[tuple[str, float]]
     """Each process that logged the new map version live, and after how many seconds."""
     joined: Sampled | None
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def key_mismatches(port: int) -> int | None:

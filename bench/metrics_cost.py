@@ -24,7 +24,6 @@ import argparse
 import dataclasses
 import os
 import pickle
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,6 +52,7 @@ from streams.kafka.admin import consumer_config, ensure_topics
 from streams.maps.feed import MapFeed
 from streams.maps.live import LiveMaps
 from streams.settings import Settings
+from testkit.localbroker import free_port
 from testkit.tools import WorkerProcess, delete_topics
 
 INCREMENTS = 1_000_000
@@ -76,13 +76,6 @@ for _ in range({count}):
     counters.learned += 1
 print((time.perf_counter() - began) / {count} * 1e9)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class Scraper:

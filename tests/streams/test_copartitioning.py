@@ -27,9 +27,9 @@ from streams.kafka.admin import ensure_topics
 from streams.kafka.clients import DeliveryReports
 from streams.kafka.partitioning import key_partition
 from streams.settings import Settings
+from testkit.scrape import free_port, scrape, value
 from testkit.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
 from testkit.urlgen import build_maps, generate
-from tests.streams.ops.test_metrics import free_port, scrape, value
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -26,6 +26,7 @@ from miqps.urls import parse
 from streams.kafka.admin import ensure_topics
 from streams.kafka.partitioning import key_partition
 from streams.settings import Settings
+from testkit.scrape import free_port, scrape, value
 from testkit.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
 from testkit.urlgen import build_maps, generate
 from tests.streams.maps.test_live_store_worker import (
@@ -34,7 +35,6 @@ from tests.streams.maps.test_live_store_worker import (
     publish,
     without_first_pattern,
 )
-from tests.streams.ops.test_metrics import free_port, scrape, value
 from tests.streams.test_copartitioning import two_canonicalizers, wait_for_two_fronts, wait_until
 
 # 15-25 s here per guarantee, beside a CI run: two workers' start, a rebalance, the CLI

@@ -23,10 +23,10 @@ from streams.kafka.admin import ensure_topics
 from streams.kafka.partitioning import key_partition
 from streams.messages import ProbeRequest, RequestedPattern
 from streams.settings import Settings
+from testkit.scrape import free_port, scrape, value
 from testkit.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
 from testkit.urlgen import build_maps, generate
 from tests.streams.maps.test_live_store_worker import publish
-from tests.streams.ops.test_metrics import free_port, scrape, value
 
 # Two workers' start and a rebalance: about 40 s here.
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]

@@ -14,9 +14,9 @@ from miqps.observations import observation_record
 from streams.kafka.admin import ensure_topics
 from streams.messages import ProbeRequest, RequestedPattern
 from streams.settings import Settings
+from testkit.scrape import free_port, scrape, value
 from testkit.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
 from tests.miqps.drifting import serve_drifting
-from tests.streams.ops.test_metrics import free_port, scrape, value
 from tests.streams.support import assert_valid
 
 # About 25 s alone here: the worker's start, its join, one domain learned.

@@ -23,9 +23,9 @@ from streams.kafka.admin import ensure_topics
 from streams.kafka.partitioning import key_partition
 from streams.messages import ProbeRequest, RequestedPattern
 from streams.settings import Settings
+from testkit.scrape import free_port, scrape, value
 from testkit.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
 from tests.miqps.drifting import serve_drifting
-from tests.streams.ops.test_metrics import free_port, scrape, value
 
 # Two workers' start, a rebalance, one worker's stop and one domain learned: about 60 s.
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]

@@ -19,6 +19,7 @@ import pytest
 from miqps.urls import parse
 from streams.kafka.admin import ensure_topics
 from streams.settings import Settings
+from testkit.scrape import free_port, scrape, value
 from testkit.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
 from testkit.urlgen import build_maps, generate
 from tests.streams.maps.test_live_store_worker import (
@@ -27,7 +28,6 @@ from tests.streams.maps.test_live_store_worker import (
     publish,
     without_first_pattern,
 )
-from tests.streams.ops.test_metrics import free_port, scrape, value
 
 # Two starts of a worker, the CLI twice: about 30 s here.
 pytestmark = pytest.mark.timeout(180)

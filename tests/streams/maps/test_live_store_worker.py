@@ -22,9 +22,9 @@ from miqps.maps import DomainMap, utc_now, write_maps
 from miqps.urls import parse
 from streams.kafka.admin import ensure_topics
 from streams.settings import Settings
+from testkit.scrape import free_port, scrape, value
 from testkit.tools import TopicReader, WorkerProcess, delete_topics, isolated_settings, produce
 from testkit.urlgen import build_maps, generate
-from tests.streams.ops.test_metrics import free_port, scrape, value
 
 # About 10 s alone here: the worker's start, two phases of URLs, the CLI twice.
 pytestmark = pytest.mark.timeout(90)

@@ -13,7 +13,7 @@ import pytest
 from streams.maps.live import LiveMaps
 from streams.ops.metrics import WorkerMetrics
 from streams.settings import Settings
-from tests.streams.ops.test_metrics import free_port, scrape, value
+from testkit.scrape import free_port, scrape, value
 
 
 def test_the_endpoint_serves_the_per_url_path_and_why(

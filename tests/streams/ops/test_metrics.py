@@ -7,16 +7,12 @@ from __future__ import annotations
 
 import json
 import re
-import socket
-import time
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from simweb.corpus import generate_corpus
@@ -24,6 +20,7 @@ from streams.kafka.admin import ensure_topics
 from streams.kafka.clients import read_compacted
 from streams.kafka.tables import PATTERN_STATS_TABLE
 from streams.settings import Settings
+from testkit.scrape import free_port, quiet_for, scrape, value
 from testkit.tools import TopicReader, WorkerProcess, produce
 from tests.streams.test_pipeline import (
     BAD_INPUTS,
@@ -40,32 +37,6 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
 REPO = Path(__file__).resolve().parents[3]
 DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "miqps.json"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def scrape(port: int) -> dict[str, list[Sample]]:
-    """Sample name -> samples, from the worker's /metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    samples: dict[str, list[Sample]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples.setdefault(sample.name, []).append(sample)
-    return samples
-
-
-def value(samples: dict[str, list[Sample]], name: str, **labels: str) -> float:
-    return sum(
-        sample.value
-        for sample in samples.get(name, [])
-        if all(sample.labels.get(key) == wanted for key, wanted in labels.items())
-    )
 
 
 def dashboard_metrics() -> set[str]:
@@ -86,30 +57,6 @@ def dashboard_metrics() -> set[str]:
     for expression in walk(json.loads(DASHBOARD.read_text("utf-8"))):
         names.update(re.findall(r"\b(miqps_[a-z0-9_]+)", expression))
     return names
-
-
-def quiet_for(port: int, seconds: float) -> Callable[[], bool]:
-    """Whether the worker has had nothing to do for ``seconds``, by its own metrics: no
-    probe work, no agent lag, no fetch, every input committed by the front."""
-    state = {"fetches": -1.0, "since": time.monotonic()}
-
-    def quiet() -> bool:
-        found = scrape(port)
-        busy = sum(
-            value(found, name)
-            for name in (
-                "miqps_probe_requests_pending",
-                "miqps_probe_requests_in_flight",
-                "miqps_probe_domains_in_flight",
-                "miqps_consumer_lag",
-            )
-        )
-        fetches = value(found, "miqps_fetch_requests_total")
-        if busy or fetches != state["fetches"]:
-            state["fetches"], state["since"] = fetches, time.monotonic()
-        return time.monotonic() - state["since"] >= seconds
-
-    return quiet
 
 
 def verdicts_of(audits: list[dict[str, Any]]) -> dict[str, int]:

@@ -43,8 +43,8 @@ from streams.ops.metrics import (
 )
 from streams.settings import Settings
 from streams.worker.ownedmaps import OwnedMaps
+from testkit.scrape import free_port, scrape, value
 from testkit.urlgen import learned_maps
-from tests.streams.ops.test_metrics import free_port, scrape, value
 from tests.streams.worker.test_ownedmaps import TP, Feed
 
 

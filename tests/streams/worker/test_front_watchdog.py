@@ -18,8 +18,8 @@ import pytest
 from streams.kafka.admin import ensure_topics
 from streams.settings import Settings
 from testkit.chaos import OutputLedger
+from testkit.scrape import free_port, scrape
 from testkit.tools import WorkerProcess, delete_topics, isolated_settings, produce
-from tests.streams.ops.test_metrics import free_port, scrape
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
