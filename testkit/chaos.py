@@ -409,8 +409,15 @@ class ChaosRig:
         )
 
     def worker_logs(self) -> str:
-        """Each worker's state, warnings, errors and last lines, for a failed check."""
-        return "\n" + "\n".join(worker.log_digest() for worker in self.workers.values())
+        """Each worker's state, warnings, errors and last lines, for a failed check; those
+        that exited by themselves come last, where a report cut short still shows them."""
+        workers = sorted(
+            self.workers.values(),
+            key=lambda worker: (
+                worker.process is not None and not worker.alive() and not worker.killed
+            ),
+        )
+        return "\n" + "\n".join(worker.log_digest() for worker in workers)
 
 
 def leader_of(settings: Settings, topic: str, partition: int = 0) -> int:

@@ -49,6 +49,20 @@ def worker_env(settings: Settings, extra: Mapping[str, str] | None = None) -> di
 ALERT_LEVELS = ("WARNING", "ERROR", "CRITICAL")
 
 
+FATAL_ERROR = "Fatal Python error"
+"""How ``faulthandler`` (enabled in the worker's processes) begins the stacks it writes when
+a process crashes in native code."""
+
+
+def crash_report(lines: list[str], most: int = 160) -> list[str]:
+    """The last crash ``faulthandler`` wrote among ``lines``, with the stack of each thread,
+    or nothing: a failed test shows it whole, after the last lines."""
+    starts = [n for n, line in enumerate(lines) if FATAL_ERROR in line]
+    if not starts:
+        return []
+    return ["-- the crash it reported:", *lines[starts[-1] :][:most]]
+
+
 class WorkerProcess:
     """One ``miqps worker`` subprocess with its log in a file."""
 
@@ -133,6 +147,7 @@ class WorkerProcess:
                 *flagged[-alerts:],
                 "-- its last lines:",
                 *lines[-last:],
+                *crash_report(lines),
             ]
         )
 

@@ -127,3 +127,6 @@ def test_a_crash_in_native_code_leaves_the_python_stacks_in_the_log(
     log = worker.log_text()
     assert "Fatal Python error: Segmentation fault" in log, worker.log_digest()
     assert "most recent call first" in log, worker.log_digest()
+    crash = worker.log_digest().split("-- the crash it reported:\n", 1)[-1]
+    assert crash.startswith("Fatal Python error: Segmentation fault"), worker.log_digest()
+    assert "most recent call first" in crash, worker.log_digest()
