@@ -157,6 +157,7 @@ def test_a_promo_repeating_by_chance_on_every_refetch_restores_nothing(proxy: st
 
 
 @pytest.mark.slow  # 2,000 items, about 10,000 fetches on loopback
+@pytest.mark.timeout(240)  # 37 s on a quiet machine, 67 s on a busy one
 def test_a_rotating_promo_restores_nothing_where_the_template_s_noise_is_unknown(
     proxy: str,
 ) -> None:
