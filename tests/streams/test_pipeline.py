@@ -35,6 +35,7 @@ from streams.kafka.partitioning import key_partition
 from streams.kafka.tables import changelog_topics
 from streams.messages import ONE_PAGE, UNREACHABLE
 from streams.settings import LearningPolicy, Settings
+from testkit.scrape import free_port, quiet_for
 from testkit.tools import (
     TopicReader,
     WorkerProcess,
@@ -115,6 +116,19 @@ def no_new_records_for(reader: TopicReader, seconds: float) -> Callable[[], bool
     return quiet
 
 
+def settled(updates: TopicReader, port: int, seconds: float) -> Callable[[], bool]:
+    """Whether the worker has learned all it will for now: no map update for ``seconds``,
+    and by its metrics no probe work and no fetch for as long. Updates alone can pause
+    that long on a busy machine while probe requests still wait."""
+    no_updates, no_work = no_new_records_for(updates, seconds), quiet_for(port, seconds)
+
+    def quiet() -> bool:
+        updates_quiet, work_quiet = no_updates(), no_work()
+        return updates_quiet and work_quiet
+
+    return quiet
+
+
 @dataclass
 class Web:
     sites: list[Site]
@@ -182,7 +196,10 @@ def test_end_to_end_learns_maps_and_emits_every_url(
     ensure_topics(settings)
     corpus = generate_corpus(web.sites, 250, 1)
     truth = {item.url: item.content_key for item in corpus}
-    worker = WorkerProcess(settings, "canonicalize,probe", tmp_path / "worker.log").start()
+    port = free_port()
+    worker = WorkerProcess(
+        settings, "canonicalize,probe", tmp_path / "worker.log", {"MIQPS_METRICS_PORT": str(port)}
+    ).start()
     outputs = TopicReader(settings, settings.topics.canonical)
     dead = TopicReader(settings, settings.topics.dlq)
     updates = TopicReader(settings, settings.topics.map_updates)
@@ -192,7 +209,7 @@ def test_end_to_end_learns_maps_and_emits_every_url(
         produce(settings, settings.topics.raw, stream)
         wait_until(lambda: outputs.wait_for(len(corpus), 0.5), 120, "first-run outputs")
         wait_until(lambda: dead.wait_for(len(BAD_INPUTS), 0.5), 30, "dead letters")
-        wait_until(no_new_records_for(updates, 10.0), 200, "learning to settle")
+        wait_until(settled(updates, port, 10.0), 300, "learning to settle")
         assert worker.alive(), worker.log_text()[-3000:]
 
         maps = read_maps_cli(settings)
