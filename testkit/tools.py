@@ -314,7 +314,7 @@ def committed_in_transactions(settings: Settings, topic: str) -> bool:
         at = {(m.partition() or 0, m.offset() or 0) for m in read_to_end(consumer, topic)}
         ends = {
             partition: consumer.get_watermark_offsets(TopicPartition(topic, partition))[1]
-            for partition, _ in at
+            for partition in {partition for partition, _ in at}
         }
     finally:
         consumer.close()
