@@ -99,9 +99,22 @@ class LiveMap:
     """What the stream knows of one domain's live map beside its compiled rules."""
 
     version: int
-    rules: Mapping[str, PatternRule]
+    decided: Mapping[str, tuple[str, float]]
+    """Per pattern, when it was decided: as written, and in seconds since the epoch."""
+    reverify_after: float
+    """How long after its decision a pattern is due to be checked again, in seconds."""
     updated_at: float = 0.0
     """The map's ``updated_at``, in seconds since the epoch (0 if it has none)."""
+
+    def rule(self, pattern: str) -> PatternRule | None:
+        """The rule of ``pattern``, made on demand: a map read back from the store for a
+        URL's decision is read for one pattern, and making every pattern's rule took most
+        of reading it."""
+        decided = self.decided.get(pattern)
+        if decided is None:
+            return None
+        decided_at, seconds = decided
+        return PatternRule(decided_at, seconds + self.reverify_after)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +132,10 @@ def live_map(domain_map: DomainMap, reverify_after: float) -> LiveMap:
     return LiveMap(
         domain_map.version,
         {
-            key: PatternRule(
-                decision.decided_at, timestamp_seconds(decision.decided_at) + reverify_after
-            )
+            key: (decision.decided_at, timestamp_seconds(decision.decided_at))
             for key, decision in domain_map.patterns.items()
         },
+        reverify_after,
         timestamp_seconds(domain_map.updated_at),
     )
 
@@ -236,7 +248,7 @@ class LiveMaps:
         maps = list(self._maps.values())
         updated = [live.updated_at for live in maps if live.updated_at > 0]
         return MapsSummary(
-            len(maps), sum(len(live.rules) for live in maps), min(updated, default=None)
+            len(maps), sum(len(live.decided) for live in maps), min(updated, default=None)
         )
 
     def close(self) -> None:
@@ -247,7 +259,7 @@ class LiveMaps:
         decision (``basis`` empty), or the re-verification of the decision made at
         ``basis``."""
         live = self.get(domain)
-        rule = live.rules.get(pattern) if live is not None else None
+        rule = live.rule(pattern) if live is not None else None
         if rule is None:
             return True
         return bool(basis) and rule.decided_at == basis
@@ -256,7 +268,7 @@ class LiveMaps:
         """The ``decided_at`` of a learned decision whose re-verification time has come
         (``now`` in seconds since the epoch), else None."""
         live = self.get(decision.domain)
-        rule = live.rules.get(decision.pattern) if live is not None else None
+        rule = live.rule(decision.pattern) if live is not None else None
         if rule is None or rule.reverify_at > now:
             return None
         return rule.decided_at
@@ -291,14 +303,7 @@ class _Record:
         return orjson.dumps([self.version, self.updated_at, self.decided])
 
     def live_map(self, reverify_after: float) -> LiveMap:
-        return LiveMap(
-            self.version,
-            {
-                key: PatternRule(at, seconds + reverify_after)
-                for key, (at, seconds) in self.decided.items()
-            },
-            self.updated_at,
-        )
+        return LiveMap(self.version, self.decided, reverify_after, self.updated_at)
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])

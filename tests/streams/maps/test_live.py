@@ -127,8 +127,8 @@ def test_older_versions_never_replace_newer_ones_and_the_map_round_trips() -> No
     assert live.map_for(newer.domain) == newer
     compiled = live.get(newer.domain)
     assert compiled is not None
-    rule = next(iter(compiled.rules.values()))
-    assert rule.reverify_at == timestamp_seconds("2026-01-01T00:00:00Z") + 10
+    rule = compiled.rule(next(iter(newer.patterns)))
+    assert rule is not None and rule.reverify_at == timestamp_seconds("2026-01-01T00:00:00Z") + 10
     live.remove(newer.domain)
     assert live.get(newer.domain) is None and live.map_for(newer.domain) is None
 

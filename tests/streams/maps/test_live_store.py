@@ -127,7 +127,7 @@ def test_a_newer_version_wins_and_the_same_map_changes_nothing(stored: StoredLiv
     assert stored.apply(same_version)
     assert stored.map_for(newer.domain) == same_version
     live = stored.get(newer.domain)
-    assert live is not None and live.rules == {}
+    assert live is not None and live.decided == {}
     assert len(stored) == 1 and stored.summary().patterns == 0
 
 
@@ -170,7 +170,7 @@ def test_live_map_records_are_held_for_the_domains_met_last(stored: StoredLiveMa
     newer = replace(maps[0], version=maps[0].version + 1, patterns={})
     stored.apply(newer)
     live = stored.get(first)
-    assert live is not None and (live.version, dict(live.rules)) == (newer.version, {})
+    assert live is not None and (live.version, dict(live.decided)) == (newer.version, {})
 
 
 def test_the_oldest_map_follows_replacements_and_removals(stored: StoredLiveMaps) -> None:
