@@ -21,7 +21,7 @@ from streams.kafka.clients import read_compacted
 from streams.kafka.tables import PATTERN_STATS_TABLE
 from streams.settings import Settings
 from testkit.scrape import free_port, quiet_for, scrape, value
-from testkit.tools import TopicReader, WorkerProcess, produce
+from testkit.tools import TopicReader, WorkerProcess, produce, topic_values
 from tests.streams.test_pipeline import (
     BAD_INPUTS,
     Web,
@@ -123,13 +123,11 @@ def test_the_metrics_endpoint_counts_what_went_through(
                 for key, document in read_compacted(settings, settings.topics.maps, 30)
                 if document
             }
-            with TopicReader(settings, settings.topics.samples) as samples_topic:
-                samples_topic.poll(2.0)
-                forwarded = sum(
-                    item["kind"] == "url"
-                    for _, pack, _ in samples_topic.records
-                    for item in orjson.loads(pack or b"[]")
-                )
+            forwarded = sum(
+                item["kind"] == "url"
+                for pack in topic_values(settings, settings.topics.samples)
+                for item in orjson.loads(pack or b"[]")
+            )
             found = scrape(port)
             if moving(before) == moving(found) and lagged_partitions(found) == all_partitions:
                 break
