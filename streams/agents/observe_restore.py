@@ -40,8 +40,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from miqps.observations import (
     RESTORE_OUTCOMES,
@@ -51,7 +50,7 @@ from miqps.observations import (
     read_observation,
 )
 from streams.front.ownership import OwnedPartitions
-from streams.kafka.admin import admin_config, consumer_config
+from streams.kafka.admin import consumer_config
 from streams.kafka.clients import read_partition
 from streams.kafka.partitioning import key_partition
 from streams.ops.metrics import ObservationCounts
@@ -91,12 +90,20 @@ class PartitionReader(Protocol):
 class KafkaPartitionReader:
     """Reads the app group's committed offsets (never writes them), and the partitions with
     a consumer that joins no group and commits nothing, as the live agent reads them:
-    records of open or aborted transactions too, as Faust's consumer does at least once."""
+    records of open or aborted transactions too, as Faust's consumer does at least once.
+
+    The offsets are asked of a consumer of the app's group that never subscribes (so never
+    joins it) and commits nothing. An admin client's request for them
+    (``list_consumer_group_offsets``) crashed the process when the group's coordinator
+    answered NOT_COORDINATOR: librdkafka 2.16 then asks the client's consumer group, which an
+    admin client does not have, to look the coordinator up (a NULL dereference in its main
+    thread, which blocks signals, so the process died without a stack)."""
 
     def __init__(self, settings: Settings, topic: str) -> None:
         self.topic = topic
-        self.group = settings.app_id
-        self.admin = AdminClient(admin_config(settings))
+        self.offsets = Consumer(
+            consumer_config(settings, settings.app_id, **{"enable.auto.commit": False})
+        )
         self.consumer = Consumer(
             consumer_config(
                 settings,
@@ -110,17 +117,12 @@ class KafkaPartitionReader:
         )
 
     def committed(self, partition: int) -> int:
-        request = [
-            ConsumerGroupTopicPartitions(self.group, [TopicPartition(self.topic, partition)])
-        ]
-        futures = self.admin.list_consumer_group_offsets(
-            request, request_timeout=KAFKA_CALL_SECONDS
+        [found] = self.offsets.committed(
+            [TopicPartition(self.topic, partition)], timeout=KAFKA_CALL_SECONDS
         )
-        for future in futures.values():
-            for offsets in future.result().topic_partitions or []:
-                if offsets.partition == partition and offsets.offset >= 0:
-                    return int(offsets.offset)
-        return -1
+        if found.error is not None:
+            raise KafkaException(found.error)
+        return int(found.offset) if found.offset >= 0 else -1
 
     def values(
         self, partition: int, end: int, stopping: Callable[[], bool]
@@ -130,6 +132,7 @@ class KafkaPartitionReader:
 
     def close(self) -> None:
         self.consumer.close()
+        self.offsets.close()
 
 
 @dataclass(slots=True, eq=False)
