@@ -301,20 +301,6 @@ def delete_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
     return doomed
 
 
-def topic_values(settings: Settings, topic: str, timeout: float = 30.0) -> list[bytes | None]:
-    """The value of every record of ``topic``, read up to where each partition ended when
-    the read began (however slowly the broker answers, up to ``timeout`` s between records)."""
-    consumer = Consumer(
-        consumer_config(
-            settings, f"miqps-check-{uuid.uuid4().hex}", **{"enable.auto.commit": False}
-        )
-    )
-    try:
-        return [message.value() for message in read_to_end(consumer, topic, timeout=timeout)]
-    finally:
-        consumer.close()
-
-
 def committed_in_transactions(settings: Settings, topic: str) -> bool:
     """Every run of records of ``topic`` at consecutive offsets (one transaction's, in a
     partition) is followed by a record no consumer is given: the marker that ends the

@@ -21,7 +21,7 @@ from streams.kafka.clients import read_compacted
 from streams.kafka.tables import PATTERN_STATS_TABLE
 from streams.settings import Settings
 from testkit.scrape import free_port, quiet_for, scrape, value
-from testkit.tools import TopicReader, WorkerProcess, produce, topic_values
+from testkit.tools import TopicReader, WorkerProcess, produce
 from tests.streams.test_pipeline import (
     BAD_INPUTS,
     Web,
@@ -125,7 +125,7 @@ def test_the_metrics_endpoint_counts_what_went_through(
             }
             forwarded = sum(
                 item["kind"] == "url"
-                for pack in topic_values(settings, settings.topics.samples)
+                for _, pack in read_compacted(settings, settings.topics.samples)
                 for item in orjson.loads(pack or b"[]")
             )
             found = scrape(port)
