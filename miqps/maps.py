@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import jsonschema_rs
 import orjson
 
+from miqps.native import compiled_map_walks
+
 if TYPE_CHECKING:  # jsonschema only explains a failure: imported when one happens
     from jsonschema import TypeChecker
     from jsonschema.protocols import Validator
@@ -422,10 +424,11 @@ def satisfies_schema(document: Any, raw: bytes | str | None = None) -> bool:
     one."""
     if not _schema_validator().is_valid(document):
         return False
-    if raw is not None and not _may_hold_fraction(
-        raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace")
-    ):
-        return True
+    if raw is not None:
+        walks = compiled_map_walks()
+        may_hold_fraction = _may_hold_fraction if walks is None else walks.may_hold_fraction
+        if not may_hold_fraction(raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace")):
+            return True
     return not _holds_float(document)
 
 
@@ -538,22 +541,42 @@ def check_map(raw: bytes | str, key: str | None = None) -> dict[str, Any]:
         raise InvalidMap("schema", f"{_json_type(document)} instead of an object")
     if not satisfies_schema(document, raw):
         raise InvalidMap("schema", _schema_message(document))
-    for pattern, decision in document["patterns"].items():
-        kept, dropped = set(decision["kept"]), set(decision["dropped"])
-        names = set(pattern.partition("?")[2].split("&"))  # "/p?" has one name, "", or none
-        if kept & dropped or (kept | dropped != names and (kept or dropped or names != {""})):
-            raise InvalidMap(
-                "pattern names",
-                _shorten(
-                    f"pattern {pattern!r} has the parameters {sorted(names)} but keeps "
-                    f"{sorted(kept)} and drops {sorted(dropped)}"
-                ),
-            )
+    walks = compiled_map_walks()
+    patterns = document["patterns"]
+    wrong = (
+        _pattern_with_wrong_names(patterns)
+        if walks is None
+        else walks.pattern_with_wrong_names(patterns)
+    )
+    if wrong is not None:
+        kept, dropped = set(patterns[wrong]["kept"]), set(patterns[wrong]["dropped"])
+        raise InvalidMap(
+            "pattern names",
+            _shorten(
+                f"pattern {wrong!r} has the parameters {sorted(_names_of(wrong))} but keeps "
+                f"{sorted(kept)} and drops {sorted(dropped)}"
+            ),
+        )
     if key is not None and document["domain"] != key:
         raise InvalidMap(
             "domain key", _shorten(f"a map of {document['domain']!r} filed under {key!r}")
         )
     return document
+
+
+def _names_of(pattern: str) -> set[str]:
+    return set(pattern.partition("?")[2].split("&"))  # "/p?" has one name, "", or none
+
+
+def _pattern_with_wrong_names(patterns: dict[str, Any]) -> str | None:
+    """The first of ``patterns`` whose kept and dropped names are not its key's names (each
+    name once: kept or dropped), None if every one is."""
+    for pattern, decision in patterns.items():
+        kept, dropped = set(decision["kept"]), set(decision["dropped"])
+        names = _names_of(pattern)
+        if kept & dropped or (kept | dropped != names and (kept or dropped or names != {""})):
+            return str(pattern)
+    return None
 
 
 def _schema_message(document: dict[str, Any]) -> str:

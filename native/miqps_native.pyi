@@ -7,9 +7,9 @@ numbers out); a plan is given as its spec ``(kept indexes or None, size, default
 """
 
 from collections.abc import Sequence
-from typing import final
+from typing import Any, final
 
-__all__ = ["Core", "Miss"]
+__all__ = ["Core", "Miss", "may_hold_fraction", "pattern_facts", "pattern_with_wrong_names"]
 
 _PlanSpec = tuple[tuple[int, ...] | None, int, tuple[str, ...], str | None]
 _Decided = tuple[str, str, tuple[str, ...], tuple[str, ...], int]
@@ -72,3 +72,15 @@ class Core:
         """Each value's ``urls.canonical`` record, None or a ``Miss``; the records' keys;
         the indexes of the answers that are not records; how many are of learned patterns."""
     def decide_text(self, text: str) -> _Decided | Miss | None: ...
+
+def pattern_facts(patterns: dict[str, Any]) -> tuple[bytes, list[str], dict[str, str]]:
+    """Of each pattern of a map document's ``patterns`` (the schema checked), its facts
+    record entry (kept, dropped and without-evidence names sorted, default values, decided
+    at, URLs seen), all as the JSON object orjson writes of them; the names some pattern
+    learned to keep, sorted; when each was decided."""
+
+def pattern_with_wrong_names(patterns: dict[str, Any]) -> str | None:
+    """The first pattern whose kept and dropped names are not its key's names, or None."""
+
+def may_hold_fraction(raw: bytes) -> bool:
+    """Whether the JSON text may hold a number with a fraction or an exponent."""

@@ -16,6 +16,8 @@
 //! `miqps_native.pyi` (next to `Cargo.toml`, shipped in the wheel) types this interface.
 //!
 //! The pure-Python path is the reference: a differential test holds both to the same bytes.
+//!
+//! `facts.rs` compiles the walks over a whole map document that storing a map makes.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -28,6 +30,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 use smallvec::SmallVec;
 
+mod facts;
 mod front;
 
 const MAX_URL_BYTES: usize = 8 * 1024;
@@ -816,5 +819,8 @@ impl Answer {
 fn miqps_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Core>()?;
     module.add_class::<Miss>()?;
+    module.add_function(wrap_pyfunction!(facts::pattern_facts, module)?)?;
+    module.add_function(wrap_pyfunction!(facts::pattern_with_wrong_names, module)?)?;
+    module.add_function(wrap_pyfunction!(facts::may_hold_fraction, module)?)?;
     Ok(())
 }

@@ -15,12 +15,19 @@ import subprocess
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
-from miqps.canonical import Canonicalizer
-from miqps.maps import DomainMap
-from miqps.native import compiled_classes
+from miqps.canonical import (
+    Canonicalizer,
+    MapFacts,
+    _pattern_facts_in_document,
+    facts_record_of_document,
+)
+from miqps.maps import DomainMap, _may_hold_fraction, _pattern_with_wrong_names
+from miqps.native import compiled_classes, compiled_map_walks
 from miqps.urls import InvalidURL, parse
 from testkit.urlgen import build_maps, fuzzed_url, generate, learned_looking_maps
 from tests.data import PEER_URL_CASES, WPT_URLTESTDATA
@@ -34,6 +41,7 @@ if COMPILED is None:
     pytest.skip(
         "miqps_native is not built (scripts/setup builds it with cargo)", allow_module_level=True
     )
+WALKS = COMPILED.walks
 
 DIFFERENTIAL_URLS = 1_000_000
 BATCH = 4096
@@ -248,3 +256,129 @@ def test_a_million_fuzzed_urls_come_out_the_same() -> None:
     more, more_differences = _differences(*_pair(build_maps(sites, random.Random(7))), urls)
     assert more_differences == []
     assert compared + more == DIFFERENTIAL_URLS
+
+
+def _map_documents(seed: int) -> list[dict[str, Any]]:
+    """Maps of fuzzed URLs' names (odd characters, names without evidence, default values),
+    and of the stream's URLs, as documents; a few without ``urls_seen``."""
+    rng = random.Random(seed)
+    maps = learned_looking_maps([fuzzed_url(rng) for _ in range(3_000)], rng)
+    _, sites = generate(2_000, seed=seed)
+    maps += build_maps(sites, rng)
+    documents = [orjson.loads(one.dumps()) for one in maps]
+    for document in documents[::7]:
+        for decision in document["patterns"].values():
+            decision.pop("urls_seen", None)
+    return documents
+
+
+def test_a_map_document_s_pattern_facts_come_out_the_same() -> None:
+    """What storing a map makes of each pattern (the facts record's entries as JSON, the
+    names learned to keep, when each was decided), compiled and in Python: the same."""
+    walks = WALKS
+    documents = _map_documents(seed=23)
+    patterns = sum(len(document["patterns"]) for document in documents)
+    assert len(documents) > 100 and patterns > 1_000
+    for document in documents:
+        facts, learned, decided = _pattern_facts_in_document(document["patterns"])
+        assert walks.pattern_facts(document["patterns"]) == (orjson.dumps(facts), learned, decided)
+
+
+def test_the_facts_record_is_the_same_bytes_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    documents = _map_documents(seed=29)
+    native = [facts_record_of_document(document) for document in documents]
+    monkeypatch.setenv("MIQPS_NATIVE", "0")
+    assert compiled_map_walks() is None
+    assert [facts_record_of_document(document) for document in documents] == native
+    for (record, _), document in zip(native, documents, strict=True):
+        assert record == MapFacts.of_document(document).record()
+
+
+def test_names_and_values_of_any_character_are_written_as_orjson_writes_them() -> None:
+    """Every control character, quotes, backslashes, non-ASCII letters and emoji, in a
+    pattern's key, names, default values and decision time."""
+    odd = "".join(map(chr, range(32))) + '"\\/é\u2028😀'
+    names = [f"a{odd}", "b", f"{odd}z"]
+    params = {
+        name: {"decision": "keep", "layer": "learned", "default_values": [odd, "x"]}
+        for name in names
+    }
+    patterns = {
+        f"/p{odd}?" + "&".join(names): {
+            "kept": names,
+            "dropped": [],
+            "decided_at": odd,
+            "urls_seen": 2**40,
+            "params": params,
+        }
+    }
+    facts, learned, decided = _pattern_facts_in_document(patterns)
+    assert WALKS.pattern_facts(patterns) == (orjson.dumps(facts), learned, decided)
+
+
+def test_a_pattern_with_wrong_names_is_found_the_same() -> None:
+    """The pattern whose kept and dropped names are not its key's: a name kept and dropped,
+    one missing or added, a key without parameters that keeps or drops one."""
+    walks = WALKS
+    rng = random.Random(31)
+    found = 0
+    for document in _map_documents(seed=37):
+        patterns = document["patterns"]
+        assert walks.pattern_with_wrong_names(patterns) is None
+        assert _pattern_with_wrong_names(patterns) is None
+        key = rng.choice(list(patterns))
+        decision = patterns[key]
+        names = decision["kept"] + decision["dropped"]
+        match rng.randrange(4):
+            case 0:
+                decision["kept"].append(names[0])
+                decision["dropped"].append(names[0])
+            case 1:
+                decision["kept"].append("not-in-the-key")
+            case 2:
+                decision["dropped"] = decision["dropped"][1:] or []
+                decision["kept"] = decision["kept"] if decision["dropped"] else []
+            case _:
+                patterns["/bare?"] = {**decision, "kept": [], "dropped": []}
+                patterns["/bare"] = {**decision, "kept": [], "dropped": []}
+        expected = _pattern_with_wrong_names(patterns)
+        assert walks.pattern_with_wrong_names(patterns) == expected
+        found += expected is not None
+    assert found > 50
+    bare: dict[str, Any] = {"/p?": {"kept": [], "dropped": []}, "/q": {"kept": [], "dropped": []}}
+    assert walks.pattern_with_wrong_names(bare) is None
+    assert walks.pattern_with_wrong_names({"/p?": {"kept": ["a"], "dropped": []}}) == "/p?"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"a":1.5}',
+        b'{"a": -2e3}',
+        b"[ 7E1]",
+        b'{"a":"shop0.example"}',
+        b'{"a":"a,1.5"}',
+        b'{"a":10,"b":[1,2]}',
+        b"1.0",
+        b"-1e5",
+        b'"1.2"',
+        b"x1.2",
+        b"",
+        b"5",
+        b'{"v":\n\t-0.5}',
+    ],
+)
+def test_a_fraction_is_looked_for_the_same(text: bytes) -> None:
+    assert WALKS.may_hold_fraction(text) == _may_hold_fraction(text)
+
+
+def test_fuzzed_json_texts_are_looked_at_the_same_for_fractions() -> None:
+    rng = random.Random(41)
+    alphabet = b'0123456789.eE-+ \t\n:,[]{}"ax'
+    said = set()
+    for _ in range(50_000):
+        text = bytes(rng.choice(alphabet) for _ in range(rng.randrange(0, 24)))
+        native = WALKS.may_hold_fraction(text)
+        assert native == _may_hold_fraction(text), text
+        said.add(native)
+    assert said == {True, False}
