@@ -9,14 +9,17 @@ the same run.
 Needs a broker (``KAFKA_BOOTSTRAP_SERVERS``, default the local one). For each domain count,
 on topics of its own: the maps of that many learned domains (``--patterns`` patterns each,
 with evidence, as ``bench.maps_load`` writes them) are published to a fresh maps topic, and
-``--urls`` URLs of their patterns, the domains drawn from a Zipf law (s = ``--zipf``) or,
-with ``--uniform``, uniformly, to ``urls.raw``: with no key (``--inputs unkeyed``, the
+``--urls`` URLs of their learned patterns are drawn, the domains from a Zipf law (s =
+``--zipf``) or, with ``--uniform``, uniformly: with no key (``--inputs unkeyed``, the
 default), keyed by their domain (``keyed``: ``MIQPS_INPUT_KEYED_BY_DOMAIN``, produced with
 murmur2 as Java's clients place keys), or with no key and re-keyed by the worker's
 repartition hop (``hop``: ``MIQPS_REPARTITION_INPUT``). A confluent-kafka passthrough copies
-the URLs once (the baseline rate of the run); then, for each mode, ``--workers`` ``miqps
-worker --agents canonicalize`` processes (one consumer group and output topic per mode, a
-state directory per worker) read the maps and canonicalize every URL. Reported per mode:
+the URLs once from a topic of their own (the baseline rate of the run); then, for each
+mode, ``--workers`` ``miqps worker --agents canonicalize`` processes (one consumer group,
+input and output topic per mode, a state directory per worker) restore the maps; once
+every maps partition is restored in every process that follows it, and no process took or
+restored one for 10 s, the URLs are produced to the mode's input, and the workers
+canonicalize them. Reported per mode:
 
 - per worker, the resident memory of its process tree (the Faust process, the front, the
   multiprocessing helper), sampled every 0.2 s: the highest sum seen, and each process's
@@ -24,11 +27,12 @@ state directory per worker) read the maps and canonicalize every URL. Reported p
 - per worker, how its map feeds read the topic (from its log): the seconds until every
   map was live (a feed of every partition), or each partition's restore (a feed of its
   partitions only: records, domain maps, seconds);
+- per worker, the URLs its front answered from a learned pattern and provisionally;
 - per worker with domain-keyed input, ``miqps_input_key_mismatches_total`` (its metrics
   server, on a free port);
-- URLs/s of all the workers together from the first output to the last, that rate over the
-  passthrough's, and, with domain-keyed input, the rate once every maps partition was
-  restored;
+- the seconds from the workers' start until every maps partition was restored; then the
+  URLs/s of all the workers together, from the first output to the last (the bench's
+  producer runs during the first seconds), and that rate over the passthrough's;
 - the bytes of the maps on disk (``MIQPS_STATE_DIR/live-maps``);
 - with ``--join-third``: a third worker started at the first output; the restores of the
   partitions it took, and the seconds from its start to its last restore;
@@ -99,8 +103,13 @@ RESTORED = re.compile(
     r"(?P<domains>\d+) domain maps, in (?P<seconds>[\d.]+)s"
 )
 """A feed of its partitions only, per partition taken."""
-RESUMED = re.compile(r"canonicalizer: partitions .* resumed")
+MAPS_MOVED = re.compile(r"maps partitions followed|wait for their maps|\] restored: ")
+"""A process took maps partitions, or restored one."""
 LIVE = re.compile(r"map live: (?P<domain>\S+) v(?P<version>\d+)")
+STOPPED = re.compile(
+    r"canonicalizer stopped after \d+ messages "
+    r"\((?P<learned>\d+) learned, (?P<provisional>\d+) provisional"
+)
 INPUTS = {
     "unkeyed": {},
     "keyed": {"input_keyed_by_domain": True},
@@ -192,9 +201,10 @@ class Sampled:
 @dataclass(frozen=True, slots=True)
 class Outcome:
     workers: list[Sampled]
+    restored_after: float
+    """Seconds from the workers' start until every maps partition was restored."""
     rate: float
-    restored_rate: float | None
-    """URLs/s once every maps partition was restored (domain-keyed input)."""
+    """URLs/s of the URLs produced once every maps partition was restored."""
     live: list[tuple[str, float]]
     """Each process that logged the new map version live, and after how many seconds."""
     joined: Sampled | None
@@ -217,14 +227,19 @@ def key_mismatches(port: int) -> int | None:
 
 
 def url_templates(domain: DomainMap, limit: int = 4) -> list[str]:
-    """URLs of some of ``domain``'s learned patterns, with ``{n}`` and ``{v}`` to fill."""
+    """URLs of up to ``limit`` of ``domain``'s learned patterns, with ``{n}`` and ``{v}`` to
+    fill. ``bench.maps_load`` also writes shapes with trailing slashes, which no URL has
+    (a URL's shape has none): those are passed over. A domain without another learned
+    pattern (about 1 in 3,000) gets a URL of a pattern it has not learned."""
     templates = []
-    for key in list(domain.patterns)[:limit]:
+    for key in domain.patterns:
         shape, _, names = key.partition("?")
         if shape.endswith("/") and shape != "/":
             continue
         query = "&".join(f"{name}={{v}}" for name in names.split("&"))
         templates.append(f"https://{domain.domain}{shape.replace('*', '{n}')}?{query}")
+        if len(templates) == limit:
+            break
     return templates or [f"https://{domain.domain}/p/{{n}}?id={{v}}"]
 
 
@@ -284,12 +299,42 @@ def start_worker(mode: Settings, cache: int, root: Path, name: str) -> Sampled:
     return Sampled(name, worker, time.time(), metrics_port=port)
 
 
-def rate_after(at: float, seen: list[tuple[float, int]]) -> float | None:
-    """URLs/s from ``at`` to the last output, from the outputs ``seen`` over time."""
-    after = [(when, count) for when, count in seen if when >= at]
-    if len(after) < 2 or after[-1][0] <= after[0][0]:
-        return None
-    return (after[-1][1] - after[0][1]) / (after[-1][0] - after[0][0])
+def restored_everywhere(workers: list[Sampled], partitions: int, keyed: bool) -> bool:
+    """Whether the workers' processes restored every maps partition they follow: each
+    partition by some Faust process, and each by some front (every partition by every
+    front when input of any key makes each front follow them all)."""
+    faust: set[int] = set()
+    fronts: set[int] = set()
+    for one in workers:
+        for restore in restores(one.worker):
+            (faust if restore.process == "worker" else fronts).add(restore.partition)
+        if not keyed and not FEED_READY.search(one.worker.log_text()):
+            return False
+    every = set(range(partitions))
+    return faust == every and (fronts == every or not keyed)
+
+
+def wait_until_restored(
+    workers: list[Sampled], partitions: int, keyed: bool, deadline: float
+) -> float:
+    """Sample the workers' memory until every maps partition is restored and no process
+    logged a partition taken or restored for 10 s; the time (``time.time()``) of the last
+    such line."""
+    while True:
+        for one in workers:
+            one.sample()
+        lines = [
+            line.at
+            for one in workers
+            for line in log_lines(one.worker.log_text())
+            if MAPS_MOVED.search(line.text)
+        ]
+        last = max(lines, default=time.time())
+        if restored_everywhere(workers, partitions, keyed) and time.time() - last > 10.0:
+            return last
+        if time.monotonic() > deadline or not all(one.worker.alive() for one in workers):
+            raise RuntimeError("the maps partitions were not all restored")
+        time.sleep(0.2)
 
 
 def live_latency(
@@ -322,18 +367,20 @@ def run_workers(
     settings: Settings,
     args: argparse.Namespace,
     cache: int,
-    expected: int,
+    load: tuple[list[bytes], list[bytes] | None],
     root: Path,
     latest: DomainMap,
 ) -> Outcome:
     """``args.workers`` canonicalizer workers on ``settings``' inputs with ``cache``: their
-    memory while they read the maps and canonicalize ``expected`` URLs, and their rate."""
+    memory while they restore the maps, then canonicalize the URLs of ``load`` (values,
+    keys), produced once every maps partition is restored; their rate."""
     label = f"cache{cache}"
     mode = replace(
         settings,
         app_id=f"{settings.app_id}-{label}",
         topics=replace(
             settings.topics,
+            raw=f"{settings.topics.raw}.{label}",
             canonical=f"{settings.topics.canonical}.{label}",
             by_domain=f"{settings.topics.by_domain}.{label}",
         ),
@@ -344,27 +391,24 @@ def run_workers(
     watch = Consumer(consumer_config(mode, f"bench-watch-{uuid.uuid4().hex}"))
     workers = [start_worker(mode, cache, root, name) for name in names]
     joined: Sampled | None = None
-    seen: list[tuple[float, int]] = []
     first: tuple[float, int] | None = None
     live: list[tuple[str, float]] = []
+    values, keys = load
     try:
         deadline = time.monotonic() + args.timeout
-        next_count = 0.0
+        restored = wait_until_restored(workers, args.partitions, mode.domain_keyed_input, deadline)
+        produce(mode, mode.topics.raw, values, keys)
         while True:
             for one in workers:
                 one.sample()
-            now = time.perf_counter()
-            if now >= next_count:
-                count = high_watermarks(watch, mode.topics.canonical)
-                seen.append((time.time(), count))
-                next_count = now + 0.5
-                if first is None and count > 0:
-                    first = (now, count)
-                    if args.join_third:
-                        joined = start_worker(mode, cache, root, f"{label}-joined")
-                        workers.append(joined)
-                if count >= expected:
-                    break
+            count = high_watermarks(watch, mode.topics.canonical)
+            if first is None and count > 0:
+                first = (time.perf_counter(), count)
+                if args.join_third:
+                    joined = start_worker(mode, cache, root, f"{label}-joined")
+                    workers.append(joined)
+            if count >= len(values):
+                break
             if time.monotonic() > deadline or not all(one.worker.alive() for one in workers):
                 raise RuntimeError(f"outputs missing; see {root}")
             time.sleep(0.2)
@@ -382,20 +426,10 @@ def run_workers(
         for one in workers:
             one.worker.stop()
     assert first is not None
-    restored_rate = None
-    if mode.domain_keyed_input:
-        resumed = [
-            line.at
-            for one in workers
-            if one is not joined
-            for line in log_lines(one.worker.log_text())
-            if RESUMED.search(line.text)
-        ]
-        restored_rate = rate_after(max(resumed), seen) if resumed else None
     return Outcome(
         workers,
-        (expected - first[1]) / max(last - first[0], 1e-9),
-        restored_rate,
+        restored - min(one.started for one in workers),
+        (len(values) - first[1]) / max(last - first[0], 1e-9),
         live,
         joined,
     )
@@ -530,12 +564,21 @@ def front_in_process(root: Path, domains: int, patterns: int, urls: int) -> None
     store.close()
 
 
+def outputs_text(worker: WorkerProcess) -> str:
+    """How many URLs its front answered from a learned pattern, and provisionally."""
+    found = STOPPED.findall(worker.log_text())
+    learned = sum(int(one) for one, _ in found)
+    provisional = sum(int(one) for _, one in found)
+    return f"outputs {learned:,} learned, {provisional:,} provisional"
+
+
 def worker_text(one: Sampled) -> str:
     mismatches = "" if one.mismatches is None else f"; key mismatches {one.mismatches}"
     return (
         f"    {one.name:<16} peak RSS {one.peak_sum / 1024:7.0f} MiB (each process's peak "
         f"{' + '.join(f'{peak / 1024:.0f}' for peak in one.peaks)}); maps on disk "
-        f"{one.disk / 2**20:.0f} MiB{mismatches}; maps: {feeds_text(one.worker)}"
+        f"{one.disk / 2**20:.0f} MiB{mismatches}; {outputs_text(one.worker)}; "
+        f"maps: {feeds_text(one.worker)}"
     )
 
 
@@ -552,8 +595,11 @@ def measure(base: Settings, args: argparse.Namespace, domains: int, root: Path) 
     templates, latest = publish_maps(settings, domains, args.patterns, args.seed)
     zipf = 0.0 if args.uniform else args.zipf
     urls = zipf_urls(templates, args.urls, zipf, args.seed)
-    keys = (parse(url).host.encode() for url in urls) if args.inputs == "keyed" else None
-    produce(settings, settings.topics.raw, (url.encode() for url in urls), keys)
+    values = [url.encode() for url in urls]
+    keys = [parse(url).host.encode() for url in urls] if args.inputs == "keyed" else None
+    copied = replace(settings, topics=replace(settings.topics, raw=f"{settings.topics.raw}.pass"))
+    ensure_topics(copied)
+    produce(settings, copied.topics.raw, values, keys)
     distinct = len({parse(url).host for url in urls})
     law = "uniformly" if args.uniform else f"Zipf s={args.zipf}"
     print(
@@ -564,18 +610,12 @@ def measure(base: Settings, args: argparse.Namespace, domains: int, root: Path) 
     )
     copy = f"{settings.topics.raw}.copy"
     ensure_topics(replace(settings, topics=replace(settings.topics, raw=copy)))
-    baseline = passthrough(settings, settings.topics.raw, copy, len(urls), settings.batch_size)
+    baseline = passthrough(settings, copied.topics.raw, copy, len(urls), settings.batch_size)
     print(f"  confluent-kafka passthrough: {baseline:10,.0f} msgs/s", flush=True)
     for cache in args.modes:
         latest = replace(latest, version=latest.version + 1)
-        outcome = run_workers(settings, args, cache, len(urls), root / f"d{domains}", latest)
+        outcome = run_workers(settings, args, cache, (values, keys), root / f"d{domains}", latest)
         name = "every map held (cache 0)" if cache == 0 else f"maps on disk, cache {cache}"
-        restored = (
-            ""
-            if outcome.restored_rate is None
-            else f"; once every maps partition was restored {outcome.restored_rate:,.0f} "
-            f"({outcome.restored_rate / baseline:.3f} x)"
-        )
         live = (
             ", ".join(f"{seconds:.2f}s in {name}" for name, seconds in outcome.live)
             if outcome.live
@@ -583,8 +623,9 @@ def measure(base: Settings, args: argparse.Namespace, domains: int, root: Path) 
         )
         workers = f"{args.workers} workers" if args.workers > 1 else "1 worker"
         print(
-            f"  {name}, {workers}: {outcome.rate:9,.0f} URLs/s = "
-            f"{outcome.rate / baseline:.3f} x passthrough{restored}; "
+            f"  {name}, {workers}: every maps partition restored {outcome.restored_after:.0f}s "
+            f"after the start; then {outcome.rate:9,.0f} URLs/s = "
+            f"{outcome.rate / baseline:.3f} x passthrough; "
             f"a new version of {latest.domain}'s map live: {live}",
             flush=True,
         )
