@@ -69,13 +69,25 @@ fn write_string(out: &mut Vec<u8>, text: &str) {
     out.push(b'"');
 }
 
-/// `texts` as a JSON array of strings, sorted as Python sorts strings (by code point,
-/// which is UTF-8's byte order), without repeats.
-fn write_sorted(out: &mut Vec<u8>, mut texts: SmallVec<[&str; 8]>) {
+/// The texts of `strings` (each checked by `strings` or by its caller: never empty here
+/// for want of UTF-8).
+fn texts<'a, 'py>(strings: &'a [Bound<'py, PyString>]) -> impl Iterator<Item = &'a str> {
+    strings.iter().map(|text| text.to_str().unwrap_or_default())
+}
+
+/// The distinct texts of `items`, sorted as Python sorts strings (by code point, which is
+/// UTF-8's byte order).
+fn distinct<'a>(items: impl Iterator<Item = &'a str>) -> SmallVec<[&'a str; 8]> {
+    let mut texts: SmallVec<[&str; 8]> = items.collect();
     texts.sort_unstable();
     texts.dedup();
+    texts
+}
+
+/// `texts` as a JSON array of strings.
+fn write_array<'a>(out: &mut Vec<u8>, texts: impl IntoIterator<Item = &'a str>) {
     out.push(b'[');
-    for (at, text) in texts.iter().enumerate() {
+    for (at, text) in texts.into_iter().enumerate() {
         if at > 0 {
             out.push(b',');
         }
@@ -126,54 +138,33 @@ pub(crate) fn pattern_facts<'py>(
         write_string(&mut out, key.to_str()?);
         out.push(b':');
         out.push(b'[');
-        write_sorted(
-            &mut out,
-            kept.iter()
-                .map(|n| n.to_str().unwrap_or_default())
-                .collect(),
-        );
+        write_array(&mut out, distinct(texts(&kept)));
         out.push(b',');
-        write_sorted(
-            &mut out,
-            dropped
-                .iter()
-                .map(|n| n.to_str().unwrap_or_default())
-                .collect(),
-        );
+        write_array(&mut out, distinct(texts(&dropped)));
         out.push(b',');
-        let mut names = Vec::with_capacity(params.len());
+        let mut without: Vec<Bound<'py, PyString>> = Vec::new();
+        let mut defaults: Vec<u8> = Vec::new();
         for (name, evidence) in params.iter() {
             let name = name.downcast_into::<PyString>()?;
-            name.to_str()?;
-            names.push((name, evidence.downcast_into::<PyDict>()?));
-        }
-        let mut without: SmallVec<[&str; 8]> = SmallVec::new();
-        let mut defaults: Vec<u8> = Vec::new();
-        for (name, evidence) in &names {
             let text = name.to_str()?;
-            let layer = item(evidence, layer_key)?;
-            if is(&layer, INSUFFICIENT)? {
-                without.push(text);
-            } else if is(&layer, LEARNED)? && is(&item(evidence, decision_key)?, "keep")? {
-                learned.push(name.clone());
-            }
+            let evidence = evidence.downcast_into::<PyDict>()?;
+            let layer = item(&evidence, layer_key)?;
             if let Some(values) = evidence.get_item(defaults_key)?.filter(|v| !v.is_none()) {
                 let values = strings(&values)?;
                 if !values.is_empty() {
                     defaults.push(if defaults.is_empty() { b'{' } else { b',' });
                     write_string(&mut defaults, text);
-                    defaults.extend_from_slice(b":[");
-                    for (at, value) in values.iter().enumerate() {
-                        if at > 0 {
-                            defaults.push(b',');
-                        }
-                        write_string(&mut defaults, value.to_str()?);
-                    }
-                    defaults.push(b']');
+                    defaults.push(b':');
+                    write_array(&mut defaults, texts(&values));
                 }
             }
+            if is(&layer, INSUFFICIENT)? {
+                without.push(name);
+            } else if is(&layer, LEARNED)? && is(&item(&evidence, decision_key)?, "keep")? {
+                learned.push(name);
+            }
         }
-        write_sorted(&mut out, without);
+        write_array(&mut out, distinct(texts(&without)));
         out.push(b',');
         if defaults.is_empty() {
             out.extend_from_slice(b"{}");
@@ -198,14 +189,6 @@ pub(crate) fn pattern_facts<'py>(
     Ok((PyBytes::new(py, &out), PyList::new(py, learned)?, decided))
 }
 
-/// The distinct texts of `items`, sorted.
-fn distinct<'a>(items: impl Iterator<Item = &'a str>) -> SmallVec<[&'a str; 8]> {
-    let mut texts: SmallVec<[&str; 8]> = items.collect();
-    texts.sort_unstable();
-    texts.dedup();
-    texts
-}
-
 /// The first pattern of a map document's `patterns` whose kept and dropped names are not
 /// the names of its key (each name once: kept or dropped), None if every one is. A key
 /// without parameters (`"/p?"`, `"/p"`) keeps and drops nothing.
@@ -226,16 +209,8 @@ pub(crate) fn pattern_with_wrong_names<'py>(
         );
         let kept_items = strings(&item(&decision, kept_key)?)?;
         let dropped_items = strings(&item(&decision, dropped_key)?)?;
-        let kept = distinct(
-            kept_items
-                .iter()
-                .map(|name| name.to_str().unwrap_or_default()),
-        );
-        let dropped = distinct(
-            dropped_items
-                .iter()
-                .map(|name| name.to_str().unwrap_or_default()),
-        );
+        let kept = distinct(texts(&kept_items));
+        let dropped = distinct(texts(&dropped_items));
         let overlap = kept.iter().any(|name| dropped.binary_search(name).is_ok());
         let either = distinct(kept.iter().chain(dropped.iter()).copied());
         let bare = kept.is_empty() && dropped.is_empty() && names.as_slice() == [""];
