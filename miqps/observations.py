@@ -29,6 +29,8 @@ them without undoing what was observed since.
 
 from __future__ import annotations
 
+import itertools
+import sys
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -63,6 +65,7 @@ class Observation:
 
     url: str
     host: str
+    pattern: str
     snapshot: Snapshot | None
     fetches: int
     unjudgeable: str | None = None
@@ -133,21 +136,31 @@ def read_observation(value: bytes | None, *, max_bytes: int) -> Observation:
         data = body.encode("utf-8", "surrogatepass")
         if len(data) > max_bytes:
             return Observation(
-                url.url, url.host, None, fetches, f"body over the cap of {max_bytes} bytes"
+                url.url,
+                url.host,
+                url.pattern,
+                None,
+                fetches,
+                f"body over the cap of {max_bytes} bytes",
             )
         try:
             snapshot = snapshot_of(status, final.url, data, content_type, redirects, url.url)
         except Exception as error:  # a page the parser chokes on is no evidence, as probed
             return Observation(
-                url.url, url.host, None, fetches, f"unparsable page: {type(error).__name__}"
+                url.url,
+                url.host,
+                url.pattern,
+                None,
+                fetches,
+                f"unparsable page: {type(error).__name__}",
             )
     else:
         raise InvalidObservation("an observation holds its page: a body or a page")
     if status == 429 or status >= 500:
-        return Observation(url.url, url.host, None, fetches, f"HTTP {status}")
+        return Observation(url.url, url.host, url.pattern, None, fetches, f"HTTP {status}")
     if snapshot.unjudgeable is not None:
-        return Observation(url.url, url.host, None, fetches, snapshot.unjudgeable)
-    return Observation(url.url, url.host, snapshot, fetches)
+        return Observation(url.url, url.host, url.pattern, None, fetches, snapshot.unjudgeable)
+    return Observation(url.url, url.host, url.pattern, snapshot, fetches)
 
 
 def _url(value: object, field: str) -> NormalizedURL:
@@ -162,7 +175,8 @@ def _url(value: object, field: str) -> NormalizedURL:
 @dataclass(frozen=True, slots=True)
 class _Kept:
     """An observed page, compact: block keys and digests interleaved; ``source`` is the part
-    of the stream it was read from (a partition of ``miqps.observations``)."""
+    of the stream it was read from (a partition of ``miqps.observations``), ``where`` the
+    URL's host and pattern."""
 
     status: int
     final_url: str
@@ -170,9 +184,10 @@ class _Kept:
     redirects: int
     blocks: array[int]
     source: int
+    where: tuple[str, str]
 
 
-def _kept(snapshot: Snapshot, source: int) -> _Kept:
+def _kept(observation: Observation, snapshot: Snapshot, source: int) -> _Kept:
     return _Kept(
         snapshot.status,
         snapshot.final_url,
@@ -180,6 +195,7 @@ def _kept(snapshot: Snapshot, source: int) -> _Kept:
         snapshot.redirects,
         packed_blocks(snapshot.blocks),
         source,
+        (sys.intern(observation.host), sys.intern(observation.pattern)),
     )
 
 
@@ -205,7 +221,7 @@ class RestoredPages:
         if observation.snapshot is None:
             self.by_outcome["no evidence"] += 1
             return False
-        pages[observation.url] = _kept(observation.snapshot, self.source)
+        pages[observation.url] = _kept(observation, observation.snapshot, self.source)
         if len(pages) > self.max_pages:
             pages.popitem(last=False)
         self.by_outcome["kept"] += 1
@@ -225,7 +241,8 @@ class RestoredPages:
 class ObservedPages:
     """The latest observation of each URL, for :class:`miqps.prober.PageProber`
     (:class:`miqps.prober.Observations`): at most ``max_pages`` of them, the least
-    recently observed or used going first.
+    recently observed or used going first; and, for a learning run's sample pool, the URLs
+    of a pattern held (:meth:`urls_of`).
 
     Each page is filed under the ``source`` it was read from, so that the pages of a
     source can be dropped (:meth:`give_up`) and a source's older observations read again
@@ -234,6 +251,7 @@ class ObservedPages:
     def __init__(self, max_pages: int) -> None:
         self.max_pages = max(1, max_pages)
         self._pages: OrderedDict[str, _Kept] = OrderedDict()
+        self._by_pattern: dict[tuple[str, str], dict[str, None]] = {}
         self._noting: dict[int, set[str]] = {}
 
     def add(self, observation: Observation, source: int = 0) -> bool:
@@ -242,15 +260,28 @@ class ObservedPages:
         noting = self._noting.get(source)
         if noting is not None:
             noting.add(observation.url)
-        pages = self._pages
-        pages.pop(observation.url, None)
+        self._drop(observation.url)
         snapshot = observation.snapshot
         if snapshot is None:
             return False
-        pages[observation.url] = _kept(snapshot, source)
-        if len(pages) > self.max_pages:
-            pages.popitem(last=False)
+        self._keep(observation.url, _kept(observation, snapshot, source))
         return True
+
+    def _keep(self, url: str, kept: _Kept) -> None:
+        """File ``kept`` as the newest page, and drop the oldest one over the bound."""
+        self._pages[url] = kept
+        self._by_pattern.setdefault(kept.where, {})[url] = None
+        if len(self._pages) > self.max_pages:
+            self._drop(next(iter(self._pages)))
+
+    def _drop(self, url: str) -> None:
+        kept = self._pages.pop(url, None)
+        if kept is None:
+            return
+        urls = self._by_pattern[kept.where]
+        del urls[url]
+        if not urls:
+            del self._by_pattern[kept.where]
 
     def restoring(self, source: int) -> None:
         """A restore of ``source`` begins: from now on, note the URLs :meth:`add` sets or
@@ -265,16 +296,13 @@ class ObservedPages:
         noted = self._noting.pop(restored.source, None)
         if noted is None:
             return 0
-        pages = self._pages
         merged = 0
         for url, kept in restored.pages.items():
             if url in noted:
                 continue
-            pages.pop(url, None)
-            pages[url] = kept
+            self._drop(url)
+            self._keep(url, kept)
             merged += 1
-            if len(pages) > self.max_pages:
-                pages.popitem(last=False)
         return merged
 
     def abandon(self, source: int) -> None:
@@ -287,12 +315,20 @@ class ObservedPages:
         self._noting.pop(source, None)
         doomed = [url for url, kept in self._pages.items() if kept.source == source]
         for url in doomed:
-            del self._pages[url]
+            self._drop(url)
         return len(doomed)
 
     def held(self, source: int) -> int:
         """Pages of ``source`` held."""
         return sum(1 for kept in self._pages.values() if kept.source == source)
+
+    def urls_of(self, host: str, pattern: str, limit: int) -> list[str]:
+        """Up to ``limit`` URLs of ``pattern`` on ``host`` whose pages are held, the most
+        recently observed first."""
+        urls = self._by_pattern.get((host, pattern))
+        if not urls:
+            return []
+        return list(itertools.islice(reversed(urls), limit))
 
     def holds(self, url: str) -> bool:
         return url in self._pages

@@ -131,6 +131,7 @@ def register(app: faust.App, runtime: Runtime) -> None:
                 max_flip_share=settings.max_flip_share,
                 audit_share=settings.audit_share,
                 observations=pages,
+                observed_samples=settings.policy.max_pool_urls,
                 maps_held=runtime.maps.held,
                 observations_held=restores.held if restores is not None else None,
             )

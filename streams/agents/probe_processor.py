@@ -11,9 +11,10 @@ learning, against its newest map.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from miqps.audit import DEFAULT_AUDIT_SHARE, Audit, AuditRule, ItemMemory, audit_map
@@ -21,7 +22,9 @@ from miqps.content import VolatilityModel
 from miqps.fetch import Fetcher
 from miqps.learner import LearnConfig, Learner
 from miqps.maps import DomainMap
-from miqps.prober import Observations, PageProber
+from miqps.observations import ObservedPages
+from miqps.prober import PageProber
+from miqps.sampling import SamplingRule
 from miqps.update import DEFAULT_MAX_FLIP_SHARE, Request, update_map
 from miqps.urls import InvalidURL, NormalizedURL, parse
 from streams.maps.live import LiveMaps
@@ -84,21 +87,25 @@ class Probing:
         config: LearnConfig | None = None,
         max_flip_share: float = DEFAULT_MAX_FLIP_SHARE,
         audit_share: float = DEFAULT_AUDIT_SHARE,
-        observations: Observations | None = None,
+        observations: ObservedPages | None = None,
         maps_held: Callable[[str], Awaitable[None]] | None = None,
         observations_held: Callable[[str], Awaitable[None]] | None = None,
+        observed_samples: int = SamplingRule().max_pool_urls,
     ) -> None:
         """``maps_held(domain)`` returns once the live maps hold ``domain``'s map if it has
         one (its maps partition restored); awaited before a run reads the map.
         ``observations_held(domain)`` returns once the observations of ``domain``'s
-        partition are restored, or after a while; awaited before a learning run."""
+        partition are restored, or after a while; awaited before a learning run.
+        ``observed_samples`` bounds the observed URLs of the requested patterns that a run
+        adds to a shape's sample pool."""
         self.live_maps = live_maps
         self.maps_held = maps_held
         self.observations_held = observations_held
         self.fetcher = fetcher
         self.observations = observations
         """Pages a crawler fetched (``miqps.observations``): learning takes a URL's first
-        page from them when they hold it."""
+        page from them when they hold it, and samples their URLs first."""
+        self.observed_samples = observed_samples
         self.config = config or LearnConfig()
         self.max_flip_share = max_flip_share
         self.audit_rule = AuditRule(audit_share, str(self.config.seed))
@@ -210,6 +217,23 @@ class Probing:
             len(urls),
         )
 
+    def _with_observed(self, work: DomainWork) -> list[str]:
+        """The shape's sample URLs, then up to ``observed_samples`` URLs of its requested
+        patterns that the crawler observed: the front samples URLs without regard to what
+        was observed, and a sample whose pages were observed costs fewer fetches (the
+        learner tries such URLs first). Only the requested patterns: a pattern of the
+        shape that nobody asked for would be decided, and verified, too."""
+        urls = dict(work.urls)
+        if self.observations is not None:
+            limit = self.observed_samples
+            observed = (
+                self.observations.urls_of(work.domain, pattern, limit)
+                for pattern in sorted(work.patterns)
+            )
+            for url in itertools.islice(_interleaved(observed), limit):
+                urls.setdefault(url, None)
+        return list(urls)
+
     async def _learn(self, work: DomainWork) -> ProbeOutcome:
         requested = {
             pattern: Request(info.basis, info.urls_seen) for pattern, info in work.patterns.items()
@@ -225,7 +249,7 @@ class Probing:
             ),
             work.domain,
             current,
-            _parse_all(work.urls, work.domain),
+            _parse_all(self._with_observed(work), work.domain),
             requested,
             max_flip_share=self.max_flip_share,
         )
@@ -252,6 +276,11 @@ class Probing:
             update.fetches,
             update.skipped,
         )
+
+
+def _interleaved(lists: Iterable[list[str]]) -> Iterator[str]:
+    for row in itertools.zip_longest(*lists):
+        yield from (url for url in row if url is not None)
 
 
 def _parse_all(urls: Iterable[str], domain: str) -> list[NormalizedURL]:

@@ -200,3 +200,44 @@ def test_a_source_given_up_has_its_pages_dropped_and_its_restore_merges_nothing(
     failed = RestoredPages(0, max_pages=10)
     failed.add(observed(8))
     assert pages.restored(failed) == 0 and not pages.holds("http://shop.test/p?id=8")
+
+
+def test_the_urls_of_a_pattern_follow_the_pages_held_the_latest_observed_first() -> None:
+    """Every way a page comes or goes (observed, observed again, no evidence now, over the
+    bound, restored, given up) shows in the URLs of its pattern, and only there."""
+
+    def of(pattern_url: str) -> Observation:
+        return read_observation(observation_record(pattern_url, 200, PAGE), max_bytes=CAP)
+
+    pages = ObservedPages(4)
+    for item in range(3):
+        pages.add(of(f"http://shop.test/p?id={item}"), source=0)
+    pages.add(of("http://shop.test/p?id=5&ref=mail"), source=1)
+    pages.add(of("http://other.test/p?id=1"), source=1)  # over the bound: id=0 goes
+    assert pages.urls_of("shop.test", "/p?id", 10) == [
+        "http://shop.test/p?id=2",
+        "http://shop.test/p?id=1",
+    ]
+    assert pages.urls_of("shop.test", "/p?id", 1) == ["http://shop.test/p?id=2"]
+    assert pages.urls_of("shop.test", "/p?id&ref", 10) == ["http://shop.test/p?id=5&ref=mail"]
+    assert pages.urls_of("other.test", "/p?id", 10) == ["http://other.test/p?id=1"]
+    assert pages.urls_of("shop.test", "/q?id", 10) == []
+
+    pages.add(of("http://shop.test/p?id=1"), source=0)  # observed again: the latest
+    down = orjson.dumps({"url": "http://shop.test/p?id=2", "status": 503, "body": "down"})
+    pages.add(read_observation(down, max_bytes=CAP), source=0)
+    assert pages.urls_of("shop.test", "/p?id", 10) == ["http://shop.test/p?id=1"]
+
+    assert pages.give_up(1) == 2
+    assert pages.urls_of("shop.test", "/p?id&ref", 10) == []
+    assert pages.urls_of("other.test", "/p?id", 10) == []
+
+    pages.restoring(1)
+    restored = RestoredPages(1, max_pages=10)
+    for item in range(7, 10):
+        restored.add(of(f"http://shop.test/p?id={item}"))
+    assert pages.restored(restored) == 3
+    assert len(pages) == 4
+    assert pages.urls_of("shop.test", "/p?id", 10) == [
+        f"http://shop.test/p?id={item}" for item in (9, 8, 7, 1)
+    ]

@@ -379,6 +379,48 @@ async def test_observed_pages_spare_fetches_and_decide_as_probing_does(
     assert all(record["observed"] == 0 for record in on_the_wire(probed))
 
 
+async def test_observed_urls_of_the_requested_patterns_join_the_sample_pool(
+    drifting_web: tuple[DriftingSite, str],
+) -> None:
+    """The front sampled URLs the crawler never fetched; the crawler sent the pages of other
+    items of the pattern and of their forms without ``ref``, and of another pattern. The
+    run samples the observed URLs of the requested pattern too: the same decision for fewer
+    fetches, and the pattern nobody asked for is not decided."""
+    site, proxy = drifting_web
+    urls = sample_urls()
+    config = FetchConfig(proxy=proxy, per_host_rate=500.0, timeout=5.0, max_attempts=1)
+    async with Fetcher(config) as fetcher:
+        [probed] = await Probing(LiveMaps(reverify_after=3600), fetcher, LearnConfig()).handle(
+            [request(PATTERN, urls)]
+        )
+    fetched_by_probing = site.requests
+
+    pages = ObservedPages(1000)
+    others = sample_urls(8, offset=100)
+    crawled = [
+        *others,
+        *(url.split("&")[0] for url in others),
+        *(f"http://drift.test/p?id={n}&lang=fr" for n in range(100, 108)),
+    ]
+    for url in crawled:
+        status, body = site.page(url)
+        assert pages.add(read_observation(observation_record(url, status, body), max_bytes=1 << 20))
+    site.requests = 0
+    async with Fetcher(config) as fetcher:
+        observing = Probing(
+            LiveMaps(reverify_after=3600), fetcher, LearnConfig(), observations=pages
+        )
+        [observed] = await observing.handle([request(PATTERN, urls)])
+
+    assert probed.published is not None and observed.published is not None
+    decided = observed.published.patterns
+    assert set(decided) == set(probed.published.patterns) == {PATTERN}
+    assert decided[PATTERN].kept == {"id"} and decided[PATTERN].dropped == {"ref"}
+    print(f"fetches: {fetched_by_probing} probing, {site.requests} with observations")
+    assert site.requests < fetched_by_probing
+    assert all(record["observed"] > 0 for record in on_the_wire(observed))
+
+
 async def test_a_run_reads_its_domain_s_map_only_once_its_partition_is_restored(
     drifting_web: tuple[DriftingSite, str],
 ) -> None:
