@@ -47,6 +47,7 @@ def register(
         counts,
         max_bytes,
         lambda: KafkaPartitionReader(settings, topic),
+        patience=settings.observations_restore_wait,
     )
     runtime.on_stop.append(restores.stop)
 

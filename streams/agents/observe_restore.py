@@ -23,7 +23,8 @@ domain's partition, are held again after a restart or a rebalance.
   sends nothing. A page that is no evidence is counted as live.
 - **Who waits.** Restores run one at a time in a thread of their own, parsing as the agent
   does. A probe run waits for the restore of its domain's partition, if one is under way, at
-  most :data:`RESTORE_PATIENCE` (:meth:`ObservationRestores.held`); observations only spare
+  most ``MIQPS_OBSERVATIONS_RESTORE_WAIT`` seconds (:data:`RESTORE_PATIENCE` by default;
+  :meth:`ObservationRestores.held`); observations only spare
   fetches, so past that the run goes on and fetches what the restore would have spared.
 """
 

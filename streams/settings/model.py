@@ -362,6 +362,13 @@ class Settings:
         100_000,
         minimum=0,
     )
+    observations_restore_wait: float = setting(
+        "MIQPS_OBSERVATIONS_RESTORE_WAIT",
+        "seconds a learning run waits for the restore of its domain's `miqps.observations` "
+        "partition before it fetches what the restore would bring back",
+        30.0,
+        minimum=0,
+    )
     audit_share: float = setting(
         "MIQPS_AUDIT_SHARE",
         "share of the new items of every dropped parameter re-tested (audits; 0: none); an "
