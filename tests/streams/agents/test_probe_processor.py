@@ -335,21 +335,20 @@ async def test_a_published_map_is_let_go_once_live_though_its_domain_is_never_pr
     assert list(probing._published) == ["other.test"]
 
 
-async def test_observed_pages_spare_fetches_and_decide_as_probing_does(
-    drifting_web: tuple[DriftingSite, str],
-) -> None:
-    """A crawler sent the pages of the samples and of their forms without ``ref``: the same
-    decision as probing, for fewer fetches, and the records say how many pages it took."""
+async def probed_and_observed(
+    drifting_web: tuple[DriftingSite, str], urls: list[str], crawled: list[str]
+) -> tuple[tuple[ProbeOutcome, int], tuple[ProbeOutcome, int]]:
+    """A run on the samples ``urls`` by probing alone, then with the pages of ``crawled``
+    sent as observations: each outcome and the requests it made of the site."""
     site, proxy = drifting_web
-    urls = sample_urls()
     config = FetchConfig(proxy=proxy, per_host_rate=500.0, timeout=5.0, max_attempts=1)
+    site.requests = 0
     async with Fetcher(config) as fetcher:
         probing = Probing(LiveMaps(reverify_after=3600), fetcher, LearnConfig())
         [probed] = await probing.handle([request(PATTERN, urls)])
     fetched_by_probing = site.requests
 
     pages = ObservedPages(1000)
-    crawled = [*urls, *(url.split("&")[0] for url in urls)]
     for url in crawled:
         status, body = site.page(url)
         sent = observation_record(url, status, body, content_type="text/html")
@@ -360,6 +359,20 @@ async def test_observed_pages_spare_fetches_and_decide_as_probing_does(
             LiveMaps(reverify_after=3600), fetcher, LearnConfig(), observations=pages
         )
         [observed] = await observing.handle([request(PATTERN, urls)])
+    print(f"fetches: {fetched_by_probing} probing, {site.requests} with observations")
+    return (probed, fetched_by_probing), (observed, site.requests)
+
+
+async def test_observed_pages_spare_fetches_and_decide_as_probing_does(
+    drifting_web: tuple[DriftingSite, str],
+) -> None:
+    """A crawler sent the pages of the samples and of their forms without ``ref``: the same
+    decision as probing, for fewer fetches, and the records say how many pages it took."""
+    urls = sample_urls()
+    crawled = [*urls, *(url.split("&")[0] for url in urls)]
+    (probed, probing_fetches), (observed, observing_fetches) = await probed_and_observed(
+        drifting_web, urls, crawled
+    )
 
     assert probed.published is not None and observed.published is not None
     assert observed.published.patterns[PATTERN].kept == {"id"}
@@ -369,9 +382,8 @@ async def test_observed_pages_spare_fetches_and_decide_as_probing_does(
         == probed.published.patterns[PATTERN].dropped
         == {"ref"}
     )
-    print(f"fetches: {fetched_by_probing} probing, {site.requests} with observations")
-    assert site.requests < fetched_by_probing
-    assert observed.fetches == site.requests
+    assert observing_fetches < probing_fetches
+    assert observed.fetches == observing_fetches
     records = on_the_wire(observed)
     for record in records:
         assert_valid("map-update", record)
@@ -386,38 +398,21 @@ async def test_observed_urls_of_the_requested_patterns_join_the_sample_pool(
     items of the pattern and of their forms without ``ref``, and of another pattern. The
     run samples the observed URLs of the requested pattern too: the same decision for fewer
     fetches, and the pattern nobody asked for is not decided."""
-    site, proxy = drifting_web
-    urls = sample_urls()
-    config = FetchConfig(proxy=proxy, per_host_rate=500.0, timeout=5.0, max_attempts=1)
-    async with Fetcher(config) as fetcher:
-        [probed] = await Probing(LiveMaps(reverify_after=3600), fetcher, LearnConfig()).handle(
-            [request(PATTERN, urls)]
-        )
-    fetched_by_probing = site.requests
-
-    pages = ObservedPages(1000)
     others = sample_urls(8, offset=100)
     crawled = [
         *others,
         *(url.split("&")[0] for url in others),
         *(f"http://drift.test/p?id={n}&lang=fr" for n in range(100, 108)),
     ]
-    for url in crawled:
-        status, body = site.page(url)
-        assert pages.add(read_observation(observation_record(url, status, body), max_bytes=1 << 20))
-    site.requests = 0
-    async with Fetcher(config) as fetcher:
-        observing = Probing(
-            LiveMaps(reverify_after=3600), fetcher, LearnConfig(), observations=pages
-        )
-        [observed] = await observing.handle([request(PATTERN, urls)])
+    (probed, probing_fetches), (observed, observing_fetches) = await probed_and_observed(
+        drifting_web, sample_urls(), crawled
+    )
 
     assert probed.published is not None and observed.published is not None
     decided = observed.published.patterns
     assert set(decided) == set(probed.published.patterns) == {PATTERN}
     assert decided[PATTERN].kept == {"id"} and decided[PATTERN].dropped == {"ref"}
-    print(f"fetches: {fetched_by_probing} probing, {site.requests} with observations")
-    assert site.requests < fetched_by_probing
+    assert observing_fetches < probing_fetches
     assert all(record["observed"] > 0 for record in on_the_wire(observed))
 
 
