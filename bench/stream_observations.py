@@ -17,8 +17,9 @@ waits until it holds the observed pages, and streams the URL corpus twice, as
 ``learned`` when they passed, the distinct canonical URLs against the raw ones (and the
 ideal, from the simulated web's ground truth), and false merges (canonical URLs that stand
 for two different pages); then the probe fetches counted at the simulated web's server
-(the crawl's own fetches not counted), the pages the map updates say were observed, and
-the patterns whose URLs stayed provisional in the second pass. Nothing is asserted.
+(the crawl's own fetches not counted), the pages observed and fetched that the map
+updates report (each learning run counted once), and the patterns whose URLs stayed
+provisional in the second pass. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -239,6 +240,14 @@ def run(
         for doc in by_pass[2]
         if (doc["kept"] or doc["dropped"]) and doc["status"] != "learned"
     )
+    # A learning run writes one record per pattern, each with the run's counts.
+    runs = {
+        (audit["domain"], audit["at"], audit["version_before"]): {
+            "observed": int(audit.get("observed", 0)),
+            "fetches": int(audit.get("fetches", 0)),
+        }
+        for audit in audits
+    }
     restores: Counter[tuple[str, str, bool]] = Counter()
     for audit in audits:
         if audit["accepted"] and audit["request_reason"] == "audit":
@@ -250,8 +259,8 @@ def run(
         observations_kept=int(kept),
         passes=passes,
         fetches=fetches,
-        observed=sum(int(audit.get("observed", 0)) for audit in audits),
-        update_fetches=sum(int(audit.get("fetches", 0)) for audit in audits),
+        observed=sum(run["observed"] for run in runs.values()),
+        update_fetches=sum(run["fetches"] for run in runs.values()),
         provisional=provisional.most_common(args.show),
         restored=[
             f"{domain} {name}: {count} patterns, "
