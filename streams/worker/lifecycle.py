@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -28,6 +29,9 @@ from tenacity import (
     stop_when_event_set,
     wait_exponential,
 )
+
+from streams.kafka.admin import admin_config
+from streams.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +65,8 @@ _OUTAGE_CODES = frozenset(
 
 def is_broker_outage(error: BaseException) -> bool:
     """Does ``error`` (or an error it was raised from) say the broker cannot be reached,
-    rather than that something is wrong with the request or the data?"""
+    rather than that something is wrong with the request or the data? A timeout counts:
+    a broker that does not answer in time is, to a worker, one that is not there."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
@@ -74,7 +79,11 @@ def is_broker_outage(error: BaseException) -> bool:
             kafka_error = current.args[0]
             if kafka_error.code() in _OUTAGE_CODES or kafka_error.retriable():
                 return True
-        elif isinstance(current, ConnectionError) or _is_retriable_aiokafka_error(current):
+        elif (
+            isinstance(current, ConnectionError | TimeoutError)
+            or _is_retriable_aiokafka_error(current)
+            or _is_faust_without_broker(current)
+        ):
             return True
         current = current.__cause__ or current.__context__
     return False
@@ -120,7 +129,31 @@ def _is_retriable_aiokafka_error(error: BaseException) -> bool:
     aiokafka_errors = sys.modules.get("aiokafka.errors")
     if aiokafka_errors is None:  # never imported, so it cannot have raised this
         return False
+    if isinstance(error, aiokafka_errors.KafkaTimeoutError):  # flagged not retriable
+        return True
     return isinstance(error, aiokafka_errors.KafkaError) and bool(error.retriable)
+
+
+_FAUST_DRIVER = os.path.join("faust", "transport", "drivers", "aiokafka.py")
+_FAUST_TOPIC_CREATION = frozenset({"_get_controller_node", "_really_create_topic"})
+
+
+def _is_faust_without_broker(error: BaseException) -> bool:
+    """Is ``error`` what Faust raises when it has no broker to talk to: its "not ready"
+    error, or the bare errors of its topic creation when it finds no controller?"""
+    faust_errors = sys.modules.get("faust.exceptions")
+    if faust_errors is not None and isinstance(error, faust_errors.NotReady):
+        return True
+    if type(error) not in (Exception, RuntimeError):
+        return False
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    return (
+        frame is not None
+        and frame.tb_frame.f_code.co_filename.endswith(_FAUST_DRIVER)
+        and frame.tb_frame.f_code.co_name in _FAUST_TOPIC_CREATION
+    )
 
 
 def wait_for_broker(
@@ -212,6 +245,16 @@ class StopDeadline:
             start_again(self.restart_after)
         _flush_logs()
         os._exit(self.exit_code)
+
+
+def broker_answers(settings: Settings, timeout: float) -> bool:
+    """Does the broker answer a metadata request within ``timeout`` seconds? An error
+    other than an outage counts as an answer."""
+    try:
+        AdminClient(admin_config(settings)).list_topics(timeout=timeout)
+    except KafkaException as error:
+        return not is_broker_outage(error)
+    return True
 
 
 def start_again(reason: BaseException) -> NoReturn:

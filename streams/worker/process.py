@@ -14,6 +14,7 @@ from streams.worker.lifecycle import (
     DISK_FULL_EXIT_CODE,
     EXIT_MARGIN,
     StopDeadline,
+    broker_answers,
     is_broker_outage,
     is_disk_full,
     report_disk_full,
@@ -22,6 +23,11 @@ from streams.worker.lifecycle import (
 from streams.worker.runtime import Runtime
 
 CRASH_EXIT_CODE = 1
+BROKER_CHECK_SECONDS = 5.0
+"""How long a crashed worker waits for the broker to answer before it takes the crash
+for an outage."""
+
+log = logging.getLogger(__name__)
 
 
 class StreamWorker(faust.Worker):
@@ -56,7 +62,8 @@ class StreamWorker(faust.Worker):
 
     def _stop_because(self, error: BaseException) -> bool:
         """Record ``error`` as why the worker stops, with a bounded stop that starts the
-        worker again if it is a broker outage; False if it is stopping already."""
+        worker again if it is an outage (:meth:`_is_outage`); False if it is stopping
+        already."""
         if self.crash_reason is not None or self.stop_requested:
             return False
         self.crash_reason = error
@@ -64,9 +71,23 @@ class StreamWorker(faust.Worker):
         if is_disk_full(error):
             self._report_disk_full(error)
             self.deadline.exit_code = DISK_FULL_EXIT_CODE
-        elif is_broker_outage(error):
+        elif self._is_outage(error):
             self.deadline.restart_after = error
         self._begin_stop()
+        return True
+
+    def _is_outage(self, error: BaseException) -> bool:
+        """Is ``error`` a broker outage, or any other error while the broker does not
+        answer (Kafka clients fail in more ways than they classify when it goes)?"""
+        if is_broker_outage(error):
+            return True
+        if broker_answers(self.runtime.settings, BROKER_CHECK_SECONDS):
+            return False
+        log.warning(
+            "worker: stopped by %s: %s, and Kafka does not answer now",
+            type(error).__name__,
+            error,
+        )
         return True
 
     def _report_disk_full(self, error: BaseException) -> None:
@@ -90,7 +111,8 @@ class StreamWorker(faust.Worker):
     def run(self) -> int:
         """Run until stopped and return the exit code. A worker stopped by a broker outage,
         while starting or later, is started again
-        (:func:`~streams.worker.lifecycle.start_again`)."""
+        (:func:`~streams.worker.lifecycle.start_again`); so is one stopped by any other
+        error if the broker does not answer once it has stopped."""
         code = 0
         try:
             self.execute_from_commandline()
@@ -101,6 +123,14 @@ class StreamWorker(faust.Worker):
             # Faust's own crash (a table store that cannot be opened) comes here unreported.
             self._report_disk_full(reason)
             return DISK_FULL_EXIT_CODE
-        if reason is not None and not self.stop_requested and is_broker_outage(reason):
+        if reason is None or self.stop_requested:
+            return code
+        if self.deadline.restart_after is reason or self._is_outage(reason):
             start_again(reason)
-        return code
+        log.critical(
+            "worker: stopped by %s: %s; exiting with code %d",
+            type(reason).__name__,
+            reason,
+            code or CRASH_EXIT_CODE,
+        )
+        return code or CRASH_EXIT_CODE

@@ -48,6 +48,12 @@ def wait_until(
         time.sleep(0.2)
 
 
+def stop_lines(log_text: str) -> list[str]:
+    """The lines that say why a worker stopped or started again."""
+    said = ("] Error: ", "Crashed reason", "stopped by", "Kafka became unreachable")
+    return [line for line in log_text.splitlines() if any(words in line for words in said)]
+
+
 def with_topics(broker: LocalBroker, label: str, state: Path) -> Settings:
     """Settings with topics of their own on ``broker``, created."""
     base = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap})
@@ -145,7 +151,8 @@ def test_a_worker_started_during_an_outage_waits_then_processes_everything(
                 OUTPUT_WAIT,
                 "every input to have an output",
                 lambda: (
-                    f"{len(stream) - len(output_seqs(outputs))} missing; "
+                    f"{len(stream) - len(output_seqs(outputs))} missing; alive: "
+                    f"{waiter.alive()}; why it stopped: {stop_lines(waiter.log_text())}; "
                     f"log: {waiter.log_text()[-2000:]}"
                 ),
             )

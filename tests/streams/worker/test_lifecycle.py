@@ -3,6 +3,7 @@ broker."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import subprocess
@@ -10,10 +11,13 @@ import sys
 import textwrap
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
-from aiokafka.errors import NodeNotReadyError, UnsupportedVersionError
+from aiokafka.errors import KafkaTimeoutError, NodeNotReadyError, UnsupportedVersionError
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from faust.exceptions import NotReady
+from faust.transport.drivers.aiokafka import Transport
 
 from streams.front.loop import UncommittedInputs
 from streams.kafka.lograte import RateLimitFilter
@@ -72,6 +76,9 @@ def test_different_messages_levels_and_loggers_are_limited_apart_and_info_never(
         KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION)),
         NodeNotReadyError("node 1"),
         ConnectionRefusedError(111, "refused"),
+        KafkaTimeoutError(),
+        TimeoutError(),
+        NotReady("Not connected to Kafka Broker"),
     ],
 )
 def test_errors_that_mean_the_broker_is_unreachable_are_outages(error: Exception) -> None:
@@ -92,6 +99,24 @@ def test_errors_that_mean_the_broker_is_unreachable_are_outages(error: Exception
 )
 def test_other_errors_are_not_outages(error: Exception) -> None:
     assert not is_broker_outage(error)
+
+
+def error_of_faust_looking_for_a_controller_without_brokers() -> Exception:
+    without_brokers = SimpleNamespace(cluster=SimpleNamespace(brokers=list))
+    try:
+        asyncio.run(Transport._get_controller_node(None, None, without_brokers))  # type: ignore[arg-type]
+    except Exception as error:
+        return error
+    raise AssertionError("Faust found a controller among no brokers")
+
+
+def test_faust_finding_no_controller_is_an_outage_and_the_same_error_elsewhere_is_not() -> None:
+    error = error_of_faust_looking_for_a_controller_without_brokers()
+    assert is_broker_outage(error)
+    try:
+        raise Exception(*error.args)
+    except Exception as elsewhere:
+        assert not is_broker_outage(elsewhere)
 
 
 @pytest.mark.slow  # waits 1 s, then 2 s
