@@ -38,7 +38,8 @@ from streams.messages import (
 
 log = logging.getLogger(__name__)
 
-AUDITED_DOMAINS_REMEMBERED = 1000
+NOISE_DOMAINS_REMEMBERED = 1000
+"""Domains whose pages' learned noise the worker keeps for their next runs."""
 
 
 @dataclass(slots=True)
@@ -111,8 +112,8 @@ class Probing:
         self.audit_rule = AuditRule(audit_share, str(self.config.seed))
         self.audited = ItemMemory()
         self._published: dict[str, DomainMap] = {}
-        # The noise learned on each domain's pages by its audits, for its next audits.
-        self._audit_noise: OrderedDict[str, VolatilityModel] = OrderedDict()
+        # The noise learned on each domain's pages, for its next learning runs and audits.
+        self._noise: OrderedDict[str, VolatilityModel] = OrderedDict()
 
     def current(self, domain: str) -> DomainMap | None:
         """The newest map of ``domain``: the live one, or the one this worker just published
@@ -184,12 +185,8 @@ class Probing:
         current = await self.held_current(domain)
         if current is None:
             return ProbeOutcome(domain, None, [], 0, [], None, len(urls))
-        noise = self._audit_noise.pop(domain, None) or VolatilityModel()
-        self._audit_noise[domain] = noise
-        if len(self._audit_noise) > AUDITED_DOMAINS_REMEMBERED:
-            self._audit_noise.popitem(last=False)
         audit = await audit_map(
-            PageProber(self.fetcher, noise),
+            PageProber(self.fetcher, self._noise_of(domain)),
             current,
             _parse_all(urls, domain),
             self.audit_rule,
@@ -217,6 +214,16 @@ class Probing:
             len(urls),
         )
 
+    def _noise_of(self, domain: str) -> VolatilityModel:
+        """The noise learned on ``domain``'s pages so far: blocks seen changing between
+        fresh fetches of one URL change by themselves whenever the page is fetched, so a
+        later run need not fetch again to learn them."""
+        noise = self._noise.pop(domain, None) or VolatilityModel()
+        self._noise[domain] = noise
+        if len(self._noise) > NOISE_DOMAINS_REMEMBERED:
+            self._noise.popitem(last=False)
+        return noise
+
     def _with_observed(self, work: DomainWork) -> list[str]:
         """The shape's sample URLs, then up to ``observed_samples`` URLs of its requested
         patterns that the crawler observed: the front samples URLs without regard to what
@@ -243,7 +250,9 @@ class Probing:
             await self.observations_held(work.domain)
         update = await update_map(
             Learner(
-                PageProber(self.fetcher, observations=self.observations),
+                PageProber(
+                    self.fetcher, self._noise_of(work.domain), observations=self.observations
+                ),
                 self.config,
                 self.live_maps.layers,
             ),

@@ -15,13 +15,15 @@ class DriftingSite:
     """``/p?id=N`` pages on ``drift.test``; ``ref`` is tracking noise until ``ref_matters``;
     ``lang`` is shown, ``default_lang`` when absent, and so is ``start`` (``0``). With
     ``wall`` every URL shows the same login wall (but for a request number, which is
-    noise); with ``ids_ignored`` every ``id`` shows item 0; with ``down`` every answer is
-    503. ``fetched`` lists the URLs asked of the proxy, in order."""
+    noise); with ``promo`` every page shows an offer that changes at every request; with
+    ``ids_ignored`` every ``id`` shows item 0; with ``down`` every answer is 503.
+    ``fetched`` lists the URLs asked of the proxy, in order."""
 
     ref_matters: bool = False
     wall: bool = False
     ids_ignored: bool = False
     down: bool = False
+    promo: bool = False
     default_lang: str = "en"
     requests: int = 0
     fetched: list[str] = field(default_factory=list)
@@ -47,11 +49,12 @@ class DriftingSite:
         lang = query.get("lang", [self.default_lang])[0]
         start = query.get("start", ["0"])[0]
         extra = f"<p class='edition'>Edition {ref}</p>" if self.ref_matters else ""
+        promo = f"<aside class='promo'>Offer {self.requests}</aside>" if self.promo else ""
         html = (
             f"<html><head><title>Item {item}</title></head><body><main>"
             f"<h1>Item {item}</h1><p class='text'>Description of item {item}.</p>{extra}"
             f"<p class='lang'>Language: {lang}</p><p class='from'>From post {start}</p>"
-            f"</main><footer>Drift Test Shop</footer></body></html>"
+            f"</main>{promo}<footer>Drift Test Shop</footer></body></html>"
         )
         return 200, html.encode()
 

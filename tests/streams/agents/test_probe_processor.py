@@ -446,3 +446,36 @@ async def test_a_run_reads_its_domain_s_map_only_once_its_partition_is_restored(
         restored.set()
         [outcome] = await asyncio.wait_for(run, 30)
     assert outcome.skipped == [PATTERN] and outcome.fetches == 0 and outcome.published is None
+
+
+async def test_a_later_run_on_a_domain_does_not_learn_its_noise_again(
+    drifting_web: tuple[DriftingSite, str],
+) -> None:
+    """Every page shows an offer that changes at every request. A second run on the domain
+    (a new pattern of the same path) fetches fewer pages than the same run by a worker that
+    learned the first pattern's map from the maps topic, not by fetching, and it decides
+    the same."""
+    site, proxy = drifting_web
+    site.promo = True
+    tracked = PATTERN.replace("ref", "utm_source")
+    second = [f"http://drift.test/p?id={n}&utm_source=s{n}" for n in range(8)]
+    config = FetchConfig(proxy=proxy, per_host_rate=500.0, timeout=5.0, max_attempts=1)
+    async with Fetcher(config) as fetcher:
+        learned = Probing(LiveMaps(reverify_after=3600), fetcher, LearnConfig())
+        [first] = await learned.handle([request(PATTERN, sample_urls())])
+        publish(learned, first.published)
+        before = site.requests
+        [again] = await learned.handle([request(tracked, second)])
+        by_the_learner = site.requests - before
+
+        told = Probing(LiveMaps(reverify_after=3600), fetcher, LearnConfig())
+        publish(told, first.published)
+        before = site.requests
+        [fresh] = await told.handle([request(tracked, second)])
+        by_the_told = site.requests - before
+
+    print(f"second run: {by_the_learner} fetches, {by_the_told} without the noise learned")
+    assert again.published is not None and fresh.published is not None
+    assert again.published.patterns[tracked].kept == {"id"}
+    assert again.published.patterns[tracked].kept == fresh.published.patterns[tracked].kept
+    assert by_the_learner < by_the_told
