@@ -1077,16 +1077,25 @@ class Canonicalizer:
             patterns = compiled.map.patterns
         return compiled.version, dropping_summaries(patterns)
 
+    @_then_make_room
     def canonical_url(self, url: NormalizedURL) -> str:
-        if not url.has_params:
-            return url.url
-        return url.with_only(self._settle(url, self._domains.get(url.host))[-1].keep)
+        return self._canonical_url(url)
 
+    @_then_make_room
     def canonical_text(self, text: str) -> str:
         """``canonical_url(parse(text))``, through the remembered plans when it can.
 
         Raises :class:`InvalidURL` exactly as :func:`~miqps.urls.parse` does.
         """
+        return self._canonical_text(text)
+
+    def _canonical_url(self, url: NormalizedURL) -> str:
+        if not url.has_params:
+            return url.url
+        return url.with_only(self._settle(url, self._domains.get(url.host))[-1].keep)
+
+    def _canonical_text(self, text: str) -> str:
+        """:meth:`canonical_text` within a call that makes room when it ends."""
         origin, host, path, query, route = components(text)
         pairs = split_pairs(query) if query else []
         return self._canonical_parts(text, origin, host, path, pairs, route)
@@ -1105,7 +1114,7 @@ class Canonicalizer:
                 if any(end != matrix_at for end, _ in matrix) or any(
                     pair.startswith(";") for pair in pairs
                 ):
-                    return self.canonical_url(parse(text))
+                    return self._canonical_url(parse(text))
                 pairs += [";" + param for _, param in matrix]
         if not pairs:
             return origin + path + route
@@ -1114,7 +1123,7 @@ class Canonicalizer:
         shape = path_shape(path) if compiled is not None else ""
         kept = self._kept_by_plans(pairs, compiled, shape)
         if kept is None:
-            return self.canonical_url(parse(text))
+            return self._canonical_url(parse(text))
         if isinstance(kept, str):
             kept = [kept]
         if matrix_at >= 0:
@@ -1388,7 +1397,7 @@ class Canonicalizer:
         slow.extend(others)
         for index in sorted(slow):
             try:
-                answered[index] = self.canonical_text(texts[index])
+                answered[index] = self._canonical_text(texts[index])
             except InvalidURL as error:
                 if errors is not None:
                     errors.append((index, error))
@@ -1470,7 +1479,7 @@ class Canonicalizer:
         self, text: str, out: list[str], errors: list[tuple[int, InvalidURL]] | None
     ) -> None:
         try:
-            out.append(self.canonical_text(text))
+            out.append(self._canonical_text(text))
         except InvalidURL as error:
             if errors is not None:
                 errors.append((len(out), error))
@@ -1736,7 +1745,7 @@ class Canonicalizer:
         """The canonical form of ``url``; raises :class:`~miqps.urls.InvalidURL` (with a
         ``reason``) for a URL that cannot be canonicalized."""
         if self._native is None:
-            return self.canonical_text(url)
+            return self._canonical_text(url)
         errors: list[tuple[int, InvalidURL]] = []
         canonical = self._native_texts(self._native, [url], errors)[0]
         if errors:

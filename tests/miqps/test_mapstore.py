@@ -323,3 +323,27 @@ def test_the_record_stored_from_a_document_is_the_facts_record_of_its_map() -> N
         of_objects = MapFacts.of_map(domain_map).record()
         assert orjson.loads(record) == orjson.loads(of_objects), domain_map.domain
         assert decided == {key: one.decided_at for key, one in domain_map.patterns.items()}
+
+
+@pytest.mark.parametrize("native", PATHS, ids=lambda native: "compiled" if native else "python")
+def test_each_public_call_holds_at_most_the_bound_of_maps(tmp_path: Path, native: bool) -> None:
+    """A caller that canonicalizes one URL at a time, by any public method, never leaves
+    more maps in memory than ``cache_domains``."""
+    maps, texts = next(_corpora())
+    _, on_demand = _pair(maps, tmp_path, native, cache=3)
+    calls = {
+        "canonical_text": on_demand.canonical_text,
+        "canonical_url": lambda text: on_demand.canonical_url(parse(text)),
+        "canonicalize": on_demand.canonicalize,
+        "explain": on_demand.explain,
+    }
+    for name, call in calls.items():
+        most = 0
+        for text in texts:
+            try:
+                call(text)
+            except InvalidURL:
+                continue
+            most = max(most, on_demand.maps_held)
+        assert most <= 3, name
+    on_demand.close()
