@@ -17,9 +17,9 @@ waits until it holds the observed pages, and streams the URL corpus twice, as
 ``learned`` when they passed, the distinct canonical URLs against the raw ones (and the
 ideal, from the simulated web's ground truth), and false merges (canonical URLs that stand
 for two different pages); then the probe fetches counted at the simulated web's server
-(the crawl's own fetches not counted), the pages observed and fetched that the map
-updates report (each learning run counted once), and the patterns whose URLs stayed
-provisional in the second pass. Nothing is asserted.
+(the crawl's own fetches not counted) and how many of them fetched a URL again, the pages
+observed and fetched that the map updates report (each learning run counted once), and
+the patterns whose URLs stayed provisional in the second pass. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -58,6 +58,9 @@ class RunFigures:
     observations_kept: int
     passes: list[PassFigures]
     fetches: int
+    repeated: int
+    """Probe fetches of a URL the run had fetched already (refetches that learn noise or
+    confirm a change)."""
     observed: int
     update_fetches: int
     provisional: list[tuple[str, int]]
@@ -219,6 +222,7 @@ def run(
                 )
             updates.poll(1.0)
             fetches = web.requests_total()
+            repeated = web.repeated_requests()
         finally:
             worker.stop()
             for reader in (outputs, updates):
@@ -259,6 +263,7 @@ def run(
         observations_kept=int(kept),
         passes=passes,
         fetches=fetches,
+        repeated=repeated,
         observed=sum(run["observed"] for run in runs.values()),
         update_fetches=sum(run["fetches"] for run in runs.values()),
         provisional=provisional.most_common(args.show),
@@ -287,14 +292,14 @@ def report(runs: Sequence[RunFigures], distinct: int) -> None:
     baseline = runs[0].fetches or 1
     print(
         f"\n{'observed':>8} {'sent':>6} {'kept':>6} {'probe fetches':>14} {'per URL':>8} "
-        f"{'vs 0%':>6} {'pages observed':>15} {'fetches in updates':>19}"
+        f"{'vs 0%':>6} {'refetches':>10} {'pages observed':>15} {'fetches in updates':>19}"
     )
     for figures in runs:
         print(
             f"{figures.share:>8.0%} {figures.observations_sent:>6} "
             f"{figures.observations_kept:>6} {figures.fetches:>14} "
             f"{figures.fetches / max(distinct, 1):>8.3f} {figures.fetches / baseline:>6.2f} "
-            f"{figures.observed:>15} {figures.update_fetches:>19}"
+            f"{figures.repeated:>10} {figures.observed:>15} {figures.update_fetches:>19}"
         )
     for figures in runs:
         if figures.provisional:

@@ -67,6 +67,7 @@ class SimWeb:
         self._by_host: Counter[str] = Counter()
         self._windows: dict[str, deque[float]] = {}
         self._fetches: Counter[str] = Counter()
+        self._fetches_at_reset: Counter[str] = Counter()
         self._pages: dict[str, str] = {}
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
@@ -139,6 +140,14 @@ class SimWeb:
         with self._lock:
             self._total = 0
             self._by_host.clear()
+            self._fetches_at_reset = self._fetches.copy()
+
+    def repeated_requests(self) -> int:
+        """Requests since :meth:`reset_counters` for a URL already asked for since then
+        (refetches: a prober learning noise, or confirming a change)."""
+        with self._lock:
+            since = self._fetches - self._fetches_at_reset
+        return sum(count - 1 for count in since.values())
 
     def _track(self, conn: socket.socket, add: bool) -> None:
         with self._lock:

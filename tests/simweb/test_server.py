@@ -265,8 +265,14 @@ def test_counters(all_sites: list[Site]) -> None:
         c.get(f"http://{all_sites[1].host}/")
         assert web.requests_total() == 4
         assert web.requests_by_host() == {all_sites[0].host: 3, all_sites[1].host: 1}
+        assert web.repeated_requests() == 2
         web.reset_counters()
         assert web.requests_total() == 0 and web.requests_by_host() == {}
+        assert web.repeated_requests() == 0
+        c.get(f"http://{all_sites[0].host}/")  # asked before the reset, once since
+        c.get(f"http://{all_sites[1].host}/")
+        c.get(f"http://{all_sites[1].host}/")
+        assert web.repeated_requests() == 1
 
 
 def _statuses(sites: list[Site], urls: list[str], seed: int) -> list[tuple[int, str | None]]:
