@@ -59,8 +59,8 @@ class RunFigures:
     passes: list[PassFigures]
     fetches: int
     repeated: int
-    """Probe fetches of a URL the run had fetched already (refetches that learn noise or
-    confirm a change)."""
+    """Probe fetches of a URL the run had fetched already: refetches that learn noise or
+    confirm a change, and first pages of samples an earlier learning run fetched too."""
     observed: int
     update_fetches: int
     provisional: list[tuple[str, int]]

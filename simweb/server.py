@@ -143,8 +143,8 @@ class SimWeb:
             self._fetches_at_reset = self._fetches.copy()
 
     def repeated_requests(self) -> int:
-        """Requests since :meth:`reset_counters` for a URL already asked for since then
-        (refetches: a prober learning noise, or confirming a change)."""
+        """Requests since :meth:`reset_counters` for a URL already asked for since then: a
+        prober learning noise or confirming a change, or a later run asking for it again."""
         with self._lock:
             since = self._fetches - self._fetches_at_reset
         return sum(count - 1 for count in since.values())
