@@ -365,7 +365,7 @@ class Learner:
         open_names = set(learnable)
         candidates = list(pool.urls)
         random.Random(f"{config.seed}:{pool.template}").shuffle(candidates)
-        if self.prober.observations is not None:  # observed pages first: they cost nothing
+        if self.prober.takes_pages_at_hand:  # observed or recalled pages first: no fetch
             candidates.sort(key=lambda u: not self.prober.at_hand(u.url))
         while open_names:
             batch: list[tuple[NormalizedURL, list[str]]] = []
@@ -666,10 +666,11 @@ class Learner:
         return None
 
     def _free_takes(self, url: NormalizedURL, group: Sequence[str]) -> int:
-        """With observed pages, how many of the two takes a group test of ``url`` needs
-        cost no fetch; 0 without any, so that sampling is as it is without them."""
+        """With observed or recalled pages, how many of the two takes a group test of
+        ``url`` needs cost no fetch; 0 without any, so that sampling is as it is without
+        them."""
         prober = self.prober
-        if prober.observations is None:
+        if not prober.takes_pages_at_hand:
             return 0
         return prober.at_hand(url.url) + prober.at_hand(url.without(group))
 

@@ -24,15 +24,19 @@ difference (:mod:`miqps.prober`): a page that changed over time is fetched afres
 
 :class:`ObservedPages` holds the latest page of each URL, filed under the part of the stream
 it came from; :class:`RestoredPages` is what a restore of one part read again, merged into
-them without undoing what was observed since.
+them without undoing what was observed since. :class:`RecalledPages` holds, for a while,
+the pages a probing worker fetched itself, which its next learning runs of a domain take by
+the same rule as observed ones.
 """
 
 from __future__ import annotations
 
 import itertools
 import sys
+import time
 from array import array
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -344,4 +348,84 @@ class ObservedPages:
         return TakeOutcome(snapshot, fetches=kept.redirects + 1)
 
     def __len__(self) -> int:
+        return len(self._pages)
+
+
+@dataclass(frozen=True, slots=True)
+class _Recalled:
+    """A page fetched by the worker, compact, and when it was kept."""
+
+    kept_at: float
+    status: int
+    final_url: str
+    hint: str | None
+    redirects: int
+    blocks: array[int]
+
+
+class RecalledPages:
+    """Pages the probing worker fetched in its learning runs, kept ``max_age`` seconds from
+    the end of the run that fetched them (at most ``max_pages``, the oldest going first), for
+    the next learning runs of their domain (:class:`miqps.prober.Observations`).
+
+    A learning run in the stream starts as its domain's pool of sample URLs grows, so it
+    shares most of its samples with the runs before it. A recalled page answers a
+    comparison only with "unchanged", as an observed one does; any other answer is fetched
+    afresh. A run that reverifies a pattern does not take them: it exists to see what the
+    site gives now (``max_age`` bounds the rest), and neither do audits."""
+
+    def __init__(
+        self, max_pages: int, max_age: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.max_pages = max(1, max_pages)
+        self.max_age = max_age
+        self.clock = clock
+        self._pages: OrderedDict[str, _Recalled] = OrderedDict()
+        self.served = 0
+        """First takes served, over the worker's life."""
+
+    def keep(self, pages: Iterable[tuple[str, Snapshot]]) -> None:
+        """Keep ``pages`` (URL, fetched snapshot), fetched by a run that just ended."""
+        now = self.clock()
+        held = self._pages
+        for url, snapshot in pages:
+            held.pop(url, None)
+            held[url] = _Recalled(
+                now,
+                snapshot.status,
+                snapshot.final_url,
+                snapshot.canonical_hint,
+                snapshot.redirects,
+                packed_blocks(snapshot.blocks),
+            )
+        while len(held) > self.max_pages:
+            held.popitem(last=False)
+        self._forget_older_than(now - self.max_age)
+
+    def _forget_older_than(self, moment: float) -> None:
+        held = self._pages
+        while held and next(iter(held.values())).kept_at < moment:
+            held.popitem(last=False)
+
+    def _page(self, url: str) -> _Recalled | None:
+        page = self._pages.get(url)
+        if page is None or page.kept_at < self.clock() - self.max_age:
+            return None
+        return page
+
+    def holds(self, url: str) -> bool:
+        return self._page(url) is not None
+
+    def observed(self, url: str) -> TakeOutcome | None:
+        page = self._page(url)
+        if page is None:
+            return None
+        self.served += 1
+        snapshot = Snapshot(
+            page.status, page.final_url, unpacked_blocks(page.blocks), page.hint, page.redirects
+        )
+        return TakeOutcome(snapshot, fetches=page.redirects + 1)
+
+    def __len__(self) -> int:
+        self._forget_older_than(self.clock() - self.max_age)
         return len(self._pages)

@@ -21,12 +21,17 @@ that cannot be judged on the other side) may be the work of time, so the observe
 fetched afresh and the comparison made again on fresh pages, as without observations; and
 noise is only ever learned between fresh fetches of one URL, so a page that changed over
 days is never taken for a page whose blocks rotate.
+
+Pages the same learner fetched in its earlier runs (``recalled``,
+:class:`miqps.observations.RecalledPages`) serve first takes by the same rule, and are
+counted apart from the observed ones (:attr:`PageProber.recalled_takes`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
@@ -124,11 +129,17 @@ class PageProber:
         audit_every: int = 4,
         journal: TakeJournal | None = None,
         observations: Observations | None = None,
+        recalled: Observations | None = None,
     ) -> None:
         self.fetcher = fetcher
         self.journal = journal
         self.observations = observations
+        self.recalled = recalled
+        """Pages this prober's owner fetched in earlier runs: first takes like observed
+        ones, when the observations do not hold the URL."""
         self._observed: dict[str, tuple[Snapshot, int]] = {}
+        self._recalled: set[str] = set()
+        self._journaled: set[str] = set()
         self._fresh: dict[str, asyncio.Task[Snapshot | None]] = {}
         self.probed_takes = 0
         """Takes probed: neither journaled nor observed."""
@@ -149,26 +160,55 @@ class PageProber:
     def has_snapshot(self, url: str) -> bool:
         return url in self._first
 
+    @property
+    def takes_pages_at_hand(self) -> bool:
+        """Whether some first takes may cost no fetch: observed or recalled pages."""
+        return self.observations is not None or self.recalled is not None
+
     def at_hand(self, url: str) -> bool:
-        """Whether the first take of ``url`` costs no fetch: taken already, or observed."""
+        """Whether the first take of ``url`` costs no fetch: taken already, observed or
+        recalled."""
         if url in self._first:
             return True
-        return self.observations is not None and self.observations.holds(url)
+        return any(pages is not None and pages.holds(url) for pages in self._page_sources())
+
+    def _page_sources(self) -> tuple[Observations | None, Observations | None]:
+        return self.observations, self.recalled
 
     @property
     def observed_takes(self) -> int:
         """First takes served from the observations."""
-        return len(self._observed)
+        return len(self._observed) - len(self._recalled)
+
+    @property
+    def recalled_takes(self) -> int:
+        """First takes served from the recalled pages."""
+        return len(self._recalled)
+
+    def probed_pages(self) -> Iterator[tuple[str, Snapshot]]:
+        """The judgeable first takes of this prober's URLs that it fetched itself: neither
+        observed nor recalled (unless fetched afresh), nor served by the journal."""
+        for url, task in self._first.items():
+            if url in self._observed and url not in self._fresh:
+                continue
+            if url in self._journaled or not task.done() or task.cancelled():
+                continue
+            if task.exception() is None and (snapshot := task.result()) is not None:
+                yield url, snapshot
 
     @property
     def observed_refetched(self) -> int:
         """Observed first takes fetched afresh to judge a difference."""
-        return sum(url in self._fresh for url in self._observed)
+        return sum(url in self._fresh for url in self._observed if url not in self._recalled)
 
     @property
     def fetches_saved(self) -> int:
         """Fetches the observed takes spared: those of the takes never fetched afresh."""
-        return sum(n for url, (_, n) in self._observed.items() if url not in self._fresh)
+        return sum(
+            n
+            for url, (_, n) in self._observed.items()
+            if url not in self._fresh and url not in self._recalled
+        )
 
     def fetched(self, url: str) -> Snapshot | None:
         """The snapshot of ``url`` if it was fetched successfully already; never fetches."""
@@ -206,12 +246,10 @@ class PageProber:
         the observations when they hold it, else probed (and journaled)."""
         journal = self.journal
         take, outcome = await journal.recall(url) if journal is not None else (0, None)
-        if outcome is None and first and self.observations is not None:
-            outcome = self.observations.observed(url)
-            if outcome is not None and outcome.snapshot is not None:
-                self._observed[url] = (outcome.snapshot, outcome.fetches)
-            else:
-                outcome = None
+        if outcome is not None and first:
+            self._journaled.add(url)
+        if outcome is None and first:
+            outcome = self._at_hand_take(url)
         if outcome is None:
             self.probed_takes += 1
             outcome = await self._probe(url)
@@ -224,6 +262,18 @@ class PageProber:
             self.failures[url] = outcome.failure or "no page"
             self.failure_kinds[url] = outcome.kind or self.failures[url]
         return outcome.snapshot
+
+    def _at_hand_take(self, url: str) -> TakeOutcome | None:
+        """The first take of ``url`` from the observations, else from the recalled pages;
+        None when neither holds a judgeable page of it."""
+        for pages in self._page_sources():
+            outcome = pages.observed(url) if pages is not None else None
+            if outcome is not None and outcome.snapshot is not None:
+                self._observed[url] = (outcome.snapshot, outcome.fetches)
+                if pages is self.recalled:
+                    self._recalled.add(url)
+                return outcome
+        return None
 
     async def _probe(self, url: str) -> TakeOutcome:
         """Fetch ``url`` for a judgeable snapshot. An interstitial is fetched again after a

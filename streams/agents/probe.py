@@ -29,7 +29,7 @@ import orjson
 from faust.types import EventT
 
 from miqps.fetch import Fetcher
-from miqps.observations import ObservedPages
+from miqps.observations import ObservedPages, RecalledPages
 from streams.agents import observe, source_of
 from streams.agents.acks import OrderedAcks, Ticket
 from streams.agents.probe_processor import ProbeOutcome, Probing
@@ -116,6 +116,11 @@ def register(app: faust.App, runtime: Runtime) -> None:
 
     bugs = runtime.bug_policy()
     pages = ObservedPages(settings.observed_pages) if settings.observed_pages else None
+    recalled = (
+        RecalledPages(settings.recalled_pages, settings.recall_seconds)
+        if settings.recalled_pages and settings.recall_seconds
+        else None
+    )
     restores = observe.register(app, runtime, pages, dead_letter) if pages is not None else None
 
     @app.agent(requests_topic, name="probe", concurrency=1)
@@ -132,11 +137,14 @@ def register(app: faust.App, runtime: Runtime) -> None:
                 audit_share=settings.audit_share,
                 observations=pages,
                 observed_samples=settings.policy.max_pool_urls,
+                recalled=recalled,
                 maps_held=runtime.maps.held,
                 observations_held=restores.held if restores is not None else None,
             )
             scheduler = DomainScheduler(probing, publish, acks, bugs.run)
-            runtime.metrics.follow_probing(ProbeAgentState(scheduler, acks.__len__, fetcher.stats))
+            runtime.metrics.follow_probing(
+                ProbeAgentState(scheduler, acks.__len__, fetcher.stats, recalled)
+            )
 
             async def take(event: EventT[bytes], ticket: Ticket) -> None:
                 try:

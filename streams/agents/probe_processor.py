@@ -22,11 +22,12 @@ from miqps.content import VolatilityModel
 from miqps.fetch import Fetcher
 from miqps.learner import LearnConfig, Learner
 from miqps.maps import DomainMap
-from miqps.observations import ObservedPages
+from miqps.observations import ObservedPages, RecalledPages
 from miqps.prober import PageProber
 from miqps.sampling import SamplingRule
 from miqps.update import DEFAULT_MAX_FLIP_SHARE, Request, update_map
 from miqps.urls import InvalidURL, NormalizedURL, parse
+from streams.agents.shape_stats import REVERIFY
 from streams.maps.live import LiveMaps
 from streams.messages import (
     AUDIT,
@@ -64,6 +65,11 @@ def is_audit(request: ProbeRequest) -> bool:
     return all(info.reason == AUDIT for info in request.patterns.values())
 
 
+def reverifies(work: DomainWork) -> bool:
+    """Whether ``work`` reverifies a pattern: it is to see what the site gives now."""
+    return any(info.reason == REVERIFY for info in work.patterns.values())
+
+
 def group_by_domain(requests: Iterable[ProbeRequest]) -> dict[str, list[DomainWork]]:
     """Per domain, one piece of work per path shape, the smallest sample pool first."""
     work: dict[str, dict[str, DomainWork]] = {}
@@ -92,6 +98,7 @@ class Probing:
         maps_held: Callable[[str], Awaitable[None]] | None = None,
         observations_held: Callable[[str], Awaitable[None]] | None = None,
         observed_samples: int = SamplingRule().max_pool_urls,
+        recalled: RecalledPages | None = None,
     ) -> None:
         """``maps_held(domain)`` returns once the live maps hold ``domain``'s map if it has
         one (its maps partition restored); awaited before a run reads the map.
@@ -107,6 +114,10 @@ class Probing:
         """Pages a crawler fetched (``miqps.observations``): learning takes a URL's first
         page from them when they hold it, and samples their URLs first."""
         self.observed_samples = observed_samples
+        self.recalled = recalled
+        """Pages this worker's learning runs fetched, for the domain's next learning runs
+        but those that reverify: a run takes a URL's first page from them when the
+        observations do not hold it."""
         self.config = config or LearnConfig()
         self.max_flip_share = max_flip_share
         self.audit_rule = AuditRule(audit_share, str(self.config.seed))
@@ -248,26 +259,29 @@ class Probing:
         current = await self.held_current(work.domain)
         if self.observations_held is not None and self.observations is not None:
             await self.observations_held(work.domain)
+        prober = PageProber(
+            self.fetcher,
+            self._noise_of(work.domain),
+            observations=self.observations,
+            recalled=None if reverifies(work) else self.recalled,
+        )
         update = await update_map(
-            Learner(
-                PageProber(
-                    self.fetcher, self._noise_of(work.domain), observations=self.observations
-                ),
-                self.config,
-                self.live_maps.layers,
-            ),
+            Learner(prober, self.config, self.live_maps.layers),
             work.domain,
             current,
             _parse_all(self._with_observed(work), work.domain),
             requested,
             max_flip_share=self.max_flip_share,
         )
+        if self.recalled is not None:
+            self.recalled.keep(prober.probed_pages())
         if update.published is not None:
             self._remember(update.published)
         if len(update.skipped) < len(requested):
             log.info(
                 "probe %s: %d patterns decided (%d from the map's evidence), %d walled, "
-                "%d unreachable, %d without samples, %d fetches, %d pages observed%s",
+                "%d unreachable, %d without samples, %d fetches, %d pages observed, "
+                "%d recalled%s",
                 work.domain,
                 len(update.decided),
                 sum(entry.from_map_evidence for entry in update.decided.values()),
@@ -276,6 +290,7 @@ class Probing:
                 len(update.without_samples),
                 update.fetches,
                 update.observed,
+                prober.recalled_takes,
                 " (update rejected by the anomaly gate)" if update.rejected else "",
             )
         return ProbeOutcome(

@@ -37,6 +37,7 @@ from prometheus_client.registry import Collector
 from miqps.audit import Audit
 from miqps.fetch import FetchStats
 from miqps.native import CanonicalizerPath, canonicalizer_path
+from miqps.observations import RecalledPages
 from miqps.politeness import RobotsStatus
 from streams.front.metrics import (
     MapsHeldCollector,
@@ -71,6 +72,7 @@ class ProbeAgentState:
     scheduler: Scheduler
     unacknowledged: Callable[[], int]
     fetch_stats: FetchStats
+    recalled: RecalledPages | None = None
 
 
 @dataclass(slots=True)
@@ -390,6 +392,18 @@ class AgentCollector(Collector):
             "Domains with a learning run due or under way",
             value=domains,
         )
+        if probing.recalled is not None:
+            yield GaugeMetricFamily(
+                "miqps_recalled_pages",
+                "Pages the probing worker fetched, held for its domains' next learning runs "
+                "(MIQPS_RECALLED_PAGES at most, MIQPS_RECALL_SECONDS each)",
+                value=len(probing.recalled),
+            )
+            yield CounterMetricFamily(
+                "miqps_recalled_takes",
+                "First takes of learning runs served by pages the worker fetched before",
+                value=probing.recalled.served,
+            )
         stats = probing.fetch_stats
         yield labelled_counter(
             "miqps_fetches",

@@ -362,6 +362,20 @@ class Settings:
         100_000,
         minimum=0,
     )
+    recalled_pages: int = setting(
+        "MIQPS_RECALLED_PAGES",
+        "pages the probing worker fetched that it holds in memory for its domains' next "
+        "learning runs, the oldest going first (0: none held)",
+        20_000,
+        minimum=0,
+    )
+    recall_seconds: float = setting(
+        "MIQPS_RECALL_SECONDS",
+        "seconds a page the probing worker fetched stays evidence for its domain's next "
+        "learning runs, from the end of the run that fetched it (0: none held)",
+        600.0,
+        minimum=0,
+    )
     observations_restore_wait: float = setting(
         "MIQPS_OBSERVATIONS_RESTORE_WAIT",
         "seconds a learning run waits for the restore of its domain's `miqps.observations` "

@@ -10,6 +10,7 @@ from miqps.observations import (
     InvalidObservation,
     Observation,
     ObservedPages,
+    RecalledPages,
     RestoredPages,
     observation_record,
     read_observation,
@@ -241,3 +242,24 @@ def test_the_urls_of_a_pattern_follow_the_pages_held_the_latest_observed_first()
     assert pages.urls_of("shop.test", "/p?id", 10) == [
         f"http://shop.test/p?id={item}" for item in (9, 8, 7, 1)
     ]
+
+
+def test_recalled_pages_serve_for_their_age_under_the_bound() -> None:
+    now = [0.0]
+    recalled = RecalledPages(max_pages=2, max_age=60.0, clock=lambda: now[0])
+    page = snapshot_of(200, URL, PAGE, "text/html", 0, URL)
+    other = "http://shop.test/p?id=7"
+    recalled.keep([(URL, page)])
+    now[0] = 30.0
+    recalled.keep([(other, page), ("http://shop.test/p?id=8", page)])
+    assert not recalled.holds(URL)  # the oldest went first, over the bound
+    assert recalled.holds(other) and len(recalled) == 2
+    outcome = recalled.observed(other)
+    assert outcome is not None and outcome.snapshot is not None
+    assert outcome.snapshot.blocks == page.blocks and outcome.fetches == 1
+    assert recalled.served == 1
+    now[0] = 90.0
+    assert recalled.holds(other)
+    now[0] = 90.5
+    assert not recalled.holds(other) and recalled.observed(other) is None
+    assert len(recalled) == 0 and recalled.served == 1

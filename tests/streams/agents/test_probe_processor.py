@@ -16,7 +16,12 @@ import pytest
 from miqps.fetch import FetchConfig, Fetcher, FetchResult
 from miqps.learner import LearnConfig
 from miqps.maps import DomainMap, Layer
-from miqps.observations import ObservedPages, observation_record, read_observation
+from miqps.observations import (
+    ObservedPages,
+    RecalledPages,
+    observation_record,
+    read_observation,
+)
 from miqps.update import Undecided, Why
 from miqps.urls import parse
 from streams.agents.probe_processor import ProbeOutcome, Probing
@@ -479,3 +484,74 @@ async def test_a_later_run_on_a_domain_does_not_learn_its_noise_again(
     assert again.published.patterns[tracked].kept == {"id"}
     assert again.published.patterns[tracked].kept == fresh.published.patterns[tracked].kept
     assert by_the_learner < by_the_told
+
+
+def recalling_probing(fetcher: Fetcher) -> Probing:
+    return Probing(
+        LiveMaps(reverify_after=3600),
+        fetcher,
+        LearnConfig(),
+        recalled=RecalledPages(max_pages=1000, max_age=600.0),
+    )
+
+
+async def test_a_later_run_takes_the_pages_earlier_runs_fetched(
+    drifting_web: tuple[DriftingSite, str],
+) -> None:
+    """A second run on the domain (a new pattern of the same path, whose URLs without their
+    tracking parameter the first run fetched) takes those pages instead of fetching them
+    again: fewer fetches than by a worker that does not keep them, the same decision, and
+    the pages not counted as observed."""
+    site, proxy = drifting_web
+    tracked = PATTERN.replace("ref", "utm_source")
+    second = [f"http://drift.test/p?id={n}&utm_source=s{n}" for n in range(8)]
+    config = FetchConfig(proxy=proxy, per_host_rate=500.0, timeout=5.0, max_attempts=1)
+    fetched: dict[str, int] = {}
+    outcomes: dict[str, ProbeOutcome] = {}
+    async with Fetcher(config) as fetcher:
+        recalling = recalling_probing(fetcher)
+        forgetting = Probing(LiveMaps(reverify_after=3600), fetcher, LearnConfig())
+        for name, worker in (("recalling", recalling), ("forgetting", forgetting)):
+            [first] = await worker.handle([request(PATTERN, sample_urls())])
+            publish(worker, first.published)
+            before = site.requests
+            [outcomes[name]] = await worker.handle([request(tracked, second)])
+            fetched[name] = site.requests - before
+
+    print(f"second run: {fetched}")
+    decided = {name: outcome.published for name, outcome in outcomes.items()}
+    assert all(published is not None for published in decided.values())
+    assert {name: m.patterns[tracked].kept for name, m in decided.items() if m} == {
+        "recalling": {"id"},
+        "forgetting": {"id"},
+    }
+    assert fetched["recalling"] < fetched["forgetting"]
+    assert recalling.recalled is not None and recalling.recalled.served > 0
+    assert [audit["observed"] for audit in on_the_wire(outcomes["recalling"])] == [0]
+
+
+async def test_a_reverification_fetches_afresh_what_earlier_runs_fetched(
+    drifting_web: tuple[DriftingSite, str],
+) -> None:
+    """A reverification exists to see what the site gives now: no page the first run
+    fetched, from before the site began to show ``ref``, answers it, and it fetches as
+    much as by a worker that keeps no pages."""
+    site, proxy = drifting_web
+    config = FetchConfig(proxy=proxy, per_host_rate=500.0, timeout=5.0, max_attempts=1)
+    async with Fetcher(config) as fetcher:
+        recalling = recalling_probing(fetcher)
+        forgetting = Probing(LiveMaps(reverify_after=3600), fetcher, LearnConfig())
+        outcomes = {}
+        for name, worker in (("recalling", recalling), ("forgetting", forgetting)):
+            site.ref_matters = False
+            outcomes[name] = await reverified_after(
+                worker, lambda: setattr(site, "ref_matters", True), 0
+            )
+    assert recalling.recalled is not None and recalling.recalled.served == 0
+    assert {name: outcome.fetches for name, outcome in outcomes.items()} == {
+        "recalling": outcomes["forgetting"].fetches,
+        "forgetting": outcomes["forgetting"].fetches,
+    }
+    for outcome in outcomes.values():
+        assert outcome.published is not None
+        assert outcome.published.patterns[PATTERN].kept == {"id", "ref"}
