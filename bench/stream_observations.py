@@ -18,8 +18,10 @@ waits until it holds the observed pages, and streams the URL corpus twice, as
 ideal, from the simulated web's ground truth), and false merges (canonical URLs that stand
 for two different pages); then the probe fetches counted at the simulated web's server
 (the crawl's own fetches not counted) and how many of them fetched a URL again, the pages
-observed and fetched that the map updates report (each learning run counted once), and
-the patterns whose URLs stayed provisional in the second pass. Nothing is asserted.
+observed and fetched that the map updates report (each learning run counted once), the
+first takes served by pages the worker's earlier learning runs fetched (its
+``miqps_recalled_takes_total``), and the patterns whose URLs stayed provisional in the
+second pass. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ class RunFigures:
     """Probe fetches of a URL the run had fetched already: refetches that learn noise or
     confirm a change, and first pages of samples an earlier learning run fetched too."""
     observed: int
+    recalled: int
+    """First takes of learning runs served by pages the worker fetched in earlier runs."""
     update_fetches: int
     provisional: list[tuple[str, int]]
     restored: list[str]
@@ -223,6 +227,7 @@ def run(
             updates.poll(1.0)
             fetches = web.requests_total()
             repeated = web.repeated_requests()
+            recalled = metric(port, "miqps_recalled_takes_total") or 0.0
         finally:
             worker.stop()
             for reader in (outputs, updates):
@@ -265,6 +270,7 @@ def run(
         fetches=fetches,
         repeated=repeated,
         observed=sum(run["observed"] for run in runs.values()),
+        recalled=int(recalled),
         update_fetches=sum(run["fetches"] for run in runs.values()),
         provisional=provisional.most_common(args.show),
         restored=[
@@ -292,14 +298,16 @@ def report(runs: Sequence[RunFigures], distinct: int) -> None:
     baseline = runs[0].fetches or 1
     print(
         f"\n{'observed':>8} {'sent':>6} {'kept':>6} {'probe fetches':>14} {'per URL':>8} "
-        f"{'vs 0%':>6} {'refetches':>10} {'pages observed':>15} {'fetches in updates':>19}"
+        f"{'vs 0%':>6} {'refetches':>10} {'pages observed':>15} {'recalled':>9} "
+        f"{'fetches in updates':>19}"
     )
     for figures in runs:
         print(
             f"{figures.share:>8.0%} {figures.observations_sent:>6} "
             f"{figures.observations_kept:>6} {figures.fetches:>14} "
             f"{figures.fetches / max(distinct, 1):>8.3f} {figures.fetches / baseline:>6.2f} "
-            f"{figures.repeated:>10} {figures.observed:>15} {figures.update_fetches:>19}"
+            f"{figures.repeated:>10} {figures.observed:>15} {figures.recalled:>9} "
+            f"{figures.update_fetches:>19}"
         )
     for figures in runs:
         if figures.provisional:

@@ -373,7 +373,7 @@ class Settings:
         "MIQPS_RECALL_SECONDS",
         "seconds a page the probing worker fetched stays evidence for its domain's next "
         "learning runs, from the end of the run that fetched it (0: none held)",
-        600.0,
+        1800.0,
         minimum=0,
     )
     observations_restore_wait: float = setting(

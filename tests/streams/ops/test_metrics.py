@@ -166,6 +166,8 @@ def test_the_metrics_endpoint_counts_what_went_through(
     assert value(found, "miqps_fetches_total", outcome="ok") > 0
     hosts = {s.labels["host"] for s in found["miqps_politeness_wait_seconds_total"]}
     assert hosts <= {site.host for site in web.sites} | {"_other"} and hosts
+    assert value(found, "miqps_recalled_pages") > 0  # the learning runs' pages, for the next
+    assert "miqps_recalled_takes_total" in found
     assert value(found, "miqps_probe_requests_pending") == 0
     assert value(found, "miqps_probe_requests_in_flight") == 0
     assert value(found, "miqps_state_bytes", table=PATTERN_STATS_TABLE) > 0
