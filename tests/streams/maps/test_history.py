@@ -33,7 +33,7 @@ DOMAIN = "drift.test"
 PATTERN = "/p?id&ref"
 
 
-def a_map(version: int, keep_ref: bool) -> DomainMap:
+def a_map(version: int, keep_ref: bool, decided_at: str = "2026-12-01T00:00:00Z") -> DomainMap:
     kept, dropped = ({"id", "ref"}, set()) if keep_ref else ({"id"}, {"ref"})
     params = {
         "id": ParamEvidence("keep", Layer.LEARNED, 6, 6, 0),
@@ -46,9 +46,9 @@ def a_map(version: int, keep_ref: bool) -> DomainMap:
         ),
     }
     decision = PatternDecision(
-        frozenset(kept), frozenset(dropped), params, Verification(3), "2026-12-01T00:00:00Z"
+        frozenset(kept), frozenset(dropped), params, Verification(3), decided_at
     )
-    return DomainMap(DOMAIN, version, "2026-12-01T00:00:00Z", {PATTERN: decision})
+    return DomainMap(DOMAIN, version, decided_at, {PATTERN: decision})
 
 
 async def test_a_map_is_published_with_its_history_record_first() -> None:
@@ -196,9 +196,11 @@ def test_a_worker_applies_a_rollback_live_and_learns_nothing_for_a_frozen_domain
         assert (learned.version, learned.produced_by) == (1, "stream-probe")
         assert learned.domain_map().patterns[PATTERN].dropped == {"ref"}
 
+        # Decided now: a decision older than MIQPS_REVERIFY_AFTER would be reverified.
+        published = a_map(1, True, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         assert (
             maps_command(
-                settings, capsys, "publish", maps_file(tmp_path / "keep.jsonl", a_map(1, True))
+                settings, capsys, "publish", maps_file(tmp_path / "keep.jsonl", published)
             )[0]
             == 0
         )
